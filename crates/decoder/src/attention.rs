@@ -1,0 +1,194 @@
+//! Multi-head attention with grouped key/value heads (Ainslie et al. 2023, "GQA").
+//!
+//! MHA (`kv_heads == heads`), GQA and MQA (`kv_heads == 1`) are one code path: the query
+//! heads that share a key/value head are folded into the row dimension of one matmul, so
+//! keys and values are never repeated in memory.
+
+use candle_core::{DType, Tensor, D};
+
+use crate::error::{DecoderError, Result};
+use crate::kv_cache::KvCache;
+use crate::linear::Linear;
+use crate::mask::AttentionMask;
+use crate::rope::RotaryEmbedding;
+use crate::weights::Weights;
+
+/// `softmax(q kᵀ · scale + bias) v` for grouped heads.
+///
+/// Shapes: `q` `(b, heads, tq, d)`, `k`/`v` `(b, kv_heads, tk, d)` with `heads` a multiple of
+/// `kv_heads`, `bias` `(tq, tk)` additive (0 / −∞). Returns the output `(b, heads, tq, d)`
+/// and the attention weights `(b, heads, tq, tk)` (f32). Scores and softmax run in f32, as
+/// transformers' eager attention does.
+pub fn scaled_dot_product_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    bias: Option<&Tensor>,
+    scale: f64,
+) -> Result<(Tensor, Tensor)> {
+    let (b, heads, tq, d) = q.dims4()?;
+    let (_, kv_heads, tk, _) = k.dims4()?;
+    if kv_heads == 0 || heads % kv_heads != 0 {
+        return Err(DecoderError::Config(format!("{heads} query heads cannot share {kv_heads} kv heads")));
+    }
+    let groups = heads / kv_heads;
+    let dtype = q.dtype();
+    // (b, kv_heads, groups·tq, d): the heads of one group become extra query rows.
+    let q = q.contiguous()?.reshape((b, kv_heads, groups * tq, d))?;
+    let scores = q.matmul(&k.t()?)?.to_dtype(DType::F32)?; // (b, kv_heads, groups·tq, tk)
+    let scores = (scores * scale)?;
+    let scores = match bias {
+        Some(bias) => scores
+            .reshape((b, kv_heads, groups, tq, tk))?
+            .broadcast_add(&bias.to_dtype(DType::F32)?)?
+            .reshape((b, kv_heads, groups * tq, tk))?,
+        None => scores,
+    };
+    let weights = candle_nn::ops::softmax_last_dim(&scores)?;
+    let out = weights.to_dtype(dtype)?.matmul(&v.contiguous_if_needed()?)?; // (b, kv_heads, groups·tq, d)
+    let out = out.reshape((b, heads, tq, d))?;
+    Ok((out, weights.reshape((b, heads, tq, tk))?))
+}
+
+/// The obviously-correct twin: keys and values repeated per head, one head at a time.
+pub fn scaled_dot_product_attention_slow(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    bias: Option<&Tensor>,
+    scale: f64,
+) -> Result<(Tensor, Tensor)> {
+    let (_, heads, _, _) = q.dims4()?;
+    let kv_heads = k.dim(1)?;
+    let groups = heads / kv_heads;
+    let mut outs = Vec::new();
+    let mut ws = Vec::new();
+    for h in 0..heads {
+        let qh = q.narrow(1, h, 1)?.to_dtype(DType::F32)?;
+        let kh = k.narrow(1, h / groups, 1)?.to_dtype(DType::F32)?;
+        let vh = v.narrow(1, h / groups, 1)?.to_dtype(DType::F32)?;
+        let mut s = (qh.matmul(&kh.t()?.contiguous()?)? * scale)?;
+        if let Some(bias) = bias {
+            s = s.broadcast_add(&bias.to_dtype(DType::F32)?)?;
+        }
+        let m = s.max_keepdim(D::Minus1)?;
+        let e = s.broadcast_sub(&m)?.exp()?;
+        let w = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
+        outs.push(w.matmul(&vh.contiguous()?)?);
+        ws.push(w);
+    }
+    Ok((Tensor::cat(&outs, 1)?.to_dtype(q.dtype())?, Tensor::cat(&ws, 1)?))
+}
+
+trait ContiguousIfNeeded {
+    fn contiguous_if_needed(&self) -> candle_core::Result<Tensor>;
+}
+
+impl ContiguousIfNeeded for Tensor {
+    /// A narrowed cache view is fine as a matmul operand as long as each matrix is row-major.
+    fn contiguous_if_needed(&self) -> candle_core::Result<Tensor> {
+        let stride = self.stride();
+        let n = stride.len();
+        if n >= 2 && stride[n - 1] == 1 && stride[n - 2] == self.dims()[n - 1] {
+            Ok(self.clone())
+        } else {
+            self.contiguous()
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct AttentionConfig {
+    pub hidden_size: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    /// Biases on the q, k and v projections (Qwen2, ViTs).
+    pub qkv_bias: bool,
+    /// Bias on the output projection (ViTs).
+    pub out_bias: bool,
+    /// Softmax scale; usually `1/√head_dim`.
+    pub scale: f64,
+    /// The output projection's name in the checkpoint (`o_proj` in LMs, `out_proj` in ViTs).
+    pub out_name: &'static str,
+}
+
+impl AttentionConfig {
+    pub fn validate(&self) -> Result<()> {
+        if self.num_heads == 0 || self.num_kv_heads == 0 || self.num_heads % self.num_kv_heads != 0 {
+            return Err(DecoderError::Config(format!(
+                "num_attention_heads ({}) must be a positive multiple of num_key_value_heads ({})",
+                self.num_heads, self.num_kv_heads
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Where this attention call sits: the rotary table (if any), the mask, and the cache slot.
+pub struct AttentionInput<'a> {
+    pub rope: Option<&'a RotaryEmbedding>,
+    pub mask: &'a AttentionMask,
+    /// Absolute position of the first row of `x` (the number of positions already cached).
+    pub offset: usize,
+    /// The cache and this layer's index in it; `None` attends over `x` alone.
+    pub cache: Option<(&'a mut KvCache, usize)>,
+    /// Return the attention weights `(b, heads, tq, tk)`.
+    pub capture: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    num_heads: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+    scale: f64,
+}
+
+impl Attention {
+    pub fn new(cfg: &AttentionConfig, vb: &Weights) -> Result<Self> {
+        cfg.validate()?;
+        let (h, q_out, kv_out) =
+            (cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
+        Ok(Self {
+            q_proj: vb.linear(h, q_out, cfg.qkv_bias, "q_proj")?,
+            k_proj: vb.linear(h, kv_out, cfg.qkv_bias, "k_proj")?,
+            v_proj: vb.linear(h, kv_out, cfg.qkv_bias, "v_proj")?,
+            o_proj: vb.linear(q_out, h, cfg.out_bias, cfg.out_name)?,
+            num_heads: cfg.num_heads,
+            num_kv_heads: cfg.num_kv_heads,
+            head_dim: cfg.head_dim,
+            scale: cfg.scale,
+        })
+    }
+
+    /// `x`: `(b, t, hidden)` → `(b, t, hidden)`, plus the weights when `input.capture`.
+    pub fn forward(&self, x: &Tensor, input: AttentionInput<'_>) -> Result<(Tensor, Option<Tensor>)> {
+        let (b, t, _) = x.dims3()?;
+        let heads = |y: Tensor, n: usize| -> Result<Tensor> {
+            // (b, t, n·d) → (b, n, t, d)
+            Ok(y.reshape((b, t, n, self.head_dim))?.transpose(1, 2)?.contiguous()?)
+        };
+        let q = heads(self.q_proj.forward(x)?, self.num_heads)?;
+        let k = heads(self.k_proj.forward(x)?, self.num_kv_heads)?;
+        let v = heads(self.v_proj.forward(x)?, self.num_kv_heads)?;
+        let offset = input.offset;
+        let (q, k) = match input.rope {
+            Some(rope) => (rope.apply(&q, offset)?, rope.apply(&k, offset)?),
+            None => (q, k),
+        };
+        let (k, v) = match input.cache {
+            Some((cache, layer)) => cache.append(layer, &k, &v)?,
+            None => (k, v),
+        };
+        let kv_len = k.dim(2)?;
+        let bias = input.mask.bias(t, kv_len, DType::F32, x.device())?;
+        let (out, weights) = scaled_dot_product_attention(&q, &k, &v, bias.as_ref(), self.scale)?;
+        let out = out.transpose(1, 2)?.reshape((b, t, self.num_heads * self.head_dim))?;
+        Ok((self.o_proj.forward(&out)?, input.capture.then_some(weights)))
+    }
+}

@@ -1,0 +1,191 @@
+//! The decoder stack: pre-norm blocks of grouped-query attention and a gated MLP, then a
+//! final RMSNorm — the Llama layout (Touvron et al. 2023) shared by SmolLM2, Mistral,
+//! Qwen2 and Gemma. It runs over **embeddings**, so callers may splice image features into
+//! the sequence; the LM head is applied by the caller.
+//!
+//! Follows transformers' `modeling_llama.py` (v4.57 / v5): `x + attn(norm(x))`, then
+//! `x + mlp(norm(x))`.
+
+use candle_core::Tensor;
+
+use crate::activation::Activation;
+use crate::attention::{Attention, AttentionConfig, AttentionInput};
+use crate::error::{DecoderError, Result};
+use crate::kv_cache::KvCache;
+use crate::mask::AttentionMask;
+use crate::mlp::GatedMlp;
+use crate::norm::{NormStyle, RmsNorm};
+use crate::rope::{RopeConfig, RotaryEmbedding};
+use crate::weights::Weights;
+
+/// The runtime blueprint of a decoder; model configs (`config.json`, GGUF metadata) convert into it.
+#[derive(Debug, Clone)]
+pub struct DecoderConfig {
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    pub head_dim: usize,
+    pub rms_norm_eps: f64,
+    pub rope: RopeConfig,
+    pub max_position_embeddings: usize,
+    pub qkv_bias: bool,
+    pub hidden_act: Activation,
+    pub norm_style: NormStyle,
+    /// Gemma scales queries by `query_pre_attn_scalar^-½` instead of `head_dim^-½`.
+    pub query_pre_attn_scalar: Option<f64>,
+}
+
+impl DecoderConfig {
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(DecoderError::Config(m));
+        if self.num_hidden_layers == 0 {
+            return bad("num_hidden_layers must be positive".into());
+        }
+        if self.num_key_value_heads == 0 || self.num_attention_heads % self.num_key_value_heads != 0 {
+            return bad(format!(
+                "num_key_value_heads ({}) must divide num_attention_heads ({})",
+                self.num_key_value_heads, self.num_attention_heads
+            ));
+        }
+        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+            return bad(format!("head_dim ({}) must be positive and even", self.head_dim));
+        }
+        Ok(())
+    }
+
+    pub fn attention(&self) -> AttentionConfig {
+        let scale = match self.query_pre_attn_scalar {
+            Some(s) => 1.0 / s.sqrt(),
+            None => 1.0 / (self.head_dim as f64).sqrt(),
+        };
+        AttentionConfig {
+            hidden_size: self.hidden_size,
+            num_heads: self.num_attention_heads,
+            num_kv_heads: self.num_key_value_heads,
+            head_dim: self.head_dim,
+            qkv_bias: self.qkv_bias,
+            out_bias: false,
+            scale,
+            out_name: "o_proj",
+        }
+    }
+}
+
+/// What to record during a forward pass (for the embedding and attention APIs).
+#[derive(Debug, Default)]
+pub struct Trace {
+    /// Record the input embeddings and every layer's output.
+    pub capture_hidden: bool,
+    /// Layers whose attention weights are recorded.
+    pub attention_layers: Vec<usize>,
+    /// `[embeddings, layer 0 output, …, layer N−1 output]`, each `(b, t, hidden)`.
+    pub hidden_states: Vec<Tensor>,
+    /// `(layer, weights (b, heads, tq, tk))` for each requested layer.
+    pub attentions: Vec<(usize, Tensor)>,
+}
+
+#[derive(Clone, Debug)]
+struct DecoderLayer {
+    input_layernorm: RmsNorm,
+    self_attn: Attention,
+    post_attention_layernorm: RmsNorm,
+    mlp: GatedMlp,
+}
+
+impl DecoderLayer {
+    fn new(cfg: &DecoderConfig, vb: &Weights) -> Result<Self> {
+        let (h, eps, style) = (cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_style);
+        Ok(Self {
+            input_layernorm: RmsNorm::load(h, eps, style, &vb.pp("input_layernorm"))?,
+            self_attn: Attention::new(&cfg.attention(), &vb.pp("self_attn"))?,
+            post_attention_layernorm: RmsNorm::load(h, eps, style, &vb.pp("post_attention_layernorm"))?,
+            mlp: GatedMlp::new(h, cfg.intermediate_size, cfg.hidden_act, false, &vb.pp("mlp"))?,
+        })
+    }
+
+    fn forward(&self, x: &Tensor, input: AttentionInput<'_>) -> Result<(Tensor, Option<Tensor>)> {
+        let (a, weights) = self.self_attn.forward(&self.input_layernorm.forward(x)?, input)?;
+        let x = (x + a)?;
+        let m = self.mlp.forward(&self.post_attention_layernorm.forward(&x)?)?;
+        Ok(((x + m)?, weights))
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Decoder {
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    rope: RotaryEmbedding,
+    cfg: DecoderConfig,
+}
+
+impl Decoder {
+    /// Loads `layers.{i}.*` and `norm.weight` from `vb` (the LM's root, e.g. `model`).
+    pub fn new(cfg: &DecoderConfig, vb: &Weights) -> Result<Self> {
+        cfg.validate()?;
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|i| DecoderLayer::new(cfg, &vb.pp("layers").pp(i)))
+            .collect::<Result<Vec<_>>>()?;
+        let norm = RmsNorm::load(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_style, &vb.pp("norm"))?;
+        let rope = RotaryEmbedding::new(&cfg.rope, cfg.head_dim, cfg.max_position_embeddings, vb.dtype(), vb.device())?;
+        Ok(Self { layers, norm, rope, cfg: cfg.clone() })
+    }
+
+    pub fn config(&self) -> &DecoderConfig {
+        &self.cfg
+    }
+
+    /// A fresh cache sized for this decoder's context.
+    pub fn new_cache(&self) -> KvCache {
+        KvCache::new(self.layers.len(), self.cfg.max_position_embeddings)
+    }
+
+    /// `embeds`: `(b, t, hidden)` following the `cache.len()` cached positions →
+    /// final-normed hidden states `(b, t, hidden)`. The cache is extended by `t`.
+    pub fn forward(&self, embeds: &Tensor, cache: &mut KvCache, mask: &AttentionMask) -> Result<Tensor> {
+        self.forward_traced(embeds, cache, mask, &mut Trace::default())
+    }
+
+    /// [`forward`](Self::forward), recording what `trace` asks for.
+    pub fn forward_traced(
+        &self,
+        embeds: &Tensor,
+        cache: &mut KvCache,
+        mask: &AttentionMask,
+        trace: &mut Trace,
+    ) -> Result<Tensor> {
+        let offset = cache.len();
+        let t = embeds.dim(1)?;
+        if offset + t > self.cfg.max_position_embeddings {
+            return Err(DecoderError::ContextOverflow {
+                requested: offset + t,
+                max: self.cfg.max_position_embeddings,
+            });
+        }
+        let mut x = embeds.clone();
+        if trace.capture_hidden {
+            trace.hidden_states.push(x.clone());
+        }
+        for (i, layer) in self.layers.iter().enumerate() {
+            let capture = trace.attention_layers.contains(&i);
+            let input = AttentionInput {
+                rope: Some(&self.rope),
+                mask,
+                offset,
+                cache: Some((&mut *cache, i)),
+                capture,
+            };
+            let (y, weights) = layer.forward(&x, input)?;
+            x = y;
+            if let Some(w) = weights {
+                trace.attentions.push((i, w));
+            }
+            if trace.capture_hidden {
+                trace.hidden_states.push(x.clone());
+            }
+        }
+        self.norm.forward(&x)
+    }
+}

@@ -1,0 +1,29 @@
+//! Decoder-only transformer building blocks, written once and composed by every model:
+//! RMSNorm, rotary embeddings (and their variants), grouped-query attention, gated MLPs,
+//! attention masks, the KV cache, and a forward over embeddings returning hidden states.
+//! Also the weight sources (safetensors, GGUF) and the linear layer (dense or quantized)
+//! that vision towers share.
+
+pub mod activation;
+pub mod attention;
+pub mod decoder;
+pub mod error;
+pub mod kv_cache;
+pub mod linear;
+pub mod mask;
+pub mod mlp;
+pub mod norm;
+pub mod rope;
+pub mod weights;
+
+pub use activation::Activation;
+pub use attention::{scaled_dot_product_attention, Attention, AttentionConfig, AttentionInput};
+pub use decoder::{Decoder, DecoderConfig, Trace};
+pub use error::{DecoderError, Result};
+pub use kv_cache::KvCache;
+pub use linear::Linear;
+pub use mask::AttentionMask;
+pub use mlp::{GatedMlp, Mlp};
+pub use norm::{LayerNorm, NormStyle, RmsNorm};
+pub use rope::{RopeConfig, RopeScaling, RopeStyle, RotaryEmbedding};
+pub use weights::{GgufMode, MatrixWeight, Weights};

@@ -1,0 +1,54 @@
+//! Attention masks, stated by intent. One rule (`allows`) decides visibility; the additive
+//! bias tensor the attention kernel uses is built from it.
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::error::Result;
+
+/// Which keys each query may attend to. Positions are absolute (0 = first token in the cache).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionMask {
+    /// Each position sees itself and everything before it (decoder LMs).
+    Causal,
+    /// Every position sees every position (vision towers, encoders).
+    Bidirectional,
+    /// Positions `< prefix_len` see each other both ways; later positions are causal
+    /// (PaliGemma: image + prompt bidirectional, generated text causal).
+    PrefixLm { prefix_len: usize },
+    /// Causal, limited to the last `window` positions (Mistral's sliding window).
+    SlidingWindow { window: usize },
+}
+
+impl AttentionMask {
+    /// Whether the query at absolute position `q` may attend to the key at `k`.
+    pub fn allows(&self, q: usize, k: usize) -> bool {
+        match *self {
+            Self::Causal => k <= q,
+            Self::Bidirectional => true,
+            Self::PrefixLm { prefix_len } => k <= q || (q < prefix_len && k < prefix_len),
+            Self::SlidingWindow { window } => k <= q && q - k < window,
+        }
+    }
+
+    /// The additive bias `(q_len, kv_len)` (0 where allowed, −∞ elsewhere) for `q_len` new
+    /// queries following `kv_len − q_len` cached positions; `None` when nothing is masked.
+    pub fn bias(&self, q_len: usize, kv_len: usize, dtype: DType, device: &Device) -> Result<Option<Tensor>> {
+        let offset = kv_len.saturating_sub(q_len);
+        let mut any_masked = false;
+        let mut values = Vec::with_capacity(q_len * kv_len);
+        for i in 0..q_len {
+            for j in 0..kv_len {
+                if self.allows(offset + i, j) {
+                    values.push(0f32);
+                } else {
+                    any_masked = true;
+                    values.push(f32::NEG_INFINITY);
+                }
+            }
+        }
+        if !any_masked {
+            return Ok(None);
+        }
+        Ok(Some(Tensor::from_vec(values, (q_len, kv_len), device)?.to_dtype(dtype)?))
+    }
+}

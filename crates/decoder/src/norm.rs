@@ -1,0 +1,71 @@
+//! RMSNorm (Zhang & Sennrich 2019), as in transformers' `LlamaRMSNorm`: normalise in f32,
+//! scale by the weight. Gemma stores the weight as an offset from one (`x̂·(1+w)`).
+
+use candle_core::{DType, Tensor};
+
+use crate::error::Result;
+use crate::weights::Weights;
+
+#[derive(Clone, Debug)]
+pub struct RmsNorm {
+    /// The effective scale (already `1 + w` for Gemma-style norms).
+    weight: Tensor,
+    eps: f32,
+}
+
+/// How a checkpoint stores the RMSNorm scale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NormStyle {
+    /// `x̂·w` (Llama, Qwen2, Mistral).
+    #[default]
+    Plain,
+    /// `x̂·(1+w)` (Gemma).
+    OnePlusWeight,
+}
+
+impl RmsNorm {
+    pub fn new(weight: Tensor, eps: f64, style: NormStyle) -> Result<Self> {
+        let weight = match style {
+            NormStyle::Plain => weight,
+            NormStyle::OnePlusWeight => (weight.to_dtype(DType::F32)? + 1.0)?.to_dtype(weight.dtype())?,
+        };
+        Ok(Self { weight, eps: eps as f32 })
+    }
+
+    /// Loads `weight` of shape `(dim,)` from `vb`.
+    pub fn load(dim: usize, eps: f64, style: NormStyle, vb: &Weights) -> Result<Self> {
+        Self::new(vb.get(&[dim], "weight")?, eps, style)
+    }
+
+    /// `x`: `(..., dim)` → same shape and dtype.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(candle_nn::ops::rms_norm(x, &self.weight, self.eps)?)
+    }
+
+    /// The obviously-correct twin of [`forward`](Self::forward), for tests.
+    pub fn forward_slow(&self, x: &Tensor) -> Result<Tensor> {
+        let dtype = x.dtype();
+        let x = x.to_dtype(DType::F32)?;
+        let var = x.sqr()?.mean_keepdim(candle_core::D::Minus1)?;
+        let x = x.broadcast_div(&(var + self.eps as f64)?.sqrt()?)?;
+        Ok(x.to_dtype(dtype)?.broadcast_mul(&self.weight)?)
+    }
+}
+
+/// LayerNorm with weight and bias (vision towers).
+#[derive(Clone, Debug)]
+pub struct LayerNorm {
+    weight: Tensor,
+    bias: Tensor,
+    eps: f32,
+}
+
+impl LayerNorm {
+    pub fn load(dim: usize, eps: f64, vb: &Weights) -> Result<Self> {
+        Ok(Self { weight: vb.get(&[dim], "weight")?, bias: vb.get(&[dim], "bias")?, eps: eps as f32 })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(candle_nn::ops::layer_norm(x, &self.weight, &self.bias, self.eps)?)
+    }
+}

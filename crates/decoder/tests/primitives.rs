@@ -1,0 +1,200 @@
+//! The primitives against the design notes' worked examples and their slow twins.
+
+use anyhow::Result;
+use candle_core::{DType, Device, Tensor, D};
+use tessera_decoder::attention::scaled_dot_product_attention_slow;
+use tessera_decoder::{
+    scaled_dot_product_attention, AttentionMask, NormStyle, RmsNorm, RopeConfig, RopeScaling, RopeStyle,
+    RotaryEmbedding,
+};
+
+fn t2(rows: &[[f32; 2]]) -> Result<Tensor> {
+    let flat: Vec<f32> = rows.iter().flatten().copied().collect();
+    Ok(Tensor::from_vec(flat, (1, 1, rows.len(), 2), &Device::Cpu)?)
+}
+
+fn assert_close(a: &[f32], b: &[f32], tol: f32, what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths differ");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!((x - y).abs() <= tol, "{what}[{i}]: {x} vs {y} (tol {tol})");
+    }
+}
+
+fn random(shape: &[usize], seed: u64) -> Result<Tensor> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    Ok(Tensor::from_vec(v, shape, &Device::Cpu)?)
+}
+
+#[test]
+fn worked_example_scaled_attention() -> Result<()> {
+    let q = t2(&[[0.5, 0.3], [0.2, 0.8], [0.7, 0.1]])?;
+    let k = t2(&[[0.6, 0.4], [0.3, 0.9], [0.5, 0.2]])?;
+    let v = t2(&[[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]])?;
+    let (out, w) = scaled_dot_product_attention(&q, &k, &v, None, 1.0 / 2f64.sqrt())?;
+    let w0: Vec<f32> = w.get(0)?.get(0)?.get(0)?.to_vec1()?;
+    let o0: Vec<f32> = out.get(0)?.get(0)?.get(0)?.to_vec1()?;
+    assert_close(&w0, &[0.342, 0.342, 0.316], 1e-3, "row 0 weights");
+    assert_close(&o0, &[0.5, 0.5], 1e-3, "row 0 output");
+    Ok(())
+}
+
+#[test]
+fn worked_example_unscaled_scores() -> Result<()> {
+    let q = t2(&[[1.3, 1.9]])?;
+    let kv = t2(&[[1.1, 0.0], [2.0, 1.1], [2.1, 0.1], [0.0, 1.2], [0.2, 0.0], [1.3, 1.9]])?;
+    let (out, w) = scaled_dot_product_attention(&q, &kv, &kv, None, 1.0)?;
+    let w: Vec<f32> = w.flatten_all()?.to_vec1()?;
+    assert_close(&w, &[0.0122, 0.3174, 0.0541, 0.0285, 0.0038, 0.5841], 1e-4, "softmax");
+    let o: Vec<f32> = out.flatten_all()?.to_vec1()?;
+    assert_close(&o, &[1.52, 1.50], 5e-3, "mixed rows");
+    Ok(())
+}
+
+#[test]
+fn grouped_attention_matches_slow_twin_for_mha_gqa_mqa() -> Result<()> {
+    for (heads, kv_heads) in [(4, 4), (6, 2), (4, 1)] {
+        let q = random(&[2, heads, 5, 8], 1)?;
+        let k = random(&[2, kv_heads, 7, 8], 2)?;
+        let v = random(&[2, kv_heads, 7, 8], 3)?;
+        let bias = AttentionMask::Causal.bias(5, 7, DType::F32, &Device::Cpu)?;
+        let (fast, wf) = scaled_dot_product_attention(&q, &k, &v, bias.as_ref(), 0.35)?;
+        let (slow, ws) = scaled_dot_product_attention_slow(&q, &k, &v, bias.as_ref(), 0.35)?;
+        let diff = (fast - slow)?.abs()?.max_all()?.to_scalar::<f32>()?;
+        assert!(diff < 1e-5, "{heads}/{kv_heads}: output diff {diff}");
+        let diff = (wf - ws)?.abs()?.max_all()?.to_scalar::<f32>()?;
+        assert!(diff < 1e-6, "{heads}/{kv_heads}: weight diff {diff}");
+    }
+    Ok(())
+}
+
+#[test]
+fn causal_weights_are_rows_summing_to_one_and_zero_above_diagonal() -> Result<()> {
+    let q = random(&[1, 2, 6, 4], 4)?;
+    let k = random(&[1, 2, 6, 4], 5)?;
+    let bias = AttentionMask::Causal.bias(6, 6, DType::F32, &Device::Cpu)?;
+    let (_, w) = scaled_dot_product_attention(&q, &k, &k, bias.as_ref(), 0.5)?;
+    let sums: Vec<f32> = w.sum(D::Minus1)?.flatten_all()?.to_vec1()?;
+    assert_close(&sums, &[1.0; 12], 1e-6, "row sums");
+    let w: Vec<Vec<f32>> = w.get(0)?.get(1)?.to_vec2()?;
+    for (i, row) in w.iter().enumerate() {
+        for (j, x) in row.iter().enumerate() {
+            if j > i {
+                assert_eq!(*x, 0.0, "weight above the diagonal at ({i},{j})");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn masks_state_their_intent() {
+    let m = AttentionMask::PrefixLm { prefix_len: 3 };
+    assert!(m.allows(0, 2) && m.allows(2, 0) && !m.allows(2, 3) && m.allows(4, 3) && !m.allows(3, 4));
+    assert!(AttentionMask::Causal.allows(3, 3) && !AttentionMask::Causal.allows(2, 3));
+    assert!(AttentionMask::Bidirectional.allows(0, 9));
+    let w = AttentionMask::SlidingWindow { window: 2 };
+    assert!(w.allows(5, 4) && !w.allows(5, 3) && !w.allows(4, 5));
+}
+
+#[test]
+fn causal_bias_respects_the_cache_offset() -> Result<()> {
+    // Two new queries after three cached positions see keys 0..=3 and 0..=4.
+    let b = AttentionMask::Causal.bias(2, 5, DType::F32, &Device::Cpu)?.expect("masked");
+    let b: Vec<Vec<f32>> = b.to_vec2()?;
+    assert_eq!(b[0][3], 0.0);
+    assert!(b[0][4].is_infinite());
+    assert!(b[1].iter().all(|x| *x == 0.0));
+    // A single decode step needs no mask at all.
+    assert!(AttentionMask::Causal.bias(1, 9, DType::F32, &Device::Cpu)?.is_none());
+    Ok(())
+}
+
+fn rope(style: RopeStyle, scaling: RopeScaling) -> Result<RotaryEmbedding> {
+    let cfg = RopeConfig { theta: 10_000.0, scaling, style };
+    Ok(RotaryEmbedding::new(&cfg, 8, 64, DType::F32, &Device::Cpu)?)
+}
+
+#[test]
+fn rope_kernels_match_their_slow_twins() -> Result<()> {
+    for style in [RopeStyle::Half, RopeStyle::Interleaved] {
+        let r = rope(style, RopeScaling::Default)?;
+        let x = random(&[2, 3, 5, 8], 7)?;
+        let diff = (r.apply(&x, 11)? - r.apply_slow(&x, 11)?)?.abs()?.max_all()?.to_scalar::<f32>()?;
+        assert!(diff < 1e-6, "{style:?}: {diff}");
+    }
+    Ok(())
+}
+
+#[test]
+fn rope_scores_depend_only_on_relative_offset() -> Result<()> {
+    let scaling = RopeScaling::Llama3 {
+        factor: 8.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position_embeddings: 16,
+    };
+    for (style, scaling) in [(RopeStyle::Half, RopeScaling::Default), (RopeStyle::Interleaved, scaling)] {
+        let r = rope(style, scaling)?;
+        let q = random(&[1, 1, 1, 8], 8)?;
+        let k = random(&[1, 1, 1, 8], 9)?;
+        let score = |m: usize, n: usize| -> Result<f32> {
+            let s = (r.apply(&q, m)? * r.apply(&k, n)?)?.sum_all()?;
+            Ok(s.to_scalar::<f32>()?)
+        };
+        let base = score(5, 2)?;
+        for shift in [1, 7, 30] {
+            let s = score(5 + shift, 2 + shift)?;
+            assert!((s - base).abs() < 1e-4, "{style:?}: shift {shift}: {s} vs {base}");
+        }
+        assert!((score(5, 4)? - base).abs() > 1e-3, "a different offset should change the score");
+    }
+    Ok(())
+}
+
+#[test]
+fn interleaved_rope_on_permuted_rows_equals_half_rope() -> Result<()> {
+    // llama.cpp permutes q/k rows so that pairs (i, i+d/2) become (2i, 2i+1).
+    let half = rope(RopeStyle::Half, RopeScaling::Default)?;
+    let inter = rope(RopeStyle::Interleaved, RopeScaling::Default)?;
+    let x = random(&[1, 1, 3, 8], 10)?;
+    let perm: Vec<u32> = (0..4).flat_map(|i| [i, i + 4]).collect();
+    let perm = Tensor::new(perm.as_slice(), &Device::Cpu)?;
+    let a = half.apply(&x, 2)?.index_select(&perm, 3)?;
+    let b = inter.apply(&x.index_select(&perm, 3)?.contiguous()?, 2)?;
+    let diff = (a - b)?.abs()?.max_all()?.to_scalar::<f32>()?;
+    assert!(diff < 1e-6, "{diff}");
+    Ok(())
+}
+
+#[test]
+fn llama3_scaling_keeps_high_and_divides_low_frequencies() {
+    let base = RopeConfig { theta: 500_000.0, ..Default::default() }.inv_freq(16);
+    let scaled = RopeConfig {
+        theta: 500_000.0,
+        scaling: RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 32,
+        },
+        style: RopeStyle::Half,
+    }
+    .inv_freq(16);
+    assert_eq!(scaled[0], base[0], "the highest frequency is untouched");
+    assert!((scaled[7] - base[7] / 8.0).abs() < 1e-12, "the lowest frequency is divided by the factor");
+}
+
+#[test]
+fn rms_norm_matches_slow_twin() -> Result<()> {
+    let w = random(&[16], 11)?;
+    for style in [NormStyle::Plain, NormStyle::OnePlusWeight] {
+        let n = RmsNorm::new(w.clone(), 1e-5, style)?;
+        let x = random(&[2, 3, 16], 12)?;
+        let diff = (n.forward(&x)? - n.forward_slow(&x)?)?.abs()?.max_all()?.to_scalar::<f32>()?;
+        assert!(diff < 1e-5, "{style:?}: {diff}");
+    }
+    Ok(())
+}
