@@ -1,0 +1,256 @@
+//! `tessera`: the command-line interface. Argument parsing and presentation only; all model
+//! work happens in the `tessera` library.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use tessera::{
+    parse_dtype, DeviceChoice, GenerateParams, GenerationOutput, LoadOptions, Model, SamplingParams,
+};
+
+/// The model used when `--model` is not given.
+const DEFAULT_MODEL: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
+);
+
+#[derive(Parser)]
+#[command(name = "tessera", version, about = "Multimodal (image + text) LLM inference on Candle")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text from a prompt (streamed to stdout; timings to stderr).
+    Generate(GenerateArgs),
+    /// Print what a model is: architecture, sizes, dtype, tokenizer and chat template.
+    Info(ModelArgs),
+}
+
+#[derive(Args, Clone)]
+struct ModelArgs {
+    /// A model folder, a .gguf file, or a Hugging Face Hub id `org/name[@revision]`
+    /// (cached under HF_HOME; HF_HUB_OFFLINE=1 uses only the cache; HF_TOKEN authenticates).
+    /// Default: the SmolLM2-135M-Instruct GGUF fetched by scripts/fetch_smollm2.sh.
+    #[arg(long, short = 'm')]
+    model: Option<String>,
+    /// auto (CUDA, then Metal, then CPU), cpu, cuda[:N] or metal[:N].
+    #[arg(long, default_value = "auto")]
+    device: DeviceChoice,
+    /// f32, f16 or bf16. Default: f32 on CPU, bf16 on GPUs; GGUF files stay quantized unless
+    /// a dtype is given, which dequantizes every tensor to it.
+    #[arg(long)]
+    dtype: Option<String>,
+    /// CPU threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The prompt text.
+    #[arg(long, short = 'p')]
+    prompt: String,
+    /// An image to put before the prompt (repeat for several, where the model supports it).
+    #[arg(long)]
+    image: Vec<PathBuf>,
+    /// A system message for the chat template.
+    #[arg(long)]
+    system: Option<String>,
+    /// Feed the prompt as is (no chat template); the tokenizer adds whatever BOS it adds.
+    #[arg(long)]
+    raw: bool,
+    /// Maximum number of tokens to generate.
+    #[arg(long, default_value_t = 256)]
+    max_new_tokens: usize,
+    /// 0 = greedy. Default: generation_config.json's (greedy when it does not sample).
+    #[arg(long)]
+    temperature: Option<f64>,
+    #[arg(long)]
+    top_k: Option<usize>,
+    #[arg(long)]
+    top_p: Option<f64>,
+    #[arg(long)]
+    min_p: Option<f64>,
+    #[arg(long)]
+    repetition_penalty: Option<f64>,
+    /// Seed for sampling (same seed, same output).
+    #[arg(long, default_value_t = 299_792_458)]
+    seed: u64,
+    /// Stop when the text contains this string (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+    /// Do not stop at EOS tokens (fixed-length runs).
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Print one JSON object (ids, text, finish_reason, timings) instead of streaming.
+    #[arg(long)]
+    json: bool,
+    /// With --json: the top-K log-probabilities at every generated position.
+    #[arg(long)]
+    logprobs: Option<usize>,
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Generate(args) => generate(args),
+        Command::Info(args) => info(args),
+    }
+}
+
+fn load(args: &ModelArgs) -> Result<(Model, f64)> {
+    if let Some(n) = args.threads {
+        if n == 0 {
+            bail!("--threads must be at least 1");
+        }
+        // Candle sizes its thread pools from this variable on first use.
+        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+    }
+    let device = args.device.open()?;
+    let dtype = args.dtype.as_deref().map(parse_dtype).transpose()?;
+    let spec = match &args.model {
+        Some(m) => m.clone(),
+        None => {
+            if !std::path::Path::new(DEFAULT_MODEL).exists() {
+                bail!(
+                    "no --model given and the default model is missing ({DEFAULT_MODEL}); \
+                     run scripts/fetch_smollm2.sh or pass --model"
+                );
+            }
+            DEFAULT_MODEL.to_string()
+        }
+    };
+    let start = Instant::now();
+    let model = Model::load(&spec, &LoadOptions { device, dtype })
+        .with_context(|| format!("loading model `{spec}`"))?;
+    Ok((model, start.elapsed().as_secs_f64()))
+}
+
+fn generate(args: GenerateArgs) -> Result<()> {
+    if args.logprobs.is_some() && !args.json {
+        bail!("--logprobs needs --json");
+    }
+    let (model, load_s) = load(&args.model)?;
+    if !args.image.is_empty() {
+        bail!(
+            "model `{}` ({}) takes no images; --image needs a vision-language model",
+            model.info().source.path().display(),
+            model.config().architecture.name()
+        );
+    }
+    let gen = model.generation_config();
+    let sample_by_default = gen.do_sample.unwrap_or(false);
+    let sampling = SamplingParams {
+        temperature: args.temperature.unwrap_or(if sample_by_default { gen.temperature.unwrap_or(1.0) } else { 0.0 }),
+        top_k: args.top_k.or(if sample_by_default { gen.top_k } else { None }),
+        top_p: args.top_p.or(if sample_by_default { gen.top_p } else { None }),
+        min_p: args.min_p.or(if sample_by_default { gen.min_p } else { None }),
+        repetition_penalty: args.repetition_penalty.or(gen.repetition_penalty),
+        seed: args.seed,
+    };
+    let params = GenerateParams {
+        max_new_tokens: args.max_new_tokens,
+        sampling,
+        stop_strings: args.stop.clone(),
+        ignore_eos: args.ignore_eos,
+        logprobs: args.logprobs,
+    };
+    let prompt = model.encode_prompt(&args.prompt, args.system.as_deref(), args.raw)?;
+    let out = if args.json {
+        model.generate(&prompt, &params, &mut |_| {})?
+    } else {
+        let mut stdout = std::io::stdout();
+        let out = model.generate(&prompt, &params, &mut |t| {
+            let _ = stdout.write_all(t.as_bytes());
+            let _ = stdout.flush();
+        })?;
+        println!();
+        out
+    };
+    if args.json {
+        print_json(&out, load_s)?;
+    } else {
+        report_timings(&out, load_s);
+    }
+    Ok(())
+}
+
+fn print_json(out: &GenerationOutput, load_s: f64) -> Result<()> {
+    let mut v = serde_json::to_value(out)?;
+    if let Some(t) = v.get_mut("timings").and_then(|t| t.as_object_mut()) {
+        t.insert("load_s".into(), load_s.into());
+    }
+    println!("{}", serde_json::to_string(&v)?);
+    Ok(())
+}
+
+fn report_timings(out: &GenerationOutput, load_s: f64) {
+    let t = &out.timings;
+    eprintln!(
+        "load {load_s:.2}s | prompt {} tokens, {:.1} tok/s | generated {} tokens, {:.1} tok/s | finish: {:?}",
+        out.prompt_tokens.len(),
+        t.prompt_tokens_per_s,
+        out.generated_tokens.len(),
+        t.generated_tokens_per_s,
+        out.finish_reason
+    );
+}
+
+fn info(args: ModelArgs) -> Result<()> {
+    let (model, load_s) = load(&args)?;
+    let c = model.config();
+    let d = &c.decoder;
+    let i = model.info();
+    println!("model:          {}", i.source.path().display());
+    println!("architecture:   {} (text decoder)", c.architecture.name());
+    println!(
+        "decoder:        {} layers, width {}, MLP {}, {} heads / {} KV heads ({}), head_dim {}",
+        d.num_hidden_layers,
+        d.hidden_size,
+        d.intermediate_size,
+        d.num_attention_heads,
+        d.num_key_value_heads,
+        match (d.num_attention_heads, d.num_key_value_heads) {
+            (h, k) if h == k => "MHA",
+            (_, 1) => "MQA",
+            _ => "GQA",
+        },
+        d.head_dim
+    );
+    println!(
+        "rope:           theta {}, scaling {:?}, layout {:?}",
+        d.rope.theta, d.rope.scaling, d.rope.style
+    );
+    println!("context:        {} tokens", d.max_position_embeddings);
+    println!("vocabulary:     {} (tied embeddings: {})", c.vocab_size, c.tie_word_embeddings);
+    println!(
+        "weights:        {:?}{}",
+        i.dtype,
+        i.quantization.as_ref().map(|q| format!(" activations, {q} quantized matmuls")).unwrap_or_default()
+    );
+    println!("device:         {:?}", model.device());
+    println!("tokenizer:      {}", i.tokenizer_source);
+    println!("eos ids:        {:?}", model.eos_ids());
+    println!(
+        "chat template:  {}",
+        i.chat_template_source.as_deref().unwrap_or("none (use --raw)")
+    );
+    println!("vision:         none (text-only model)");
+    println!("load time:      {load_s:.2}s");
+    Ok(())
+}

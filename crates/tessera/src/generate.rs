@@ -1,0 +1,216 @@
+//! The generation loop: prefill the prompt once, then decode one token at a time through the
+//! KV cache, streaming text as it becomes complete and stopping at an EOS id, a stop string,
+//! the token limit or the context's end.
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::error::{Result, TesseraError};
+use crate::model::Model;
+use crate::sampling::{log_softmax, Sampler, SamplingParams};
+
+#[derive(Debug, Clone)]
+pub struct GenerateParams {
+    pub max_new_tokens: usize,
+    pub sampling: SamplingParams,
+    /// Generation stops when the text contains any of these (the stop string is not returned).
+    pub stop_strings: Vec<String>,
+    /// Keep going past EOS ids (fixed-length runs, benchmarks).
+    pub ignore_eos: bool,
+    /// Record the top-K log-probabilities at every generated position.
+    pub logprobs: Option<usize>,
+}
+
+impl Default for GenerateParams {
+    fn default() -> Self {
+        Self {
+            max_new_tokens: 256,
+            sampling: SamplingParams::default(),
+            stop_strings: Vec::new(),
+            ignore_eos: false,
+            logprobs: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// An EOS token was generated.
+    Eos,
+    /// A stop string appeared.
+    StopString,
+    /// `max_new_tokens` was reached.
+    Length,
+    /// The model's context is full.
+    ContextFull,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TokenLogprob {
+    pub id: u32,
+    pub logprob: f32,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Timings {
+    /// Seconds spent on the prompt (the first forward, which also yields the first token).
+    pub prompt_s: f64,
+    /// Seconds spent on every later token.
+    pub generate_s: f64,
+    pub prompt_tokens_per_s: f64,
+    pub generated_tokens_per_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GenerationOutput {
+    pub prompt_tokens: Vec<u32>,
+    pub generated_tokens: Vec<u32>,
+    pub text: String,
+    pub finish_reason: FinishReason,
+    pub timings: Timings,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<Vec<Vec<TokenLogprob>>>,
+}
+
+/// Top-`k` `(id, logprob)` of one row of raw logits, best first.
+pub fn top_logprobs(logits: &[f32], k: usize) -> Vec<TokenLogprob> {
+    let lp = log_softmax(logits);
+    let mut idx: Vec<usize> = (0..lp.len()).collect();
+    let k = k.min(idx.len());
+    idx.select_nth_unstable_by(k.saturating_sub(1), |&a, &b| lp[b].total_cmp(&lp[a]));
+    idx.truncate(k);
+    idx.sort_by(|&a, &b| lp[b].total_cmp(&lp[a]));
+    idx.into_iter().map(|i| TokenLogprob { id: i as u32, logprob: lp[i] }).collect()
+}
+
+impl Model {
+    /// Generates from `prompt` token ids; `on_text` receives each newly completed piece of text.
+    pub fn generate(
+        &self,
+        prompt: &[u32],
+        params: &GenerateParams,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<GenerationOutput> {
+        if prompt.is_empty() {
+            return Err(TesseraError::InvalidInput("the prompt is empty (no tokens)".into()));
+        }
+        if prompt.len() >= self.max_positions() {
+            return Err(TesseraError::InvalidInput(format!(
+                "the prompt has {} tokens but the model's context is {} tokens",
+                prompt.len(),
+                self.max_positions()
+            )));
+        }
+        let mut sampler = Sampler::new(params.sampling.clone())?;
+        let mut cache = self.new_cache();
+        let mut history = prompt.to_vec();
+        let mut generated: Vec<u32> = Vec::new();
+        let mut logprobs = params.logprobs.map(|_| Vec::new());
+        let mut text = String::new();
+        let mut emitted = 0usize;
+        let mut finish = FinishReason::Length;
+        let mut timings = Timings::default();
+
+        let start = Instant::now();
+        let mut logits = self.forward_last(prompt, &mut cache)?;
+        timings.prompt_s = start.elapsed().as_secs_f64();
+        let decode_start = Instant::now();
+
+        while generated.len() < params.max_new_tokens {
+            let row: Vec<f32> = logits.to_vec1()?;
+            if let (Some(k), Some(lp)) = (params.logprobs, logprobs.as_mut()) {
+                lp.push(top_logprobs(&row, k));
+            }
+            let next = sampler.sample(&row, &history)?;
+            history.push(next);
+            if !params.ignore_eos && self.eos_ids().contains(&next) {
+                finish = FinishReason::Eos;
+                break;
+            }
+            generated.push(next);
+            text = self.tokenizer().decode(&generated, true)?;
+            if let Some(cut) = find_stop(&text, &params.stop_strings) {
+                text.truncate(cut);
+                finish = FinishReason::StopString;
+                break;
+            }
+            // Hold back an incomplete UTF-8 character and a possible stop-string prefix.
+            let ready = stable_len(&text, &params.stop_strings);
+            if ready > emitted {
+                on_text(&text[emitted..ready]);
+                emitted = ready;
+            }
+            if generated.len() >= params.max_new_tokens {
+                break;
+            }
+            if cache.len() + 1 > self.max_positions() {
+                finish = FinishReason::ContextFull;
+                break;
+            }
+            logits = self.forward_last(&[next], &mut cache)?;
+        }
+        if text.len() > emitted {
+            on_text(&text[emitted..]);
+        }
+        timings.generate_s = decode_start.elapsed().as_secs_f64();
+        timings.prompt_tokens_per_s = prompt.len() as f64 / timings.prompt_s.max(1e-9);
+        let decoded_steps = generated.len().saturating_sub(1).max(1);
+        timings.generated_tokens_per_s =
+            if generated.len() > 1 { decoded_steps as f64 / timings.generate_s.max(1e-9) } else { 0.0 };
+        Ok(GenerationOutput {
+            prompt_tokens: prompt.to_vec(),
+            generated_tokens: generated,
+            text,
+            finish_reason: finish,
+            timings,
+            logprobs,
+        })
+    }
+}
+
+/// Byte offset where the first stop string starts, if any.
+fn find_stop(text: &str, stops: &[String]) -> Option<usize> {
+    stops.iter().filter(|s| !s.is_empty()).filter_map(|s| text.find(s.as_str())).min()
+}
+
+/// How much of `text` can be shown now: not a trailing replacement character (a byte-level
+/// token that ends mid-character) and not a suffix that may grow into a stop string.
+fn stable_len(text: &str, stops: &[String]) -> usize {
+    let mut end = text.len();
+    if text.ends_with('\u{FFFD}') {
+        end -= '\u{FFFD}'.len_utf8();
+    }
+    for stop in stops {
+        for (i, _) in stop.char_indices().skip(1) {
+            let prefix = &stop[..i];
+            if text[..end].ends_with(prefix) {
+                end = end.min(text[..end].len() - prefix.len());
+            }
+        }
+    }
+    end
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_strings_cut_and_hold_back() {
+        let stops = vec!["\nUser:".to_string()];
+        assert_eq!(find_stop("hi\nUser: x", &stops), Some(2));
+        assert_eq!(stable_len("hello\nUs", &stops), 5);
+        assert_eq!(stable_len("hello", &stops), 5);
+        assert_eq!(stable_len("caf\u{FFFD}", &[]), 3);
+    }
+
+    #[test]
+    fn top_logprobs_are_sorted_log_softmax() {
+        let lp = top_logprobs(&[0.0, 2.0, 1.0], 2);
+        assert_eq!(lp.iter().map(|t| t.id).collect::<Vec<_>>(), vec![1, 2]);
+        let z = (1f64 + 2f64.exp() + 1f64.exp()).ln();
+        assert!((lp[0].logprob as f64 - (2.0 - z)).abs() < 1e-6);
+    }
+}

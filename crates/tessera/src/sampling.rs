@@ -1,0 +1,238 @@
+//! Choosing the next token from logits, as transformers' `generate` does: the repetition
+//! penalty first, then temperature, top-k, top-p and min-p, then a draw from the softmax.
+//! Temperature 0 means greedy (argmax after the repetition penalty). A seed makes draws
+//! reproducible.
+
+use rand::distr::{weighted::WeightedIndex, Distribution};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+use crate::error::{Result, TesseraError};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// 0 = greedy.
+    pub temperature: f64,
+    pub top_k: Option<usize>,
+    pub top_p: Option<f64>,
+    pub min_p: Option<f64>,
+    /// > 1 discourages tokens already in the prompt or output (CTRL, Keskar et al. 2019).
+    pub repetition_penalty: Option<f64>,
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self { temperature: 0.0, top_k: None, top_p: None, min_p: None, repetition_penalty: None, seed: 299_792_458 }
+    }
+}
+
+impl SamplingParams {
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(TesseraError::InvalidInput(m));
+        if !(self.temperature >= 0.0) || !self.temperature.is_finite() {
+            return bad(format!("temperature must be ≥ 0, got {}", self.temperature));
+        }
+        if let Some(p) = self.top_p {
+            if !(p > 0.0 && p <= 1.0) {
+                return bad(format!("top_p must be in (0, 1], got {p}"));
+            }
+        }
+        if let Some(p) = self.min_p {
+            if !(0.0..=1.0).contains(&p) {
+                return bad(format!("min_p must be in [0, 1], got {p}"));
+            }
+        }
+        if self.top_k == Some(0) {
+            return bad("top_k must be ≥ 1".into());
+        }
+        if let Some(r) = self.repetition_penalty {
+            if !(r > 0.0) || !r.is_finite() {
+                return bad(format!("repetition_penalty must be > 0, got {r}"));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn is_greedy(&self) -> bool {
+        self.temperature == 0.0
+    }
+}
+
+pub struct Sampler {
+    params: SamplingParams,
+    rng: StdRng,
+}
+
+impl Sampler {
+    pub fn new(params: SamplingParams) -> Result<Self> {
+        params.validate()?;
+        let rng = StdRng::seed_from_u64(params.seed);
+        Ok(Self { params, rng })
+    }
+
+    /// Picks the next token from `logits` (one row, vocabulary-sized); `history` is every
+    /// token so far (prompt and generated), for the repetition penalty.
+    pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> Result<u32> {
+        if logits.is_empty() {
+            return Err(TesseraError::InvalidInput("empty logits".into()));
+        }
+        let mut scores = logits.to_vec();
+        if let Some(penalty) = self.params.repetition_penalty {
+            apply_repetition_penalty(&mut scores, history, penalty as f32);
+        }
+        if self.params.is_greedy() {
+            return Ok(argmax(&scores));
+        }
+        let t = self.params.temperature as f32;
+        scores.iter_mut().for_each(|s| *s /= t);
+        if let Some(k) = self.params.top_k {
+            apply_top_k(&mut scores, k);
+        }
+        if let Some(p) = self.params.top_p {
+            apply_top_p(&mut scores, p as f32);
+        }
+        if let Some(p) = self.params.min_p {
+            apply_min_p(&mut scores, p as f32);
+        }
+        let probs = softmax(&scores);
+        let dist = WeightedIndex::new(&probs)
+            .map_err(|e| TesseraError::InvalidInput(format!("cannot sample from logits: {e}")))?;
+        Ok(dist.sample(&mut self.rng) as u32)
+    }
+}
+
+/// Index of the largest value (the first one on ties, like `torch.argmax`).
+pub fn argmax(xs: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, x) in xs.iter().enumerate() {
+        if *x > xs[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+pub fn softmax(xs: &[f32]) -> Vec<f32> {
+    let max = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exps: Vec<f32> = xs.iter().map(|x| (x - max).exp()).collect();
+    let sum: f32 = exps.iter().sum();
+    exps.into_iter().map(|e| e / sum).collect()
+}
+
+/// `log_softmax` in f64 for accuracy.
+pub fn log_softmax(xs: &[f32]) -> Vec<f32> {
+    let max = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = xs.iter().map(|x| (*x as f64 - max).exp()).sum::<f64>().ln() + max;
+    xs.iter().map(|x| (*x as f64 - lse) as f32).collect()
+}
+
+fn apply_repetition_penalty(scores: &mut [f32], history: &[u32], penalty: f32) {
+    let mut seen = vec![false; scores.len()];
+    for &id in history {
+        let i = id as usize;
+        if i < scores.len() && !seen[i] {
+            seen[i] = true;
+            scores[i] = if scores[i] < 0.0 { scores[i] * penalty } else { scores[i] / penalty };
+        }
+    }
+}
+
+/// Keeps every score ≥ the k-th largest (ties kept, as transformers does).
+fn apply_top_k(scores: &mut [f32], k: usize) {
+    if k >= scores.len() {
+        return;
+    }
+    let mut sorted = scores.to_vec();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    let kth = sorted[k - 1];
+    scores.iter_mut().filter(|s| **s < kth).for_each(|s| *s = f32::NEG_INFINITY);
+}
+
+/// Nucleus sampling: drops the least likely tokens whose total mass is ≤ 1 − p (keeps ≥ 1).
+fn apply_top_p(scores: &mut [f32], p: f32) {
+    let probs = softmax(scores);
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&a, &b| probs[a].total_cmp(&probs[b])); // ascending
+    let mut cum = 0f32;
+    for (rank, &i) in order.iter().enumerate() {
+        cum += probs[i];
+        if cum <= 1.0 - p && rank + 1 < order.len() {
+            scores[i] = f32::NEG_INFINITY;
+        } else {
+            break;
+        }
+    }
+}
+
+/// Drops tokens whose probability is below `p` times the top token's.
+fn apply_min_p(scores: &mut [f32], p: f32) {
+    let probs = softmax(scores);
+    let top = probs.iter().copied().fold(0f32, f32::max);
+    for (s, q) in scores.iter_mut().zip(&probs) {
+        if *q < p * top {
+            *s = f32::NEG_INFINITY;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(temperature: f64) -> SamplingParams {
+        SamplingParams { temperature, ..Default::default() }
+    }
+
+    #[test]
+    fn greedy_picks_argmax_and_penalty_can_change_it() {
+        let mut s = Sampler::new(params(0.0)).unwrap();
+        assert_eq!(s.sample(&[0.1, 2.0, 1.9], &[]).unwrap(), 1);
+        let mut s = Sampler::new(SamplingParams { repetition_penalty: Some(1.2), ..params(0.0) }).unwrap();
+        assert_eq!(s.sample(&[0.1, 2.0, 1.9], &[1]).unwrap(), 2);
+        // Negative scores are multiplied, pushing them further down.
+        let mut scores = vec![-1.0, 1.0];
+        apply_repetition_penalty(&mut scores, &[0, 1, 1], 2.0);
+        assert_eq!(scores, vec![-2.0, 0.5]);
+    }
+
+    #[test]
+    fn top_k_top_p_min_p_filter_as_documented() {
+        let mut s = vec![1.0, 3.0, 2.0, 3.0];
+        apply_top_k(&mut s, 1);
+        assert_eq!(s, vec![f32::NEG_INFINITY, 3.0, f32::NEG_INFINITY, 3.0], "ties with the k-th are kept");
+        // probs ≈ [0.6652, 0.2447, 0.0900]; p = 0.8 keeps the first two.
+        let mut s = vec![2.0, 1.0, 0.0];
+        apply_top_p(&mut s, 0.8);
+        assert!(s[0].is_finite() && s[1].is_finite() && s[2].is_infinite());
+        let mut s = vec![2.0, 1.0, 0.0];
+        apply_min_p(&mut s, 0.2);
+        assert!(s[0].is_finite() && s[1].is_finite() && s[2].is_infinite());
+    }
+
+    #[test]
+    fn seeded_sampling_is_reproducible_and_follows_the_distribution() {
+        let logits = [0.0f32, 1.0, 2.0];
+        let draw = |seed| {
+            let mut s = Sampler::new(SamplingParams { seed, ..params(1.0) }).unwrap();
+            (0..2000).map(|_| s.sample(&logits, &[]).unwrap()).collect::<Vec<_>>()
+        };
+        assert_eq!(draw(7), draw(7));
+        let counts = draw(7).iter().fold([0usize; 3], |mut c, &i| {
+            c[i as usize] += 1;
+            c
+        });
+        let p = softmax(&logits);
+        for i in 0..3 {
+            let f = counts[i] as f32 / 2000.0;
+            assert!((f - p[i]).abs() < 0.04, "token {i}: {f} vs {}", p[i]);
+        }
+    }
+
+    #[test]
+    fn invalid_parameters_are_refused() {
+        assert!(Sampler::new(params(-1.0)).is_err());
+        assert!(Sampler::new(SamplingParams { top_p: Some(0.0), ..params(1.0) }).is_err());
+        assert!(Sampler::new(SamplingParams { top_k: Some(0), ..params(1.0) }).is_err());
+    }
+}

@@ -1,0 +1,53 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+pub fn fixtures() -> PathBuf {
+    repo_root().join("tests/fixtures")
+}
+
+/// The real SmolLM2-135M-Instruct Q4_1 weights. Missing weights fail the test (never skip).
+pub fn smollm2_gguf() -> Result<PathBuf> {
+    let p = repo_root().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !p.exists() {
+        bail!("{} is missing: run scripts/fetch_smollm2.sh", p.display());
+    }
+    Ok(p)
+}
+
+pub fn read_json(path: &std::path::Path) -> Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().expect("id list").iter().map(|x| x.as_u64().expect("id") as u32).collect()
+}
+
+pub fn floats(v: &serde_json::Value) -> Vec<f32> {
+    v.as_array().expect("float list").iter().map(|x| x.as_f64().expect("float") as f32).collect()
+}
+
+/// A scratch folder under the target directory, emptied first.
+pub fn scratch(name: &str) -> Result<PathBuf> {
+    let dir = repo_root().join("target/test-scratch").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        std::fs::copy(entry.path(), to.join(entry.file_name()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,304 @@
+//! Chat templates: the Jinja templates shipped with checkpoints, rendered by minijinja in the
+//! environment transformers uses (`trim_blocks`, `lstrip_blocks`, `raise_exception`,
+//! `strftime_now`, Python string methods), so a conversation renders to exactly the string
+//! `tokenizer.apply_chat_template(..., tokenize=False)` produces.
+//!
+//! transformers' `{% generation %}…{% endgeneration %}` tag (it marks assistant tokens for
+//! training masks) has no meaning at inference; it is removed before parsing and its body kept.
+
+use std::path::Path;
+
+use minijinja::{Environment, Error as JinjaError, ErrorKind};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, TextError};
+
+/// One part of a multimodal message, in the Hugging Face form.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
+    Text { text: String },
+    Image,
+}
+
+/// A message's content: plain text, or a list of parts (`[image, …, text]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: String,
+    pub content: Content,
+}
+
+impl Message {
+    pub fn text(role: &str, text: &str) -> Self {
+        Self { role: role.into(), content: Content::Text(text.into()) }
+    }
+
+    pub fn parts(role: &str, parts: Vec<ContentPart>) -> Self {
+        Self { role: role.into(), content: Content::Parts(parts) }
+    }
+}
+
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: Option<String>,
+    eos_token: Option<String>,
+    origin: String,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate").field("origin", &self.origin).finish()
+    }
+}
+
+const NAME: &str = "chat";
+
+impl ChatTemplate {
+    /// Parses a template; `bos_token`/`eos_token` are visible to it as variables.
+    pub fn new(source: &str, bos_token: Option<String>, eos_token: Option<String>) -> Result<Self> {
+        Self::with_origin(source, bos_token, eos_token, "template".into())
+    }
+
+    fn with_origin(source: &str, bos_token: Option<String>, eos_token: Option<String>, origin: String) -> Result<Self> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        minijinja_contrib::add_to_environment(&mut env);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |msg: String| -> std::result::Result<String, JinjaError> {
+            Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
+        });
+        env.add_function("strftime_now", |fmt: String| -> String { strftime_now(&fmt) });
+        let source = strip_generation_tags(source);
+        env.add_template_owned(NAME, source)
+            .map_err(|e| TextError::Template { origin: origin.clone(), reason: describe(&e) })?;
+        Ok(Self { env, bos_token, eos_token, origin })
+    }
+
+    /// Finds a model folder's template: `chat_template.jinja`, then `chat_template.json`, then
+    /// `tokenizer_config.json`'s `chat_template` (a string, or named templates of which
+    /// `default` is used). BOS/EOS strings come from `tokenizer_config.json`.
+    pub fn from_model_dir(dir: &Path) -> Result<Option<Self>> {
+        let config_path = dir.join("tokenizer_config.json");
+        let config = read_json_opt(&config_path)?;
+        let token = |key: &str| -> Option<String> {
+            let v = config.as_ref()?.get(key)?;
+            v.as_str().map(String::from).or_else(|| v.get("content")?.as_str().map(String::from))
+        };
+        let (bos, eos) = (token("bos_token"), token("eos_token"));
+        let jinja = dir.join("chat_template.jinja");
+        if jinja.exists() {
+            let src = std::fs::read_to_string(&jinja)
+                .map_err(|e| TextError::Io { path: jinja.clone(), reason: e.to_string() })?;
+            return Self::with_origin(&src, bos, eos, jinja.display().to_string()).map(Some);
+        }
+        let json_path = dir.join("chat_template.json");
+        if let Some(json) = read_json_opt(&json_path)? {
+            let src = json.get("chat_template").and_then(|v| v.as_str()).ok_or_else(|| TextError::Template {
+                origin: json_path.display().to_string(),
+                reason: "no `chat_template` string".into(),
+            })?;
+            return Self::with_origin(src, bos, eos, json_path.display().to_string()).map(Some);
+        }
+        let Some(config) = &config else { return Ok(None) };
+        let origin = format!("{} chat_template", config_path.display());
+        match config.get("chat_template") {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(src)) => Self::with_origin(src, bos, eos, origin).map(Some),
+            Some(serde_json::Value::Array(named)) => {
+                let default = named.iter().find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"));
+                let src = default.and_then(|t| t.get("template")).and_then(|t| t.as_str()).ok_or_else(|| {
+                    TextError::Template { origin: origin.clone(), reason: "no template named `default`".into() }
+                })?;
+                Self::with_origin(src, bos, eos, origin).map(Some)
+            }
+            Some(_) => Err(TextError::Template { origin, reason: "`chat_template` is neither a string nor a list".into() }),
+        }
+    }
+
+    /// Renders `messages`; `add_generation_prompt` appends the assistant turn's opening.
+    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        let template = self
+            .env
+            .get_template(NAME)
+            .map_err(|e| TextError::Template { origin: self.origin.clone(), reason: describe(&e) })?;
+        let ctx = minijinja::context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos_token.clone().unwrap_or_default(),
+            eos_token => self.eos_token.clone().unwrap_or_default(),
+        };
+        template.render(ctx).map_err(|e| TextError::Template { origin: self.origin.clone(), reason: describe(&e) })
+    }
+}
+
+fn describe(e: &JinjaError) -> String {
+    let mut s = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(inner) = src {
+        s.push_str(&format!(": {inner}"));
+        src = inner.source();
+    }
+    s
+}
+
+fn read_json_opt(path: &Path) -> Result<Option<serde_json::Value>> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| TextError::Io { path: path.into(), reason: e.to_string() })?;
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| TextError::Io { path: path.into(), reason: format!("invalid JSON: {e}") })
+}
+
+/// Removes `{% generation %}` / `{% endgeneration %}` tags (with their whitespace control).
+pub fn strip_generation_tags(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(start) = rest.find("{%") {
+        let Some(len) = rest[start..].find("%}") else { break };
+        let tag = &rest[start..start + len + 2];
+        let inner = tag[2..tag.len() - 2].trim_matches(|c: char| c == '-' || c == '+' || c.is_whitespace());
+        if inner == "generation" || inner == "endgeneration" {
+            let mut before = &rest[..start];
+            if tag.starts_with("{%-") {
+                before = before.trim_end();
+            }
+            out.push_str(before);
+            rest = &rest[start + len + 2..];
+            if tag.ends_with("-%}") {
+                rest = rest.trim_start();
+            }
+        } else {
+            out.push_str(&rest[..start + len + 2]);
+            rest = &rest[start + len + 2..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Python's `strftime` for the current UTC date, for the codes chat templates use.
+fn strftime_now(fmt: &str) -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+    const MONTHS: [&str; 12] = [
+        "January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+        "November", "December",
+    ];
+    let month = MONTHS[(m - 1) as usize];
+    let mut out = String::new();
+    let mut chars = fmt.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('d') => out.push_str(&format!("{d:02}")),
+            Some('m') => out.push_str(&format!("{m:02}")),
+            Some('Y') => out.push_str(&y.to_string()),
+            Some('y') => out.push_str(&format!("{:02}", y % 100)),
+            Some('B') => out.push_str(month),
+            Some('b') => out.push_str(&month[..3]),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+/// Days since 1970-01-01 → (year, month, day) (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+    #[test]
+    fn renders_chatml_with_generation_prompt() {
+        let t = ChatTemplate::new(CHATML, None, None).unwrap();
+        let s = t.render(&[Message::text("user", "hi")], true).unwrap();
+        assert_eq!(s, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    }
+
+    #[test]
+    fn generation_tags_are_accepted() {
+        let src = "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}{% else %}[{{ m.content }}]{% endif %}{% endfor %}";
+        let t = ChatTemplate::new(src, None, None).unwrap();
+        let s = t.render(&[Message::text("user", "q"), Message::text("assistant", "a")], false).unwrap();
+        assert_eq!(s, "[q]a");
+        assert_eq!(strip_generation_tags("x {%- generation -%}  y{% endgeneration %}"), "xy");
+    }
+
+    #[test]
+    fn python_string_methods_and_raise_exception() {
+        let t = ChatTemplate::new("{{ messages[0].content.strip().upper() }}", None, None).unwrap();
+        assert_eq!(t.render(&[Message::text("user", "  hi ")], false).unwrap(), "HI");
+        let t = ChatTemplate::new("{{ raise_exception('roles must alternate') }}", None, None).unwrap();
+        let err = t.render(&[], false).unwrap_err().to_string();
+        assert!(err.contains("roles must alternate"), "{err}");
+    }
+
+    #[test]
+    fn multimodal_parts_reach_the_template() {
+        let src = "{% for m in messages %}{% for p in m.content %}{% if p.type == 'image' %}<image>{% else %}{{ p.text }}{% endif %}{% endfor %}{% endfor %}";
+        let t = ChatTemplate::new(src, None, None).unwrap();
+        let msg = Message::parts("user", vec![ContentPart::Image, ContentPart::Text { text: "what?".into() }]);
+        assert_eq!(t.render(&[msg], false).unwrap(), "<image>what?");
+    }
+
+    #[test]
+    fn named_templates_in_tokenizer_config_pick_default() {
+        let dir = std::env::temp_dir().join(format!("tessera-chat-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("tokenizer_config.json"),
+            r#"{"bos_token": {"content": "<s>"}, "chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "{{ bos_token }}D"}]}"#,
+        )
+        .unwrap();
+        let t = ChatTemplate::from_model_dir(&dir).unwrap().expect("template");
+        assert_eq!(t.render(&[], false).unwrap(), "<s>D");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bad_templates_name_their_origin() {
+        let err = ChatTemplate::new("{% for %}", None, None).unwrap_err().to_string();
+        assert!(err.contains("chat template"), "{err}");
+    }
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_000), (2024, 10, 4));
+    }
+}

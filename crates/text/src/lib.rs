@@ -1,0 +1,12 @@
+//! The text side: tokenizers (`tokenizer.json`, or a GGUF file's embedded vocabulary), special
+//! tokens, chat templates, and token embeddings.
+
+pub mod chat;
+pub mod embedding;
+pub mod error;
+pub mod tokenizer;
+
+pub use chat::{ChatTemplate, Content, ContentPart, Message};
+pub use embedding::TokenEmbedding;
+pub use error::{Result, TextError};
+pub use tokenizer::{SpecialTokens, Tokenizer};

@@ -1,0 +1,215 @@
+//! Tokenizers: Hugging Face `tokenizer.json` (the `tokenizers` crate), or a byte-level BPE
+//! built from a GGUF file's embedded vocabulary (`tokenizer.ggml.*`, as llama.cpp's
+//! `llama-vocab.cpp` reads it), giving the same ids as the model's own `tokenizer.json`.
+
+use std::path::Path;
+
+use candle_core::quantized::gguf_file;
+use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::models::bpe::BPE;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::processors::template::TemplateProcessing;
+use tokenizers::AddedToken;
+
+use crate::error::{Result, TextError};
+
+/// Special token ids and strings the generation loop and templates need.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpecialTokens {
+    pub bos: Option<u32>,
+    pub bos_token: Option<String>,
+    pub eos_ids: Vec<u32>,
+    pub eos_token: Option<String>,
+    pub pad: Option<u32>,
+}
+
+impl SpecialTokens {
+    /// Reads `bos_token`, `eos_token`, `pad_token` (a string or `{"content": …}`) from a
+    /// parsed `tokenizer_config.json`, resolving ids with `tok`.
+    pub fn from_tokenizer_config(json: &serde_json::Value, tok: &Tokenizer) -> Self {
+        let token = |key: &str| -> Option<String> {
+            let v = json.get(key)?;
+            v.as_str().map(String::from).or_else(|| v.get("content")?.as_str().map(String::from))
+        };
+        let bos_token = token("bos_token");
+        let eos_token = token("eos_token");
+        let pad_token = token("pad_token");
+        Self {
+            bos: bos_token.as_deref().and_then(|t| tok.token_to_id(t)),
+            eos_ids: eos_token.as_deref().and_then(|t| tok.token_to_id(t)).into_iter().collect(),
+            pad: pad_token.as_deref().and_then(|t| tok.token_to_id(t)),
+            bos_token,
+            eos_token,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    special: SpecialTokens,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer").field("vocab_size", &self.vocab_size()).field("special", &self.special).finish()
+    }
+}
+
+impl Tokenizer {
+    /// Loads a Hugging Face `tokenizer.json`.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        if !path.exists() {
+            return Err(TextError::TokenizerFile { path: path.to_path_buf(), reason: "no such file".into() });
+        }
+        let inner = tokenizers::Tokenizer::from_file(path)
+            .map_err(|e| TextError::TokenizerFile { path: path.to_path_buf(), reason: e.to_string() })?;
+        Ok(Self { inner, special: SpecialTokens::default() })
+    }
+
+    /// Builds the tokenizer a GGUF file describes (`tokenizer.ggml.model == "gpt2"`: byte-level BPE).
+    pub fn from_gguf(content: &gguf_file::Content) -> Result<Self> {
+        let md = &content.metadata;
+        let meta_err = |key: &str, reason: &str| TextError::GgufMetadata { key: key.into(), reason: reason.into() };
+        let get_str = |key: &str| -> Result<Option<&String>> {
+            match md.get(key) {
+                None => Ok(None),
+                Some(v) => v.to_string().map(Some).map_err(|_| meta_err(key, "not a string")),
+            }
+        };
+        let get_id = |key: &str| -> Option<u32> { md.get(key).and_then(|v| v.to_u32().ok()) };
+        let model = get_str("tokenizer.ggml.model")?
+            .ok_or_else(|| meta_err("tokenizer.ggml.model", "missing: the GGUF has no embedded tokenizer"))?;
+        if model != "gpt2" {
+            return Err(TextError::Unsupported(format!(
+                "GGUF tokenizer.ggml.model `{model}` (only byte-level BPE, `gpt2`, is supported)"
+            )));
+        }
+        let tokens = string_array(md, "tokenizer.ggml.tokens")?;
+        let merges = string_array(md, "tokenizer.ggml.merges")?;
+        let token_types: Vec<i64> = match md.get("tokenizer.ggml.token_type") {
+            Some(v) => v
+                .to_vec()
+                .map_err(|_| meta_err("tokenizer.ggml.token_type", "not an array"))?
+                .iter()
+                .map(|t| t.to_i32().map(i64::from).unwrap_or(1))
+                .collect(),
+            None => vec![1; tokens.len()],
+        };
+        let vocab: tokenizers::models::bpe::Vocab =
+            tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+        let merges: Vec<(String, String)> = merges
+            .iter()
+            .map(|m| {
+                m.split_once(' ')
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                    .ok_or_else(|| meta_err("tokenizer.ggml.merges", &format!("bad merge `{m}`")))
+            })
+            .collect::<Result<_>>()?;
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .build()
+            .map_err(|e| TextError::Tokenize(format!("building BPE from GGUF: {e}")))?;
+        let mut inner = tokenizers::Tokenizer::new(bpe);
+
+        let byte_level = ByteLevel::new(false, true, true);
+        let pre: PreTokenizerWrapper = match get_str("tokenizer.ggml.pre")?.map(String::as_str) {
+            // SmolLM's own tokenizer.json splits digits one by one before the byte-level split.
+            Some("smollm") => Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into(),
+            None | Some("default") | Some("gpt2") | Some("gpt-2") => byte_level.into(),
+            Some(other) => {
+                return Err(TextError::Unsupported(format!(
+                    "GGUF tokenizer.ggml.pre `{other}` (supported: smollm, gpt2, default)"
+                )))
+            }
+        };
+        inner.with_pre_tokenizer(Some(pre));
+        inner.with_decoder(Some(ByteLevelDecoder::default()));
+
+        // Control (3) and user-defined (4) tokens are never split.
+        let specials: Vec<AddedToken> = tokens
+            .iter()
+            .zip(&token_types)
+            .filter(|(_, t)| **t == 3 || **t == 4)
+            .map(|(tok, _)| AddedToken::from(tok.clone(), true))
+            .collect();
+        inner.add_special_tokens(&specials);
+
+        let bos = get_id("tokenizer.ggml.bos_token_id");
+        let eos = get_id("tokenizer.ggml.eos_token_id");
+        let name = |id: Option<u32>| id.and_then(|i| tokens.get(i as usize).cloned());
+        let add_bos = md.get("tokenizer.ggml.add_bos_token").and_then(|v| v.to_bool().ok()).unwrap_or(false);
+        if add_bos {
+            let (Some(bos_id), Some(bos_tok)) = (bos, name(bos)) else {
+                return Err(meta_err("tokenizer.ggml.bos_token_id", "add_bos_token is set but no BOS id is given"));
+            };
+            let post = TemplateProcessing::builder()
+                .try_single(format!("{bos_tok} $A"))
+                .and_then(|b| b.try_pair(format!("{bos_tok} $A {bos_tok} $B")))
+                .map_err(|e| TextError::Tokenize(e.to_string()))?
+                .special_tokens(vec![(bos_tok.clone(), bos_id)])
+                .build()
+                .map_err(|e| TextError::Tokenize(e.to_string()))?;
+            inner.with_post_processor(Some(post));
+        }
+        let special = SpecialTokens {
+            bos,
+            bos_token: name(bos),
+            eos_ids: eos.into_iter().collect(),
+            eos_token: name(eos),
+            pad: get_id("tokenizer.ggml.padding_token_id"),
+        };
+        Ok(Self { inner, special })
+    }
+
+    /// Replaces the special tokens (e.g. with those of `tokenizer_config.json`).
+    pub fn with_special(mut self, special: SpecialTokens) -> Self {
+        self.special = special;
+        self
+    }
+
+    pub fn special(&self) -> &SpecialTokens {
+        &self.special
+    }
+
+    /// The wrapped `tokenizers::Tokenizer`.
+    pub fn inner(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+
+    /// Encodes `text`; `add_special_tokens` applies the post-processor (e.g. a BOS).
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
+        let enc = self.inner.encode(text, add_special_tokens).map_err(|e| TextError::Tokenize(e.to_string()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+        let size = self.vocab_size();
+        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= size) {
+            return Err(TextError::TokenOutOfRange { id: bad, vocab_size: size });
+        }
+        self.inner.decode(ids, skip_special_tokens).map_err(|e| TextError::Tokenize(e.to_string()))
+    }
+
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// Vocabulary size including added tokens.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+}
+
+fn string_array(md: &std::collections::HashMap<String, gguf_file::Value>, key: &str) -> Result<Vec<String>> {
+    let err = |reason: &str| TextError::GgufMetadata { key: key.into(), reason: reason.into() };
+    let arr = md.get(key).ok_or_else(|| err("missing"))?.to_vec().map_err(|_| err("not an array"))?;
+    arr.iter().map(|v| v.to_string().cloned().map_err(|_| err("contains a non-string"))).collect()
+}
