@@ -145,7 +145,8 @@ impl Model {
             if generated.len() >= params.max_new_tokens {
                 break;
             }
-            if cache.len() + 1 > self.max_positions() {
+            // The sequence (prompt + generated) may not outgrow the context.
+            if prompt.len() + generated.len() >= self.max_positions() {
                 finish = FinishReason::ContextFull;
                 break;
             }

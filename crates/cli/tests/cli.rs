@@ -1,0 +1,162 @@
+//! The `tessera` binary end to end: output, JSON, errors and exit codes, Hub cache resolution.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use anyhow::Result;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn tessera(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).output().expect("run tessera")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A failure with one clear message and no panic.
+fn assert_clean_failure(o: &Output, needles: &[&str]) {
+    let err = stderr(o);
+    assert!(!o.status.success(), "expected failure, got success; stderr: {err}");
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "panic: {err}");
+    assert!(err.starts_with("error: "), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks {n:?}: {err}");
+    }
+}
+
+fn smollm2() -> String {
+    let p = root().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(p.exists(), "{} is missing: run scripts/fetch_smollm2.sh", p.display());
+    p.to_string_lossy().into_owned()
+}
+
+#[test]
+fn default_model_answers_paris_and_reports_timings() {
+    smollm2();
+    let o = tessera(&["generate", "--raw", "--prompt", "The capital of France is", "--max-new-tokens", "3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with(" Paris"), "{}", stdout(&o));
+    let err = stderr(&o);
+    assert!(err.contains("tok/s") && err.contains("load"), "{err}");
+}
+
+#[test]
+fn json_output_with_logprobs() -> Result<()> {
+    let m = smollm2();
+    let o = tessera(&[
+        "generate", "--model", &m, "--dtype", "f32", "--raw", "--prompt", "The capital of France is",
+        "--max-new-tokens", "4", "--json", "--logprobs", "3",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
+    assert_eq!(v["prompt_tokens"].as_array().map(|a| a.len()), Some(5));
+    assert_eq!(v["generated_tokens"].as_array().map(|a| a.len()), Some(4));
+    assert!(v["text"].as_str().unwrap_or("").starts_with(" Paris"));
+    assert_eq!(v["finish_reason"], "length");
+    assert!(v["timings"]["load_s"].as_f64().is_some());
+    let lp = v["logprobs"].as_array().expect("logprobs");
+    assert_eq!(lp.len(), 4);
+    assert_eq!(lp[0].as_array().map(|a| a.len()), Some(3));
+    // Greedy: the chosen token is the most likely one.
+    assert_eq!(lp[0][0]["id"], v["generated_tokens"][0]);
+    Ok(())
+}
+
+#[test]
+fn chat_template_is_applied_by_default_and_eos_stops() -> Result<()> {
+    let m = smollm2();
+    let o = tessera(&["generate", "--model", &m, "--dtype", "f32", "--prompt", "What is the capital of France?", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
+    assert_eq!(v["text"], "The capital of France is Paris.");
+    assert_eq!(v["finish_reason"], "eos");
+    Ok(())
+}
+
+#[test]
+fn stop_strings_end_generation() -> Result<()> {
+    let m = smollm2();
+    let o = tessera(&[
+        "generate", "--model", &m, "--dtype", "f32", "--raw", "--prompt", "The capital of France is", "--stop", ".",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
+    assert_eq!(v["text"], " Paris");
+    assert_eq!(v["finish_reason"], "stop_string");
+    Ok(())
+}
+
+#[test]
+fn info_describes_the_model() {
+    let m = smollm2();
+    let o = tessera(&["info", "--model", &m]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for needle in ["llama", "30 layers", "9 heads / 3 KV heads (GQA)", "Q4_1", "tokenizer.chat_template"] {
+        assert!(out.contains(needle), "info lacks {needle:?}:\n{out}");
+    }
+}
+
+#[test]
+fn bad_requests_fail_cleanly() {
+    let m = smollm2();
+    assert_clean_failure(&tessera(&["generate", "--model", "/no/such/model.gguf", "--prompt", "x"]), &["/no/such/model.gguf"]);
+    assert_clean_failure(
+        &tessera(&["generate", "--model", &m, "--image", "cat.png", "--prompt", "x"]),
+        &["takes no images"],
+    );
+    assert_clean_failure(&tessera(&["generate", "--model", &m, "--device", "cuda", "--prompt", "x"]), &["cuda", "not available"]);
+    assert_clean_failure(&tessera(&["generate", "--model", &m, "--dtype", "f8", "--prompt", "x"]), &["f8"]);
+    assert_clean_failure(&tessera(&["generate", "--model", &m, "--temperature=-1", "--prompt", "x"]), &["temperature"]);
+    let tiny = root().join("tests/fixtures/tiny/llama-gqa");
+    let long = "word ".repeat(400);
+    assert_clean_failure(
+        &tessera(&["generate", "--model", tiny.to_str().unwrap(), "--raw", "--prompt", &long]),
+        &["context"],
+    );
+}
+
+/// Lays out a Hugging Face cache (`HF_HOME/hub/models--org--name/{refs,snapshots}`) holding the tiny model.
+fn fake_hub_cache(home: &Path) -> Result<()> {
+    let repo = home.join("hub/models--tessera--tiny-llama");
+    let snapshot = repo.join("snapshots/0123456789abcdef");
+    std::fs::create_dir_all(&snapshot)?;
+    std::fs::create_dir_all(repo.join("refs"))?;
+    std::fs::write(repo.join("refs/main"), "0123456789abcdef")?;
+    for entry in std::fs::read_dir(root().join("tests/fixtures/tiny/llama-gqa"))? {
+        let entry = entry?;
+        std::fs::copy(entry.path(), snapshot.join(entry.file_name()))?;
+    }
+    Ok(())
+}
+
+#[test]
+fn hub_ids_resolve_from_the_cache_when_offline() -> Result<()> {
+    let home = root().join("target/test-scratch/hf-home");
+    let _ = std::fs::remove_dir_all(&home);
+    fake_hub_cache(&home)?;
+    let run = |model: &str| {
+        Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(["generate", "--model", model, "--raw", "--prompt", "The capital", "--max-new-tokens", "3", "--json"])
+            .env("HF_HOME", &home)
+            .env("HF_HUB_OFFLINE", "1")
+            .output()
+            .expect("run tessera")
+    };
+    let o = run("tessera/tiny-llama");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
+    assert_eq!(v["generated_tokens"].as_array().map(|a| a.len()), Some(3));
+    let o = run("tessera/not-cached");
+    assert_clean_failure(&o, &["tessera/not-cached", "HF_HUB_OFFLINE", "cache"]);
+    Ok(())
+}

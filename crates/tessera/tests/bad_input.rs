@@ -1,0 +1,165 @@
+//! Bad checkpoints and requests give one clear error naming what was wrong, never a panic.
+
+mod common;
+
+use std::path::Path;
+
+use anyhow::Result;
+use tessera::{GenerateParams, LoadOptions, Model};
+
+fn load_err(path: &Path) -> String {
+    match Model::load(path.to_str().expect("utf-8 path"), &LoadOptions::default()) {
+        Ok(_) => panic!("{} loaded but should not have", path.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn tiny_copy(name: &str) -> Result<std::path::PathBuf> {
+    let dir = common::scratch(name)?;
+    common::copy_dir(&common::fixtures().join("tiny/llama-gqa"), &dir)?;
+    Ok(dir)
+}
+
+fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) -> Result<()> {
+    let path = dir.join("config.json");
+    let mut cfg = common::read_json(&path)?;
+    edit(&mut cfg);
+    std::fs::write(path, serde_json::to_string_pretty(&cfg)?)?;
+    Ok(())
+}
+
+/// Rewrites model.safetensors with `edit` applied to the tensor map.
+fn edit_weights(dir: &Path, edit: impl FnOnce(&mut std::collections::HashMap<String, candle_core::Tensor>)) -> Result<()> {
+    let path = dir.join("model.safetensors");
+    let mut tensors = candle_core::safetensors::load(&path, &candle_core::Device::Cpu)?;
+    edit(&mut tensors);
+    candle_core::safetensors::save(&tensors, &path)?;
+    Ok(())
+}
+
+#[test]
+fn missing_model_path() {
+    let err = load_err(Path::new("/nonexistent/model.gguf"));
+    assert!(err.contains("/nonexistent/model.gguf"), "{err}");
+}
+
+#[test]
+fn missing_safetensors_file() -> Result<()> {
+    let dir = tiny_copy("missing-safetensors")?;
+    std::fs::remove_file(dir.join("model.safetensors"))?;
+    let err = load_err(&dir);
+    assert!(err.contains("model.safetensors"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn truncated_safetensors_file() -> Result<()> {
+    let dir = tiny_copy("truncated-safetensors")?;
+    let path = dir.join("model.safetensors");
+    let bytes = std::fs::read(&path)?;
+    std::fs::write(&path, &bytes[..bytes.len() / 2])?;
+    let err = load_err(&dir);
+    assert!(err.contains("model.safetensors") && err.contains("truncated"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn tensor_of_the_wrong_shape() -> Result<()> {
+    let dir = tiny_copy("wrong-shape")?;
+    edit_weights(&dir, |t| {
+        let name = "model.layers.1.mlp.up_proj.weight";
+        let w = t.remove(name).expect("tensor");
+        t.insert(name.into(), w.narrow(0, 0, 100).expect("narrow"));
+    })?;
+    let err = load_err(&dir);
+    assert!(err.contains("model.layers.1.mlp.up_proj.weight") && err.contains("[100, 64]") && err.contains("[128, 64]"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn missing_tensor() -> Result<()> {
+    let dir = tiny_copy("missing-tensor")?;
+    edit_weights(&dir, |t| {
+        t.remove("model.layers.0.self_attn.k_proj.weight");
+    })?;
+    let err = load_err(&dir);
+    assert!(err.contains("model.layers.0.self_attn.k_proj.weight") && err.contains("missing"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn unknown_architecture() -> Result<()> {
+    let dir = tiny_copy("unknown-arch")?;
+    edit_config(&dir, |c| c["model_type"] = "mamba".into())?;
+    let err = load_err(&dir);
+    assert!(err.contains("mamba") && err.contains("config.json"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn config_missing_a_required_field() -> Result<()> {
+    let dir = tiny_copy("missing-field")?;
+    edit_config(&dir, |c| {
+        c.as_object_mut().expect("object").remove("hidden_size");
+    })?;
+    let err = load_err(&dir);
+    assert!(err.contains("hidden_size") && err.contains("config.json"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn heads_that_do_not_share_kv_heads_evenly() -> Result<()> {
+    let dir = tiny_copy("bad-heads")?;
+    edit_config(&dir, |c| c["num_key_value_heads"] = 3.into())?;
+    let err = load_err(&dir);
+    assert!(err.contains("num_key_value_heads"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn missing_and_truncated_gguf() -> Result<()> {
+    let dir = common::scratch("bad-gguf")?;
+    let err = load_err(&dir.join("absent.gguf"));
+    assert!(err.contains("absent.gguf"), "{err}");
+
+    let not_gguf = dir.join("not.gguf");
+    std::fs::write(&not_gguf, b"definitely not a gguf file")?;
+    let err = load_err(&not_gguf);
+    assert!(err.contains("not.gguf") && err.contains("GGUF"), "{err}");
+
+    // The first 2 MB of the real file: header intact, tensors cut off.
+    let real = common::smollm2_gguf()?;
+    let truncated = dir.join("truncated.gguf");
+    let bytes = std::fs::read(&real)?;
+    std::fs::write(&truncated, &bytes[..2 << 20])?;
+    let err = load_err(&truncated);
+    assert!(err.contains("truncated.gguf") && err.contains("truncated"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn prompt_longer_than_the_context() -> Result<()> {
+    let dir = common::fixtures().join("tiny/llama-gqa");
+    let model = Model::load(dir.to_str().expect("utf-8"), &LoadOptions::default())?;
+    let prompt = vec![5u32; model.max_positions() + 3];
+    let err = model.generate(&prompt, &GenerateParams::default(), &mut |_| {}).unwrap_err().to_string();
+    assert!(err.contains(&format!("{} tokens", prompt.len())) && err.contains("context"), "{err}");
+    // Generation that runs into the end of the context stops cleanly.
+    let prompt = vec![5u32; model.max_positions() - 2];
+    let params = GenerateParams { max_new_tokens: 10, ignore_eos: true, ..Default::default() };
+    let out = model.generate(&prompt, &params, &mut |_| {})?;
+    assert_eq!(out.finish_reason, tessera::FinishReason::ContextFull);
+    assert_eq!(out.generated_tokens.len(), 2);
+    Ok(())
+}
+
+#[test]
+fn empty_prompt_and_out_of_range_token() -> Result<()> {
+    let dir = common::fixtures().join("tiny/llama-gqa");
+    let model = Model::load(dir.to_str().expect("utf-8"), &LoadOptions::default())?;
+    let err = model.generate(&[], &GenerateParams::default(), &mut |_| {}).unwrap_err().to_string();
+    assert!(err.contains("empty"), "{err}");
+    let err = model.generate(&[100_000], &GenerateParams::default(), &mut |_| {}).unwrap_err().to_string();
+    assert!(err.contains("100000"), "{err}");
+    Ok(())
+}
