@@ -185,10 +185,33 @@ impl Attention {
             Some((cache, layer)) => cache.append(layer, &k, &v)?,
             None => (k, v),
         };
+        #[cfg(feature = "flash-attn")]
+        if let Some(out) = self.flash(&q, &k, &v, input.mask, input.capture)? {
+            let out = out.reshape((b, t, self.num_heads * self.head_dim))?;
+            return Ok((self.o_proj.forward(&out)?, None));
+        }
         let kv_len = k.dim(2)?;
         let bias = input.mask.bias(t, kv_len, DType::F32, x.device())?;
         let (out, weights) = scaled_dot_product_attention(&q, &k, &v, bias.as_ref(), self.scale)?;
         let out = out.transpose(1, 2)?.reshape((b, t, self.num_heads * self.head_dim))?;
         Ok((self.o_proj.forward(&out)?, input.capture.then_some(weights)))
+    }
+
+    /// Flash-attention v2 on CUDA for f16/bf16 when the mask is causal (bottom-right aligned,
+    /// so cached decoding works) or bidirectional and no weights are requested. Returns
+    /// `(b, t, heads, d)`, or `None` to fall back to [`scaled_dot_product_attention`].
+    #[cfg(feature = "flash-attn")]
+    fn flash(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: &AttentionMask, capture: bool) -> Result<Option<Tensor>> {
+        let causal = match mask {
+            AttentionMask::Causal => true,
+            AttentionMask::Bidirectional => false,
+            _ => return Ok(None),
+        };
+        if capture || !q.device().is_cuda() || !matches!(q.dtype(), DType::F16 | DType::BF16) {
+            return Ok(None);
+        }
+        // flash_attn takes (b, seq, heads, d).
+        let (q, k, v) = (q.transpose(1, 2)?.contiguous()?, k.transpose(1, 2)?.contiguous()?, v.transpose(1, 2)?.contiguous()?);
+        Ok(Some(candle_flash_attn::flash_attn(&q, &k, &v, self.scale as f32, causal)?))
     }
 }

@@ -1,0 +1,110 @@
+//! `tessera-bench`: prompt-processing and generation speed and peak memory of one model
+//! configuration, in the style of llama.cpp's `llama-bench` (pp = prompt tokens/s, tg = generated
+//! tokens/s). One configuration per process, because the CPU thread count is fixed at start-up;
+//! `scripts/bench.sh` runs the matrix and prints the table.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use tessera::{parse_dtype, DeviceChoice, LoadOptions, Model};
+
+#[derive(Parser)]
+#[command(about = "Measure prompt processing and generation speed of one model configuration")]
+struct Args {
+    #[arg(long)]
+    model: String,
+    /// f32/f16/bf16 (GGUF files are dequantized); default: as loaded (GGUF stays quantized).
+    #[arg(long)]
+    dtype: Option<String>,
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    #[arg(long, default_value = "cpu")]
+    device: DeviceChoice,
+    /// Prompt length for the prompt-processing measurement.
+    #[arg(long, default_value_t = 128)]
+    prompt_tokens: usize,
+    /// Tokens generated one at a time for the generation measurement.
+    #[arg(long, default_value_t = 64)]
+    gen_tokens: usize,
+    /// Timed repetitions (after one warm-up).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Print one JSON object instead of a table row.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    std::env::set_var("RAYON_NUM_THREADS", args.threads.to_string());
+    let device = args.device.open()?;
+    let dtype = args.dtype.as_deref().map(parse_dtype).transpose()?;
+    let t0 = Instant::now();
+    let model = Model::load(&args.model, &LoadOptions { device, dtype }).context("loading model")?;
+    let load_s = t0.elapsed().as_secs_f64();
+
+    // A prompt of real text, cut to the requested length.
+    let text = "The history of the city begins with a small settlement on the river, where traders met to \
+                exchange salt, grain and cloth. Over the centuries it grew into a busy port. "
+        .repeat(1 + args.prompt_tokens / 16);
+    let mut prompt = model.tokenizer().encode(&text, false)?;
+    prompt.truncate(args.prompt_tokens);
+
+    let mut pp = Vec::new();
+    let mut tg = Vec::new();
+    for rep in 0..=args.reps {
+        let mut cache = model.new_cache();
+        let start = Instant::now();
+        let logits = model.forward_last(&prompt, &mut cache)?;
+        let _ = logits.to_vec1::<f32>()?;
+        let pp_s = start.elapsed().as_secs_f64();
+        let mut next = prompt[prompt.len() - 1];
+        let start = Instant::now();
+        for _ in 0..args.gen_tokens {
+            let logits: Vec<f32> = model.forward_last(&[next], &mut cache)?.to_vec1()?;
+            next = tessera::sampling::argmax(&logits);
+        }
+        let tg_s = start.elapsed().as_secs_f64();
+        if rep > 0 {
+            pp.push(prompt.len() as f64 / pp_s);
+            tg.push(args.gen_tokens as f64 / tg_s);
+        }
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let peak_mib = peak_rss_mib();
+    let label = match (&args.dtype, &model.info().quantization) {
+        (Some(d), _) => d.clone(),
+        (None, Some(q)) => q.clone(),
+        (None, None) => format!("{:?}", model.info().dtype).to_lowercase(),
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "model": args.model, "weights": label, "threads": args.threads,
+                "prompt_tokens": prompt.len(), "gen_tokens": args.gen_tokens,
+                "pp_tok_s": mean(&pp), "tg_tok_s": mean(&tg), "peak_rss_mib": peak_mib, "load_s": load_s,
+            })
+        );
+    } else {
+        println!(
+            "| tessera | {label} | {} | pp{} {:.1} | tg{} {:.1} | {} MiB |",
+            args.threads,
+            prompt.len(),
+            mean(&pp),
+            args.gen_tokens,
+            mean(&tg),
+            peak_mib.map(|m| format!("{m:.0}")).unwrap_or_else(|| "?".into())
+        );
+    }
+    Ok(())
+}
+
+/// Peak resident memory (VmHWM) on Linux.
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
