@@ -1,9 +1,20 @@
-//! From image to patch tokens: preprocessing, patchify, vision towers and connectors.
-//! Knows nothing about tokens or caches.
+//! From image to patch tokens: decoding, preprocessing, patchify, vision towers and
+//! connectors. Knows nothing about tokens or caches.
 //!
-//! So far: patchify, the first step of every ViT-style tower (Dosovitskiy et al. 2020,
-//! "An Image is Worth 16x16 Words"), in its two equivalent forms.
+//! - [`image_io`]: decode PNG/JPEG/WebP/GIF/BMP to 8-bit RGB as PIL's `convert("RGB")` does,
+//!   with EXIF orientation and a pixel budget checked before decoding;
+//! - [`resize`]: Pillow's resampling filters, bit for bit;
+//! - [`preprocess`]: the `preprocessor_config.json` pipeline (resize, crop, rescale, normalize);
+//! - [`patchify`]: patches by unfold + linear and by Conv2d (Dosovitskiy et al. 2020).
 
+pub mod error;
+pub mod image_io;
 pub mod patchify;
+pub mod preprocess;
+pub mod resize;
 
+pub use error::{Result, VisionError};
+pub use image_io::{decode_image, load_image, RgbImage, DEFAULT_MAX_PIXELS};
 pub use patchify::{patchify, PatchEmbedding};
+pub use preprocess::{preprocess, PreprocessConfig, Size};
+pub use resize::Filter;

@@ -1,0 +1,29 @@
+//! Typed errors for image loading and preprocessing; each names the file or field at fault.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum VisionError {
+    #[error("cannot read image {path}: {reason}")]
+    Io { path: PathBuf, reason: String },
+
+    #[error("{path} is not an image in a supported format (PNG, JPEG, WebP, GIF, BMP): {reason}")]
+    NotAnImage { path: PathBuf, reason: String },
+
+    #[error("cannot decode image {path} (truncated or corrupt?): {reason}")]
+    Decode { path: PathBuf, reason: String },
+
+    #[error("image {path} has zero size ({width}×{height})")]
+    ZeroSize { path: PathBuf, width: u32, height: u32 },
+
+    #[error("image {path} is {width}×{height} = {pixels} pixels, over the limit of {limit} pixels")]
+    TooLarge { path: PathBuf, width: u32, height: u32, pixels: u64, limit: u64 },
+
+    #[error("invalid image preprocessing configuration: {0}")]
+    Config(String),
+
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+}
+
+pub type Result<T> = std::result::Result<T, VisionError>;

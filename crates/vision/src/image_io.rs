@@ -1,0 +1,103 @@
+//! Decoding images into 8-bit RGB the way the reference processors see them: PIL's
+//! `Image.open(...)` followed by `convert("RGB")`, with the EXIF orientation applied
+//! (`ImageOps.exif_transpose`). The image size is checked against a pixel budget from the
+//! header, before any pixel buffer is allocated, so a decompression bomb is refused cheaply.
+
+use std::io::Cursor;
+use std::path::Path;
+
+use image::{DynamicImage, ImageDecoder, ImageReader, Limits};
+
+use crate::error::{Result, VisionError};
+
+/// An interleaved 8-bit RGB image, row-major.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RgbImage {
+    pub width: usize,
+    pub height: usize,
+    pub data: Vec<u8>,
+}
+
+impl RgbImage {
+    pub fn new(width: usize, height: usize, data: Vec<u8>) -> Self {
+        debug_assert_eq!(data.len(), width * height * 3);
+        Self { width, height, data }
+    }
+
+    pub fn pixel(&self, x: usize, y: usize) -> [u8; 3] {
+        let i = (y * self.width + x) * 3;
+        [self.data[i], self.data[i + 1], self.data[i + 2]]
+    }
+}
+
+/// The largest image accepted, in pixels (width × height).
+pub const DEFAULT_MAX_PIXELS: u64 = 50_000_000;
+
+/// Reads and decodes an image file; `max_pixels` bounds width × height.
+pub fn load_image(path: &Path, max_pixels: u64) -> Result<RgbImage> {
+    let bytes = std::fs::read(path).map_err(|e| VisionError::Io { path: path.into(), reason: e.to_string() })?;
+    decode_image(&bytes, path, max_pixels)
+}
+
+/// Decodes image bytes; `origin` names them in errors.
+pub fn decode_image(bytes: &[u8], origin: &Path, max_pixels: u64) -> Result<RgbImage> {
+    let reader = || -> Result<ImageReader<Cursor<&[u8]>>> {
+        let r = ImageReader::new(Cursor::new(bytes))
+            .with_guessed_format()
+            .map_err(|e| VisionError::Io { path: origin.into(), reason: e.to_string() })?;
+        if r.format().is_none() {
+            return Err(VisionError::NotAnImage { path: origin.into(), reason: "unrecognised file signature".into() });
+        }
+        Ok(r)
+    };
+    // The header alone gives the size: refuse huge or empty images before decoding.
+    let (width, height) = reader()?.into_dimensions().map_err(|e| decode_err(origin, e))?;
+    let pixels = width as u64 * height as u64;
+    if width == 0 || height == 0 {
+        return Err(VisionError::ZeroSize { path: origin.into(), width, height });
+    }
+    if pixels > max_pixels {
+        return Err(VisionError::TooLarge { path: origin.into(), width, height, pixels, limit: max_pixels });
+    }
+    let mut r = reader()?;
+    let mut limits = Limits::default();
+    limits.max_alloc = Some(pixels.saturating_mul(8).saturating_add(1 << 20)); // 16-bit RGBA at most
+    r.limits(limits);
+    let mut decoder = r.into_decoder().map_err(|e| decode_err(origin, e))?;
+    let orientation = decoder.orientation().map_err(|e| decode_err(origin, e))?;
+    let mut img = DynamicImage::from_decoder(decoder).map_err(|e| decode_err(origin, e))?;
+    img.apply_orientation(orientation);
+    Ok(to_rgb_like_pil(img))
+}
+
+fn decode_err(path: &Path, e: image::ImageError) -> VisionError {
+    match e {
+        image::ImageError::Unsupported(u) => VisionError::NotAnImage { path: path.into(), reason: u.to_string() },
+        other => VisionError::Decode { path: path.into(), reason: other.to_string() },
+    }
+}
+
+/// PIL's `convert("RGB")`: alpha is dropped (not composited), grey is replicated, 16-bit
+/// colour keeps the high byte (PIL decodes 16-bit PNGs that way), and 16-bit grey is clipped
+/// at 255 (PIL's `I;16` → `RGB`).
+pub fn to_rgb_like_pil(img: DynamicImage) -> RgbImage {
+    let (w, h) = (img.width() as usize, img.height() as usize);
+    let data: Vec<u8> = match img {
+        DynamicImage::ImageRgb8(b) => b.into_raw(),
+        DynamicImage::ImageRgba8(b) => b.into_raw().chunks_exact(4).flat_map(|p| [p[0], p[1], p[2]]).collect(),
+        DynamicImage::ImageLuma8(b) => b.into_raw().into_iter().flat_map(|v| [v, v, v]).collect(),
+        DynamicImage::ImageLumaA8(b) => b.into_raw().chunks_exact(2).flat_map(|p| [p[0], p[0], p[0]]).collect(),
+        DynamicImage::ImageRgb16(b) => b.into_raw().into_iter().map(|v| (v >> 8) as u8).collect(),
+        DynamicImage::ImageRgba16(b) => {
+            b.into_raw().chunks_exact(4).flat_map(|p| [p[0], p[1], p[2]].map(|v| (v >> 8) as u8)).collect()
+        }
+        DynamicImage::ImageLuma16(b) => {
+            b.into_raw().into_iter().flat_map(|v| [v.min(255) as u8; 3]).collect()
+        }
+        DynamicImage::ImageLumaA16(b) => {
+            b.into_raw().chunks_exact(2).flat_map(|p| [p[0].min(255) as u8; 3]).collect()
+        }
+        other => other.to_rgb8().into_raw(),
+    };
+    RgbImage::new(w, h, data)
+}

@@ -1,0 +1,156 @@
+//! Image preprocessing as pure functions, driven by a checkpoint's `preprocessor_config.json`
+//! and mirroring transformers' PIL-backed image processors (`image_transforms.py`,
+//! `image_processing_utils.py`): resize (Pillow's filters), center crop, rescale, normalize.
+//!
+//! Arithmetic follows the reference exactly: resize on 8-bit pixels, `rescale` as
+//! `f32(f64(x) · factor)`, `normalize` as `(x − mean) / std` in f32.
+
+use candle_core::{Device, Tensor};
+use serde::Deserialize;
+
+use crate::error::{Result, VisionError};
+use crate::image_io::RgbImage;
+use crate::resize::{resize_u8, Filter};
+
+/// `size` in its Hugging Face forms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum Size {
+    HeightWidth { height: usize, width: usize },
+    ShortestEdge { shortest_edge: usize },
+    LongestEdge { longest_edge: usize },
+}
+
+/// The fields of `preprocessor_config.json` this pipeline honours.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PreprocessConfig {
+    #[serde(default = "yes")]
+    pub do_resize: bool,
+    pub size: Option<Size>,
+    /// Pillow's filter code (0 nearest, 1 Lanczos, 2 bilinear, 3 bicubic).
+    #[serde(default = "bicubic")]
+    pub resample: u32,
+    #[serde(default)]
+    pub do_center_crop: bool,
+    pub crop_size: Option<Size>,
+    #[serde(default = "yes")]
+    pub do_rescale: bool,
+    #[serde(default = "inv255")]
+    pub rescale_factor: f64,
+    #[serde(default = "yes")]
+    pub do_normalize: bool,
+    pub image_mean: Option<Vec<f32>>,
+    pub image_std: Option<Vec<f32>>,
+}
+
+fn yes() -> bool {
+    true
+}
+fn bicubic() -> u32 {
+    3
+}
+fn inv255() -> f64 {
+    1.0 / 255.0
+}
+
+impl PreprocessConfig {
+    pub fn filter(&self) -> Result<Filter> {
+        Filter::from_pil(self.resample)
+            .ok_or_else(|| VisionError::Config(format!("unsupported `resample` value {}", self.resample)))
+    }
+}
+
+/// transformers' `get_resize_output_image_size` → `(height, width)`.
+pub fn output_size(height: usize, width: usize, size: Size) -> (usize, usize) {
+    match size {
+        Size::HeightWidth { height, width } => (height, width),
+        Size::ShortestEdge { shortest_edge } => {
+            let (short, long) = if width <= height { (width, height) } else { (height, width) };
+            let new_long = (shortest_edge as f64 * long as f64 / short as f64) as usize;
+            if width <= height {
+                (new_long, shortest_edge)
+            } else {
+                (shortest_edge, new_long)
+            }
+        }
+        Size::LongestEdge { longest_edge } => {
+            let (long, short) = if width >= height { (width, height) } else { (height, width) };
+            let new_short = (longest_edge as f64 * short as f64 / long as f64) as usize;
+            if width >= height {
+                (new_short.max(1), longest_edge)
+            } else {
+                (longest_edge, new_short.max(1))
+            }
+        }
+    }
+}
+
+/// Resizes to `(height, width)` with a Pillow filter.
+pub fn resize(img: &RgbImage, height: usize, width: usize, filter: Filter) -> RgbImage {
+    RgbImage::new(width, height, resize_u8(&img.data, img.width, img.height, 3, width, height, filter))
+}
+
+/// transformers' `center_crop`: a centred window, zero-padded where it exceeds the image.
+pub fn center_crop(img: &RgbImage, height: usize, width: usize) -> RgbImage {
+    let top = (img.height as isize - height as isize).div_euclid(2);
+    let left = (img.width as isize - width as isize).div_euclid(2);
+    let mut out = vec![0u8; height * width * 3];
+    for y in 0..height {
+        let sy = y as isize + top;
+        if sy < 0 || sy >= img.height as isize {
+            continue;
+        }
+        for x in 0..width {
+            let sx = x as isize + left;
+            if sx < 0 || sx >= img.width as isize {
+                continue;
+            }
+            let s = (sy as usize * img.width + sx as usize) * 3;
+            out[(y * width + x) * 3..][..3].copy_from_slice(&img.data[s..s + 3]);
+        }
+    }
+    RgbImage::new(width, height, out)
+}
+
+/// Rescale and normalize to a `(3, H, W)` f32 tensor (channels first).
+pub fn to_tensor(img: &RgbImage, cfg: &PreprocessConfig, device: &Device) -> Result<Tensor> {
+    let (h, w) = (img.height, img.width);
+    let mean = cfg.image_mean.clone().unwrap_or_else(|| vec![0.5; 3]);
+    let std = cfg.image_std.clone().unwrap_or_else(|| vec![0.5; 3]);
+    if mean.len() != 3 || std.len() != 3 {
+        return Err(VisionError::Config("image_mean and image_std need 3 values".into()));
+    }
+    let mut out = vec![0f32; 3 * h * w];
+    for c in 0..3 {
+        for i in 0..h * w {
+            let mut v = img.data[i * 3 + c] as f32;
+            if cfg.do_rescale {
+                v = (img.data[i * 3 + c] as f64 * cfg.rescale_factor) as f32;
+            }
+            if cfg.do_normalize {
+                v = (v - mean[c]) / std[c];
+            }
+            out[c * h * w + i] = v;
+        }
+    }
+    Ok(Tensor::from_vec(out, (3, h, w), device)?)
+}
+
+/// The whole pipeline: resize → center crop → rescale → normalize, `(3, H, W)` f32.
+pub fn preprocess(img: &RgbImage, cfg: &PreprocessConfig, device: &Device) -> Result<Tensor> {
+    let mut img = img.clone();
+    if cfg.do_resize {
+        let size = cfg.size.ok_or_else(|| VisionError::Config("do_resize is set but `size` is missing".into()))?;
+        let (h, w) = output_size(img.height, img.width, size);
+        img = resize(&img, h, w, cfg.filter()?);
+    }
+    if cfg.do_center_crop {
+        let (h, w) = match cfg.crop_size {
+            Some(Size::HeightWidth { height, width }) => (height, width),
+            Some(Size::ShortestEdge { shortest_edge: s }) | Some(Size::LongestEdge { longest_edge: s }) => (s, s),
+            None => return Err(VisionError::Config("do_center_crop is set but `crop_size` is missing".into())),
+        };
+        img = center_crop(&img, h, w);
+    }
+    to_tensor(&img, cfg, device)
+}
