@@ -30,6 +30,23 @@ enum Command {
     Generate(GenerateArgs),
     /// Print what a model is: architecture, sizes, dtype, tokenizer and chat template.
     Info(ModelArgs),
+    /// Exact-match accuracy per task on a question file (JSON lines: image, question, answer, task).
+    Eval(EvalArgs),
+}
+
+#[derive(Args)]
+struct EvalArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// JSON lines with `image` (relative to the file), `question`, `answer` and `task`.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/shapes-vlm/eval/questions.jsonl"))]
+    questions: PathBuf,
+    /// Evaluate only the first N questions.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Clone)]
@@ -61,6 +78,9 @@ struct GenerateArgs {
     /// An image to put before the prompt (repeat for several, where the model supports it).
     #[arg(long)]
     image: Vec<PathBuf>,
+    /// Refuse images larger than this many pixels (width × height), checked before decoding.
+    #[arg(long, default_value_t = tessera::DEFAULT_MAX_PIXELS)]
+    max_image_pixels: u64,
     /// A system message for the chat template.
     #[arg(long)]
     system: Option<String>,
@@ -110,6 +130,7 @@ fn run() -> Result<()> {
     match cli.command {
         Command::Generate(args) => generate(args),
         Command::Info(args) => info(args),
+        Command::Eval(args) => eval(args),
     }
 }
 
@@ -132,7 +153,9 @@ fn load(args: &ModelArgs) -> Result<(Model, f64)> {
                      run scripts/fetch_smollm2.sh or pass --model"
                 );
             }
-            DEFAULT_MODEL.to_string()
+            std::fs::canonicalize(DEFAULT_MODEL)
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| DEFAULT_MODEL.to_string())
         }
     };
     let start = Instant::now();
@@ -147,12 +170,27 @@ fn generate(args: GenerateArgs) -> Result<()> {
     }
     let (model, load_s) = load(&args.model)?;
     if !args.image.is_empty() {
-        bail!(
-            "model `{}` ({}) takes no images; --image needs a vision-language model",
-            model.info().source.path().display(),
-            model.config().architecture.name()
-        );
+        if model.max_images() == 0 {
+            bail!(
+                "model `{}` ({}) takes no images; --image needs a vision-language model",
+                model.info().source.path().display(),
+                model.config().architecture.name()
+            );
+        }
+        if args.image.len() > model.max_images() {
+            bail!(
+                "{} images given but model `{}` accepts at most {}",
+                args.image.len(),
+                model.info().source.path().display(),
+                model.max_images()
+            );
+        }
     }
+    let images = args
+        .image
+        .iter()
+        .map(|p| tessera::load_image(p, args.max_image_pixels))
+        .collect::<Result<Vec<_>, _>>()?;
     let gen = model.generation_config();
     let sample_by_default = gen.do_sample.unwrap_or(false);
     let sampling = SamplingParams {
@@ -170,12 +208,12 @@ fn generate(args: GenerateArgs) -> Result<()> {
         ignore_eos: args.ignore_eos,
         logprobs: args.logprobs,
     };
-    let prompt = model.encode_prompt(&args.prompt, args.system.as_deref(), args.raw)?;
+    let prompt = model.encode_prompt(&args.prompt, args.system.as_deref(), args.raw, images.len())?;
     let out = if args.json {
-        model.generate(&prompt, &params, &mut |_| {})?
+        model.generate_with_images(&images, &prompt, &params, &mut |_| {})?
     } else {
         let mut stdout = std::io::stdout();
-        let out = model.generate(&prompt, &params, &mut |t| {
+        let out = model.generate_with_images(&images, &prompt, &params, &mut |t| {
             let _ = stdout.write_all(t.as_bytes());
             let _ = stdout.flush();
         })?;
@@ -201,12 +239,16 @@ fn print_json(out: &GenerationOutput, load_s: f64) -> Result<()> {
 
 fn report_timings(out: &GenerationOutput, load_s: f64) {
     let t = &out.timings;
+    let gen_rate = if out.generated_tokens.len() > 1 {
+        format!("{:.1} tok/s", t.generated_tokens_per_s)
+    } else {
+        "-".to_string()
+    };
     eprintln!(
-        "load {load_s:.2}s | prompt {} tokens, {:.1} tok/s | generated {} tokens, {:.1} tok/s | finish: {:?}",
-        out.prompt_tokens.len(),
+        "load {load_s:.2}s | prompt {} tokens, {:.1} tok/s | generated {} tokens, {gen_rate} | finish: {:?}",
+        out.prompt_tokens.len() + out.image_tokens,
         t.prompt_tokens_per_s,
         out.generated_tokens.len(),
-        t.generated_tokens_per_s,
         out.finish_reason
     );
 }
@@ -217,7 +259,7 @@ fn info(args: ModelArgs) -> Result<()> {
     let d = &c.decoder;
     let i = model.info();
     println!("model:          {}", i.source.path().display());
-    println!("architecture:   {} (text decoder)", c.architecture.name());
+    println!("architecture:   {}", c.architecture.name());
     println!(
         "decoder:        {} layers, width {}, MLP {}, {} heads / {} KV heads ({}), head_dim {}",
         d.num_hidden_layers,
@@ -250,7 +292,55 @@ fn info(args: ModelArgs) -> Result<()> {
         "chat template:  {}",
         i.chat_template_source.as_deref().unwrap_or("none (use --raw)")
     );
-    println!("vision:         none (text-only model)");
+    match model.vision_description() {
+        Some(v) => println!("vision:         {v}; at most {} image(s) per prompt", model.max_images()),
+        None => println!("vision:         none (text-only model)"),
+    }
     println!("load time:      {load_s:.2}s");
+    Ok(())
+}
+
+fn eval(args: EvalArgs) -> Result<()> {
+    let (model, _) = load(&args.model)?;
+    let text = std::fs::read_to_string(&args.questions)
+        .with_context(|| format!("reading {}", args.questions.display()))?;
+    let base = args.questions.parent().map(PathBuf::from).unwrap_or_default();
+    let mut per_task: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
+    let params = GenerateParams { max_new_tokens: 32, ..Default::default() };
+    for (i, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
+        if args.limit.is_some_and(|n| i >= n) {
+            break;
+        }
+        let q: serde_json::Value = serde_json::from_str(line)
+            .with_context(|| format!("{} line {}: invalid JSON", args.questions.display(), i + 1))?;
+        let field = |k: &str| -> Result<String> {
+            q.get(k)
+                .and_then(|v| v.as_str())
+                .map(String::from)
+                .with_context(|| format!("{} line {}: missing `{k}`", args.questions.display(), i + 1))
+        };
+        let image = tessera::load_image(&base.join(field("image")?), tessera::DEFAULT_MAX_PIXELS)?;
+        let prompt = model.encode_prompt(&field("question")?, None, false, 1)?;
+        let out = model.generate_with_images(std::slice::from_ref(&image), &prompt, &params, &mut |_| {})?;
+        let entry = per_task.entry(field("task")?).or_default();
+        entry.1 += 1;
+        if out.text.trim() == field("answer")?.trim() {
+            entry.0 += 1;
+        }
+    }
+    let total: (usize, usize) = per_task.values().fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    if args.json {
+        let tasks: serde_json::Map<String, serde_json::Value> = per_task
+            .iter()
+            .map(|(t, (ok, n))| (t.clone(), serde_json::json!({"correct": ok, "total": n, "accuracy": *ok as f64 / *n as f64})))
+            .collect();
+        println!("{}", serde_json::json!({"tasks": tasks, "correct": total.0, "total": total.1}));
+    } else {
+        println!("| task | correct | total | exact match |");
+        println!("| --- | --- | --- | --- |");
+        for (t, (ok, n)) in per_task.iter().chain(std::iter::once((&"all".to_string(), &total))) {
+            println!("| {t} | {ok} | {n} | {:.1}% |", 100.0 * *ok as f64 / (*n).max(1) as f64);
+        }
+    }
     Ok(())
 }

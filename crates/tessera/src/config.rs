@@ -9,6 +9,7 @@ use candle_core::quantized::gguf_file;
 use serde::Deserialize;
 use serde_json::Value;
 use tessera_decoder::{Activation, DecoderConfig, NormStyle, RopeConfig, RopeScaling, RopeStyle};
+use tessera_vision::NativeVisionConfig;
 
 use crate::error::{Result, TesseraError};
 
@@ -18,16 +19,20 @@ pub enum Architecture {
     Llama,
     Mistral,
     Qwen2,
+    /// tessera's native single-stream image + text model (ARCHITECTURE.md).
+    TesseraNative,
 }
 
 impl Architecture {
-    pub const SUPPORTED: &'static str = "llama, mistral, qwen2 (config.json model_type) / llama, qwen2 (GGUF)";
+    pub const SUPPORTED: &'static str =
+        "llama, mistral, qwen2, tessera_native (config.json model_type) / llama, qwen2 (GGUF)";
 
     fn from_model_type(t: &str) -> Option<Self> {
         match t {
             "llama" | "smollm" | "smollm2" => Some(Self::Llama),
             "mistral" => Some(Self::Mistral),
             "qwen2" => Some(Self::Qwen2),
+            "tessera_native" => Some(Self::TesseraNative),
             _ => None,
         }
     }
@@ -37,6 +42,7 @@ impl Architecture {
             Self::Llama => "llama",
             Self::Mistral => "mistral",
             Self::Qwen2 => "qwen2",
+            Self::TesseraNative => "tessera_native",
         }
     }
 }
@@ -51,6 +57,15 @@ pub struct ModelConfig {
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
     pub sliding_window: Option<usize>,
+    /// The image side, for models that take images.
+    pub vision: Option<VisionSpec>,
+}
+
+/// How a model turns images into tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub enum VisionSpec {
+    /// Patches projected straight into the decoder width (`tessera_native`).
+    Native { encoder: NativeVisionConfig, image_mean: Vec<f32>, image_std: Vec<f32>, resample: u32 },
 }
 
 /// One id or a list of ids (`eos_token_id` is either in real configs).
@@ -153,7 +168,12 @@ impl ModelConfig {
             query_pre_attn_scalar: None,
         };
         decoder.validate().map_err(|e| err(e.to_string()))?;
+        let vision = match architecture {
+            Architecture::TesseraNative => Some(native_vision(json, cfg.hidden_size).map_err(err)?),
+            _ => None,
+        };
         Ok(Self {
+            vision,
             architecture,
             decoder,
             vocab_size: cfg.vocab_size,
@@ -220,7 +240,7 @@ impl ModelConfig {
                 // llama.cpp permutes Llama's q/k rows for interleaved rotation; Qwen2 is stored as is.
                 style: match architecture {
                     Architecture::Llama | Architecture::Mistral => RopeStyle::Interleaved,
-                    Architecture::Qwen2 => RopeStyle::Half,
+                    Architecture::Qwen2 | Architecture::TesseraNative => RopeStyle::Half,
                 },
             },
             max_position_embeddings: get_u("context_length")?,
@@ -239,8 +259,43 @@ impl ModelConfig {
             bos_token_id: id("tokenizer.ggml.bos_token_id"),
             eos_token_ids: id("tokenizer.ggml.eos_token_id").into_iter().collect(),
             sliding_window: None,
+            vision: None,
         })
     }
+}
+
+/// The image fields of a `tessera_native` config.json.
+fn native_vision(json: &Value, hidden_size: usize) -> std::result::Result<VisionSpec, String> {
+    let size = |k: &str| -> std::result::Result<usize, String> {
+        json.get(k).and_then(Value::as_u64).map(|v| v as usize).ok_or_else(|| format!("missing field `{k}`"))
+    };
+    let floats = |k: &str| -> std::result::Result<Vec<f32>, String> {
+        let v = json.get(k).and_then(Value::as_array).ok_or_else(|| format!("missing field `{k}`"))?;
+        v.iter().map(|x| x.as_f64().map(|f| f as f32).ok_or_else(|| format!("`{k}` must hold numbers"))).collect()
+    };
+    let resample = match json.get("resample") {
+        None => 3,
+        Some(Value::Number(n)) => n.as_u64().unwrap_or(3) as u32,
+        Some(Value::String(s)) => match s.as_str() {
+            "nearest" => 0,
+            "lanczos" => 1,
+            "bilinear" => 2,
+            "bicubic" => 3,
+            other => return Err(format!("unknown `resample` value `{other}`")),
+        },
+        Some(_) => return Err("`resample` must be a name or a PIL code".into()),
+    };
+    Ok(VisionSpec::Native {
+        encoder: NativeVisionConfig {
+            image_size: size("image_size")?,
+            patch_size: size("patch_size")?,
+            num_channels: json.get("num_channels").and_then(Value::as_u64).unwrap_or(3) as usize,
+            hidden_size,
+        },
+        image_mean: floats("image_mean")?,
+        image_std: floats("image_std")?,
+        resample,
+    })
 }
 
 fn gguf_usize(v: &gguf_file::Value) -> Option<usize> {

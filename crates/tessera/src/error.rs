@@ -10,6 +10,9 @@ pub enum TesseraError {
     #[error(transparent)]
     Text(#[from] tessera_text::TextError),
 
+    #[error(transparent)]
+    Vision(#[from] tessera_vision::VisionError),
+
     /// A configuration file is missing, unreadable, or lacks a required field.
     #[error("{path}: {reason}")]
     Config { path: PathBuf, reason: String },

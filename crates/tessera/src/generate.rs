@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::error::{Result, TesseraError};
 use crate::model::Model;
 use crate::sampling::{log_softmax, Sampler, SamplingParams};
+use tessera_vision::RgbImage;
 
 #[derive(Debug, Clone)]
 pub struct GenerateParams {
@@ -66,6 +67,8 @@ pub struct Timings {
 #[derive(Debug, Clone, Serialize)]
 pub struct GenerationOutput {
     pub prompt_tokens: Vec<u32>,
+    /// Image tokens placed before the prompt tokens.
+    pub image_tokens: usize,
     pub generated_tokens: Vec<u32>,
     pub text: String,
     pub finish_reason: FinishReason,
@@ -93,13 +96,27 @@ impl Model {
         params: &GenerateParams,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<GenerationOutput> {
+        self.generate_with_images(&[], prompt, params, on_text)
+    }
+
+    /// Generates from `images` (their tokens first in the sequence) followed by `prompt` ids.
+    pub fn generate_with_images(
+        &self,
+        images: &[RgbImage],
+        prompt: &[u32],
+        params: &GenerateParams,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<GenerationOutput> {
         if prompt.is_empty() {
             return Err(TesseraError::InvalidInput("the prompt is empty (no tokens)".into()));
         }
-        if prompt.len() >= self.max_positions() {
+        let image_positions = images.len() * self.image_tokens_per_image().unwrap_or(0);
+        let positions = image_positions + prompt.len();
+        if positions >= self.max_positions() {
             return Err(TesseraError::InvalidInput(format!(
-                "the prompt has {} tokens but the model's context is {} tokens",
+                "the prompt has {} tokens{} but the model's context is {} tokens",
                 prompt.len(),
+                if image_positions > 0 { format!(" (+ {image_positions} image tokens)") } else { String::new() },
                 self.max_positions()
             )));
         }
@@ -114,7 +131,9 @@ impl Model {
         let mut timings = Timings::default();
 
         let start = Instant::now();
-        let mut logits = self.forward_last(prompt, &mut cache)?;
+        let embeds = self.prompt_embeddings(images, prompt)?;
+        let hidden = self.forward_hidden(&embeds, &mut cache, &mut tessera_decoder::Trace::default())?;
+        let mut logits = self.logits(&hidden.narrow(1, positions - 1, 1)?)?.squeeze(0)?;
         timings.prompt_s = start.elapsed().as_secs_f64();
         let decode_start = Instant::now();
 
@@ -146,7 +165,7 @@ impl Model {
                 break;
             }
             // The sequence (prompt + generated) may not outgrow the context.
-            if prompt.len() + generated.len() >= self.max_positions() {
+            if positions + generated.len() >= self.max_positions() {
                 finish = FinishReason::ContextFull;
                 break;
             }
@@ -156,12 +175,13 @@ impl Model {
             on_text(&text[emitted..]);
         }
         timings.generate_s = decode_start.elapsed().as_secs_f64();
-        timings.prompt_tokens_per_s = prompt.len() as f64 / timings.prompt_s.max(1e-9);
+        timings.prompt_tokens_per_s = positions as f64 / timings.prompt_s.max(1e-9);
         let decoded_steps = generated.len().saturating_sub(1).max(1);
         timings.generated_tokens_per_s =
             if generated.len() > 1 { decoded_steps as f64 / timings.generate_s.max(1e-9) } else { 0.0 };
         Ok(GenerationOutput {
             prompt_tokens: prompt.to_vec(),
+            image_tokens: image_positions,
             generated_tokens: generated,
             text,
             finish_reason: finish,

@@ -8,7 +8,7 @@
 //! ```no_run
 //! use tessera::{GenerateParams, LoadOptions, Model};
 //! let model = Model::load("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf", &LoadOptions::default())?;
-//! let prompt = model.encode_prompt("The capital of France is", None, true)?;
+//! let prompt = model.encode_prompt("The capital of France is", None, true, 0)?;
 //! let out = model.generate(&prompt, &GenerateParams { max_new_tokens: 8, ..Default::default() }, &mut |t| print!("{t}"))?;
 //! assert!(out.text.starts_with(" Paris"));
 //! # Ok::<(), tessera::TesseraError>(())
@@ -21,9 +21,10 @@ pub mod generate;
 pub mod model;
 pub mod sampling;
 pub mod source;
+mod vision;
 
 pub use candle_core::{DType, Device, Tensor};
-pub use config::{Architecture, GenerationConfig, ModelConfig};
+pub use config::{Architecture, GenerationConfig, ModelConfig, VisionSpec};
 pub use device::{default_dtype, parse_dtype, DeviceChoice};
 pub use error::{Result, TesseraError};
 pub use generate::{FinishReason, GenerateParams, GenerationOutput, Timings, TokenLogprob};
@@ -31,4 +32,5 @@ pub use model::{LoadOptions, Model, ModelInfo};
 pub use sampling::{Sampler, SamplingParams};
 pub use source::{resolve, ModelSource};
 pub use tessera_decoder::{KvCache, Trace};
-pub use tessera_text::{ChatTemplate, Message, Tokenizer};
+pub use tessera_text::{ChatTemplate, ContentPart, Message, Tokenizer};
+pub use tessera_vision::{load_image, RgbImage, DEFAULT_MAX_PIXELS};

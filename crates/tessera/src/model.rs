@@ -10,9 +10,13 @@ use candle_core::{DType, Device, Tensor};
 use tessera_decoder::{AttentionMask, Decoder, GgufMode, KvCache, Linear, Trace, Weights};
 use tessera_text::{ChatTemplate, Message, TokenEmbedding, Tokenizer};
 
+use tessera_text::{ContentPart};
+use tessera_vision::RgbImage;
+
 use crate::config::{GenerationConfig, ModelConfig};
 use crate::error::{Result, TesseraError};
 use crate::source::{self, ModelSource};
+use crate::vision::ImageEncoder;
 
 /// How to load a model.
 #[derive(Debug, Clone)]
@@ -52,6 +56,7 @@ pub struct Model {
     decoder: Decoder,
     lm_head: Linear,
     mask: AttentionMask,
+    image_encoder: Option<ImageEncoder>,
 }
 
 impl Model {
@@ -90,7 +95,13 @@ impl Model {
             tokenizer_source: tokenizer_path.display().to_string(),
             chat_template_source: chat_template.as_ref().map(|_| template_source(dir)),
         };
-        Self::assemble(config, vb, tokenizer, chat_template, generation_config, info, opts)
+        let image_encoder = match &config.vision {
+            Some(spec) => Some(ImageEncoder::load(spec, dir, &vb)?),
+            None => None,
+        };
+        let mut model = Self::assemble(config, vb, tokenizer, chat_template, generation_config, info, opts)?;
+        model.image_encoder = image_encoder;
+        Ok(model)
     }
 
     fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<Self> {
@@ -166,6 +177,7 @@ impl Model {
             decoder,
             lm_head,
             mask,
+            image_encoder: None,
         })
     }
 
@@ -222,7 +234,9 @@ impl Model {
     /// Token ids for a prompt: `raw` encodes the text as the reference tokenizer does (with
     /// whatever BOS its post-processor adds); otherwise the text is the user message of a
     /// chat, rendered by the template (which carries its own special tokens).
-    pub fn encode_prompt(&self, text: &str, system: Option<&str>, raw: bool) -> Result<Vec<u32>> {
+    ///
+    /// With `num_images > 0` the user message's content is `[image, …, image, text]`.
+    pub fn encode_prompt(&self, text: &str, system: Option<&str>, raw: bool, num_images: usize) -> Result<Vec<u32>> {
         if raw {
             return Ok(self.tokenizer.encode(text, true)?);
         }
@@ -230,9 +244,75 @@ impl Model {
         if let Some(s) = system {
             messages.push(Message::text("system", s));
         }
-        messages.push(Message::text("user", text));
+        if num_images == 0 {
+            messages.push(Message::text("user", text));
+        } else {
+            let mut parts = vec![ContentPart::Image; num_images];
+            parts.push(ContentPart::Text { text: text.to_string() });
+            messages.push(Message::parts("user", parts));
+        }
         let rendered = self.render_chat(&messages, true)?;
         Ok(self.tokenizer.encode(&rendered, false)?)
+    }
+
+    /// Image tokens per image, for models that take images.
+    pub fn image_tokens_per_image(&self) -> Option<usize> {
+        self.image_encoder.as_ref().map(|e| e.tokens_per_image())
+    }
+
+    /// The most images one prompt may carry (0 for text-only models).
+    pub fn max_images(&self) -> usize {
+        self.image_encoder.as_ref().map(|e| e.max_images()).unwrap_or(0)
+    }
+
+    /// A description of the image side for `tessera info`.
+    pub fn vision_description(&self) -> Option<String> {
+        self.image_encoder.as_ref().map(|e| e.describe())
+    }
+
+    /// The preprocessed pixel values `(3, H, W)` the model sees for `image`.
+    pub fn pixel_values(&self, image: &RgbImage) -> Result<Tensor> {
+        self.vision()?.pixel_values(image, &self.device)
+    }
+
+    /// Image tokens `(1, N, hidden)` for `image`, in the decoder's width.
+    pub fn encode_image(&self, image: &RgbImage) -> Result<Tensor> {
+        self.vision()?.encode(image, &self.device)
+    }
+
+    fn vision(&self) -> Result<&ImageEncoder> {
+        self.image_encoder.as_ref().ok_or_else(|| {
+            TesseraError::InvalidInput(format!(
+                "model `{}` ({}) takes no images",
+                self.info.source.path().display(),
+                self.config.architecture.name()
+            ))
+        })
+    }
+
+    /// The input sequence `[image tokens …][text tokens]` as embeddings `(1, t, hidden)`.
+    pub fn prompt_embeddings(&self, images: &[RgbImage], ids: &[u32]) -> Result<Tensor> {
+        if !images.is_empty() && images.len() > self.max_images() {
+            if self.image_encoder.is_none() {
+                self.vision()?;
+            }
+            return Err(TesseraError::InvalidInput(format!(
+                "{} images given but model `{}` accepts at most {}",
+                images.len(),
+                self.info.source.path().display(),
+                self.max_images()
+            )));
+        }
+        let mut parts = images.iter().map(|img| self.encode_image(img)).collect::<Result<Vec<_>>>()?;
+        if !ids.is_empty() {
+            parts.push(self.embed_ids(ids)?);
+        }
+        if parts.is_empty() {
+            return Err(TesseraError::InvalidInput("empty input: no images and no tokens".into()));
+        }
+        let dtype = parts.last().map(|p| p.dtype()).unwrap_or(DType::F32);
+        let parts = parts.into_iter().map(|p| p.to_dtype(dtype)).collect::<candle_core::Result<Vec<_>>>()?;
+        Ok(Tensor::cat(&parts, 1)?)
     }
 
     /// Token embeddings `(1, t, hidden)` for `ids`.

@@ -22,6 +22,10 @@ pub enum VisionError {
     #[error("invalid image preprocessing configuration: {0}")]
     Config(String),
 
+    /// A vision tensor is missing or malformed in the checkpoint.
+    #[error(transparent)]
+    Weights(#[from] tessera_decoder::DecoderError),
+
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
 }

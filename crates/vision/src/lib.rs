@@ -5,16 +5,19 @@
 //!   with EXIF orientation and a pixel budget checked before decoding;
 //! - [`resize`]: Pillow's resampling filters, bit for bit;
 //! - [`preprocess`]: the `preprocessor_config.json` pipeline (resize, crop, rescale, normalize);
-//! - [`patchify`]: patches by unfold + linear and by Conv2d (Dosovitskiy et al. 2020).
+//! - [`patchify`]: patches by unfold + linear and by Conv2d (Dosovitskiy et al. 2020);
+//! - [`native`]: the patch encoder of tessera's native single-stream model.
 
 pub mod error;
 pub mod image_io;
+pub mod native;
 pub mod patchify;
 pub mod preprocess;
 pub mod resize;
 
 pub use error::{Result, VisionError};
 pub use image_io::{decode_image, load_image, RgbImage, DEFAULT_MAX_PIXELS};
+pub use native::{NativePatchEncoder, NativeVisionConfig};
 pub use patchify::{patchify, PatchEmbedding};
 pub use preprocess::{preprocess, PreprocessConfig, Size};
 pub use resize::Filter;
