@@ -16,6 +16,7 @@
 
 pub mod config;
 pub mod device;
+pub mod embed;
 pub mod error;
 pub mod generate;
 pub mod model;
@@ -25,6 +26,7 @@ mod vision;
 
 pub use candle_core::{DType, Device, Tensor};
 pub use config::{Architecture, GenerationConfig, ModelConfig, VisionSpec};
+pub use embed::{cosine, Embeddings, Neighbour, Pooling};
 pub use device::{default_dtype, parse_dtype, DeviceChoice};
 pub use error::{Result, TesseraError};
 pub use generate::{FinishReason, GenerateParams, GenerationOutput, Timings, TokenLogprob};

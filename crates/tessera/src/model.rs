@@ -315,6 +315,11 @@ impl Model {
         Ok(Tensor::cat(&parts, 1)?)
     }
 
+    /// The token embedding matrix.
+    pub fn token_embedding_table(&self) -> &TokenEmbedding {
+        &self.embed
+    }
+
     /// Token embeddings `(1, t, hidden)` for `ids`.
     pub fn embed_ids(&self, ids: &[u32]) -> Result<Tensor> {
         let ids = Tensor::new(ids, &self.device)?.unsqueeze(0)?;
