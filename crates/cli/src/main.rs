@@ -11,6 +11,20 @@ use tessera::{
     parse_dtype, DeviceChoice, GenerateParams, GenerationOutput, LoadOptions, Model, SamplingParams,
 };
 
+/// `println!` that ends the process quietly when stdout is closed (e.g. piped into `head`).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+            eprintln!("error: writing to stdout: {e}");
+            std::process::exit(1);
+        }
+    }};
+}
+
 /// The model used when `--model` is not given.
 const DEFAULT_MODEL: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -30,8 +44,51 @@ enum Command {
     Generate(GenerateArgs),
     /// Print what a model is: architecture, sizes, dtype, tokenizer and chat template.
     Info(ModelArgs),
+    /// Embeddings of a text (and images): per token or pooled, at any layer; JSON, .npy or .safetensors.
+    Embed(EmbedArgs),
+    /// Embedding arithmetic: a − b + c over the token embeddings, nearest tokens by cosine.
+    Analogy(AnalogyArgs),
     /// Exact-match accuracy per task on a question file (JSON lines: image, question, answer, task).
     Eval(EvalArgs),
+}
+
+#[derive(Args)]
+struct EmbedArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The text to embed.
+    #[arg(long)]
+    text: String,
+    /// Images placed before the text (models that take images).
+    #[arg(long)]
+    image: Vec<PathBuf>,
+    /// Hidden-state layer: 0 = token embeddings, L = after block L, the last = after the final norm (default).
+    #[arg(long)]
+    layer: Option<usize>,
+    /// none (one vector per position), mean, last, or token:TEXT (the first token equal to TEXT).
+    #[arg(long, default_value = "none")]
+    pool: String,
+    /// Scale each vector to unit L2 norm.
+    #[arg(long)]
+    normalize: bool,
+    /// Write the vectors to this .npy or .safetensors file instead of printing JSON.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct AnalogyArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// a b c: computes a − b + c (e.g. king man woman).
+    #[arg(num_args = 3, required = true)]
+    words: Vec<String>,
+    /// How many nearest tokens to print.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -131,6 +188,8 @@ fn run() -> Result<()> {
         Command::Generate(args) => generate(args),
         Command::Info(args) => info(args),
         Command::Eval(args) => eval(args),
+        Command::Embed(args) => embed(args),
+        Command::Analogy(args) => analogy(args),
     }
 }
 
@@ -217,7 +276,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
             let _ = stdout.write_all(t.as_bytes());
             let _ = stdout.flush();
         })?;
-        println!();
+        out!("");
         out
     };
     if args.json {
@@ -233,7 +292,7 @@ fn print_json(out: &GenerationOutput, load_s: f64) -> Result<()> {
     if let Some(t) = v.get_mut("timings").and_then(|t| t.as_object_mut()) {
         t.insert("load_s".into(), load_s.into());
     }
-    println!("{}", serde_json::to_string(&v)?);
+    out!("{}", serde_json::to_string(&v)?);
     Ok(())
 }
 
@@ -258,9 +317,9 @@ fn info(args: ModelArgs) -> Result<()> {
     let c = model.config();
     let d = &c.decoder;
     let i = model.info();
-    println!("model:          {}", i.source.path().display());
-    println!("architecture:   {}", c.architecture.name());
-    println!(
+    out!("model:          {}", i.source.path().display());
+    out!("architecture:   {}", c.architecture.name());
+    out!(
         "decoder:        {} layers, width {}, MLP {}, {} heads / {} KV heads ({}), head_dim {}",
         d.num_hidden_layers,
         d.hidden_size,
@@ -274,29 +333,29 @@ fn info(args: ModelArgs) -> Result<()> {
         },
         d.head_dim
     );
-    println!(
+    out!(
         "rope:           theta {}, scaling {:?}, layout {:?}",
         d.rope.theta, d.rope.scaling, d.rope.style
     );
-    println!("context:        {} tokens", d.max_position_embeddings);
-    println!("vocabulary:     {} (tied embeddings: {})", c.vocab_size, c.tie_word_embeddings);
-    println!(
+    out!("context:        {} tokens", d.max_position_embeddings);
+    out!("vocabulary:     {} (tied embeddings: {})", c.vocab_size, c.tie_word_embeddings);
+    out!(
         "weights:        {:?}{}",
         i.dtype,
         i.quantization.as_ref().map(|q| format!(" activations, {q} quantized matmuls")).unwrap_or_default()
     );
-    println!("device:         {:?}", model.device());
-    println!("tokenizer:      {}", i.tokenizer_source);
-    println!("eos ids:        {:?}", model.eos_ids());
-    println!(
+    out!("device:         {:?}", model.device());
+    out!("tokenizer:      {}", i.tokenizer_source);
+    out!("eos ids:        {:?}", model.eos_ids());
+    out!(
         "chat template:  {}",
         i.chat_template_source.as_deref().unwrap_or("none (use --raw)")
     );
     match model.vision_description() {
-        Some(v) => println!("vision:         {v}; at most {} image(s) per prompt", model.max_images()),
-        None => println!("vision:         none (text-only model)"),
+        Some(v) => out!("vision:         {v}; at most {} image(s) per prompt", model.max_images()),
+        None => out!("vision:         none (text-only model)"),
     }
-    println!("load time:      {load_s:.2}s");
+    out!("load time:      {load_s:.2}s");
     Ok(())
 }
 
@@ -334,12 +393,93 @@ fn eval(args: EvalArgs) -> Result<()> {
             .iter()
             .map(|(t, (ok, n))| (t.clone(), serde_json::json!({"correct": ok, "total": n, "accuracy": *ok as f64 / *n as f64})))
             .collect();
-        println!("{}", serde_json::json!({"tasks": tasks, "correct": total.0, "total": total.1}));
+        out!("{}", serde_json::json!({"tasks": tasks, "correct": total.0, "total": total.1}));
     } else {
-        println!("| task | correct | total | exact match |");
-        println!("| --- | --- | --- | --- |");
+        out!("| task | correct | total | exact match |");
+        out!("| --- | --- | --- | --- |");
         for (t, (ok, n)) in per_task.iter().chain(std::iter::once((&"all".to_string(), &total))) {
-            println!("| {t} | {ok} | {n} | {:.1}% |", 100.0 * *ok as f64 / (*n).max(1) as f64);
+            out!("| {t} | {ok} | {n} | {:.1}% |", 100.0 * *ok as f64 / (*n).max(1) as f64);
+        }
+    }
+    Ok(())
+}
+
+fn parse_pooling(s: &str) -> Result<tessera::Pooling> {
+    Ok(match s {
+        "none" => tessera::Pooling::None,
+        "mean" => tessera::Pooling::Mean,
+        "last" => tessera::Pooling::Last,
+        _ => match s.strip_prefix("token:") {
+            Some(t) if !t.is_empty() => tessera::Pooling::Token(t.to_string()),
+            _ => bail!("unknown --pool `{s}` (expected none, mean, last or token:TEXT)"),
+        },
+    })
+}
+
+fn embed(args: EmbedArgs) -> Result<()> {
+    let pooling = parse_pooling(&args.pool)?;
+    let (model, _) = load(&args.model)?;
+    let images = args
+        .image
+        .iter()
+        .map(|p| tessera::load_image(p, tessera::DEFAULT_MAX_PIXELS))
+        .collect::<Result<Vec<_>, _>>()?;
+    let e = model.contextual_embeddings(&images, &args.text, args.layer)?;
+    let vectors = e.pooled(&pooling, args.normalize)?;
+    match &args.out {
+        Some(path) => {
+            write_tensor(path, &vectors)?;
+            eprintln!("wrote {:?} vectors to {}", vectors.dims(), path.display());
+        }
+        None => {
+            let rows: Vec<Vec<f32>> = vectors.to_vec2()?;
+            out!(
+                "{}",
+                serde_json::json!({
+                    "ids": e.ids, "tokens": e.tokens, "image_tokens": e.image_tokens, "layer": e.layer,
+                    "pool": args.pool, "normalized": args.normalize, "shape": vectors.dims(), "vectors": rows,
+                })
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Writes a 2-D f32 tensor as .npy or .safetensors (by extension).
+fn write_tensor(path: &std::path::Path, t: &tessera::Tensor) -> Result<()> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("safetensors") => t.save_safetensors("embeddings", path).with_context(|| format!("writing {}", path.display())),
+        Some("npy") => {
+            let shape = t.dims().iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
+            let shape = if t.rank() == 1 { format!("{shape},") } else { shape };
+            let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({shape}), }}");
+            // Pad so that magic (6) + version (2) + length (2) + header + newline is a multiple of 64.
+            while (10 + header.len() + 1) % 64 != 0 {
+                header.push(' ');
+            }
+            header.push('\n');
+            let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+            bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+            bytes.extend_from_slice(header.as_bytes());
+            for v in t.flatten_all()?.to_vec1::<f32>()? {
+                bytes.extend_from_slice(&v.to_le_bytes());
+            }
+            std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+        }
+        _ => bail!("--out {} must end in .npy or .safetensors", path.display()),
+    }
+}
+
+fn analogy(args: AnalogyArgs) -> Result<()> {
+    let (model, _) = load(&args.model)?;
+    let [a, b, c] = [&args.words[0], &args.words[1], &args.words[2]];
+    let top = model.analogy(a, b, c, args.top)?;
+    if args.json {
+        out!("{}", serde_json::to_string(&top)?);
+    } else {
+        out!("{a} − {b} + {c} ≈");
+        for n in &top {
+            out!("  {:<20} {:.4}", format!("{:?}", n.token), n.similarity);
         }
     }
     Ok(())

@@ -160,3 +160,45 @@ fn hub_ids_resolve_from_the_cache_when_offline() -> Result<()> {
     assert_clean_failure(&o, &["tessera/not-cached", "HF_HUB_OFFLINE", "cache"]);
     Ok(())
 }
+
+#[test]
+fn analogy_king_man_woman_gives_queen() -> Result<()> {
+    let m = smollm2();
+    let o = tessera(&["analogy", "--model", &m, "king", "man", "woman", "--top", "3", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
+    assert_eq!(v[0]["token"], " queen", "{v}");
+    assert_clean_failure(&tessera(&["analogy", "--model", &m, "king", "man", "zqxjzqxj"]), &["zqxjzqxj", "single token"]);
+    Ok(())
+}
+
+#[test]
+fn embed_writes_json_npy_and_safetensors() -> Result<()> {
+    let m = smollm2();
+    let o = tessera(&["embed", "--model", &m, "--text", "river bank", "--pool", "mean", "--normalize"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
+    assert_eq!(v["shape"], serde_json::json!([1, 576]));
+    let norm: f64 = v["vectors"][0].as_array().unwrap().iter().map(|x| x.as_f64().unwrap().powi(2)).sum();
+    assert!((norm - 1.0).abs() < 1e-4);
+    let dir = root().join("target/test-scratch/embed-out");
+    std::fs::create_dir_all(&dir)?;
+    let npy = dir.join("e.npy");
+    let o = tessera(&["embed", "--model", &m, "--text", "river bank", "--layer", "3", "--out", npy.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bytes = std::fs::read(&npy)?;
+    assert_eq!(&bytes[..6], b"\x93NUMPY");
+    let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let header = std::str::from_utf8(&bytes[10..10 + header_len])?;
+    assert!(header.contains("'shape': (2, 576)"), "{header}");
+    assert_eq!((10 + header_len) % 64, 0);
+    assert_eq!(bytes.len(), 10 + header_len + 2 * 576 * 4);
+    let st = dir.join("e.safetensors");
+    let o = tessera(&["embed", "--model", &m, "--text", "river bank", "--out", st.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::metadata(&st)?.len() > 2 * 576 * 4);
+    assert_clean_failure(&tessera(&["embed", "--model", &m, "--text", "x", "--layer", "99"]), &["layer 99", "out of range"]);
+    assert_clean_failure(&tessera(&["embed", "--model", &m, "--text", "x", "--pool", "max"]), &["--pool"]);
+    assert_clean_failure(&tessera(&["embed", "--model", &m, "--text", ""]), &["empty"]);
+    Ok(())
+}
