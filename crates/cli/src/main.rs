@@ -48,6 +48,8 @@ enum Command {
     Embed(EmbedArgs),
     /// Embedding arithmetic: a − b + c over the token embeddings, nearest tokens by cosine.
     Analogy(AnalogyArgs),
+    /// Generate an answer about an image and draw, per generated token, where it looked.
+    Explain(ExplainArgs),
     /// Exact-match accuracy per task on a question file (JSON lines: image, question, answer, task).
     Eval(EvalArgs),
 }
@@ -89,6 +91,29 @@ struct AnalogyArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args)]
+struct ExplainArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The image.
+    #[arg(long)]
+    image: PathBuf,
+    /// The question.
+    #[arg(long, short = 'p')]
+    prompt: String,
+    /// Folder for the PNG heatmaps and attention.json.
+    #[arg(long, default_value = "explain")]
+    out: PathBuf,
+    /// One picture averaged over the answer's tokens instead of one per token.
+    #[arg(long)]
+    average: bool,
+    #[arg(long, default_value_t = 32)]
+    max_new_tokens: usize,
+    /// Upscaling of the model's view of the image in the pictures.
+    #[arg(long, default_value_t = 4)]
+    scale: usize,
 }
 
 #[derive(Args)]
@@ -188,6 +213,7 @@ fn run() -> Result<()> {
         Command::Generate(args) => generate(args),
         Command::Info(args) => info(args),
         Command::Eval(args) => eval(args),
+        Command::Explain(args) => explain(args),
         Command::Embed(args) => embed(args),
         Command::Analogy(args) => analogy(args),
     }
@@ -266,6 +292,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
         stop_strings: args.stop.clone(),
         ignore_eos: args.ignore_eos,
         logprobs: args.logprobs,
+        capture_attention: false,
     };
     let prompt = model.encode_prompt(&args.prompt, args.system.as_deref(), args.raw, images.len())?;
     let out = if args.json {
@@ -482,5 +509,60 @@ fn analogy(args: AnalogyArgs) -> Result<()> {
             out!("  {:<20} {:.4}", format!("{:?}", n.token), n.similarity);
         }
     }
+    Ok(())
+}
+
+fn explain(args: ExplainArgs) -> Result<()> {
+    let (model, _) = load(&args.model)?;
+    if model.max_images() == 0 {
+        bail!("model `{}` takes no images; explain needs a vision-language model", model.info().source.path().display());
+    }
+    let image = tessera::load_image(&args.image, tessera::DEFAULT_MAX_PIXELS)?;
+    let (view, rows, cols) = model.model_view(&image)?;
+    let n_img = model.image_tokens_per_image().unwrap_or(0);
+    let prompt = model.encode_prompt(&args.prompt, None, false, 1)?;
+    let params = GenerateParams { max_new_tokens: args.max_new_tokens, capture_attention: true, ..Default::default() };
+    let out = model.generate_with_images(std::slice::from_ref(&image), &prompt, &params, &mut |_| {})?;
+    let attention = out.attention.clone().unwrap_or_default();
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let prompt_tokens = model.token_strings(&prompt)?;
+    let save = |name: &str, weights: &[f32]| -> Result<PathBuf> {
+        let pic = tessera::render_heatmap(&view, weights, rows, cols, args.scale.max(1));
+        let path = args.out.join(name);
+        tessera::save_png(&pic, &path).with_context(|| format!("writing {}", path.display()))?;
+        Ok(path)
+    };
+    out!("answer: {:?}", out.text.trim());
+    out!("| # | token | on image | top prompt tokens |");
+    out!("| --- | --- | --- | --- |");
+    let mut records = Vec::new();
+    let mut mean_image = vec![0f32; n_img];
+    for (k, (id, row)) in out.generated_tokens.iter().zip(&attention).enumerate() {
+        let token = model.token_strings(&[*id])?.remove(0);
+        let image_part = &row[..n_img.min(row.len())];
+        let text_part = &row[n_img.min(row.len())..(n_img + prompt.len()).min(row.len())];
+        for (m, w) in mean_image.iter_mut().zip(image_part) {
+            *m += w / attention.len() as f32;
+        }
+        let mut top: Vec<(usize, f32)> = text_part.iter().copied().enumerate().collect();
+        top.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let top_str: Vec<String> =
+            top.iter().take(3).map(|(i, w)| format!("{:?} {:.3}", prompt_tokens[*i], w)).collect();
+        let image_share: f32 = image_part.iter().sum();
+        out!("| {k} | {token:?} | {image_share:.3} | {} |", top_str.join(", "));
+        let picture = if args.average { None } else { Some(save(&format!("token_{k:02}.png"), image_part)?) };
+        records.push(serde_json::json!({
+            "index": k, "id": id, "token": token, "image_share": image_share,
+            "image_attention": image_part, "prompt_attention": text_part, "picture": picture,
+        }));
+    }
+    let average = if args.average { Some(save("average.png", &mean_image)?) } else { None };
+    let json = serde_json::json!({
+        "answer": out.text.trim(), "prompt_tokens": prompt_tokens, "grid": [rows, cols],
+        "tokens": records, "average_picture": average,
+    });
+    let path = args.out.join("attention.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&json)?).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("wrote pictures and {} to {}", path.file_name().unwrap_or_default().to_string_lossy(), args.out.display());
     Ok(())
 }

@@ -8,6 +8,9 @@ use serde::Serialize;
 
 use crate::error::{Result, TesseraError};
 use crate::model::Model;
+use candle_core::Tensor;
+use tessera_decoder::{KvCache, Trace};
+
 use crate::sampling::{log_softmax, Sampler, SamplingParams};
 use tessera_vision::RgbImage;
 
@@ -21,6 +24,9 @@ pub struct GenerateParams {
     pub ignore_eos: bool,
     /// Record the top-K log-probabilities at every generated position.
     pub logprobs: Option<usize>,
+    /// Record, for every generated token, the attention of the query that produced it over all
+    /// earlier positions, averaged over layers and heads.
+    pub capture_attention: bool,
 }
 
 impl Default for GenerateParams {
@@ -31,6 +37,7 @@ impl Default for GenerateParams {
             stop_strings: Vec::new(),
             ignore_eos: false,
             logprobs: None,
+            capture_attention: false,
         }
     }
 }
@@ -75,6 +82,10 @@ pub struct GenerationOutput {
     pub timings: Timings,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<Vec<Vec<TokenLogprob>>>,
+    /// With `capture_attention`: one row per generated token over the positions before it
+    /// (images first, then prompt, then earlier generated tokens).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention: Option<Vec<Vec<f32>>>,
 }
 
 /// Top-`k` `(id, logprob)` of one row of raw logits, best first.
@@ -130,10 +141,10 @@ impl Model {
         let mut finish = FinishReason::Length;
         let mut timings = Timings::default();
 
+        let mut attention = params.capture_attention.then(Vec::new);
         let start = Instant::now();
         let embeds = self.prompt_embeddings(images, prompt)?;
-        let hidden = self.forward_hidden(&embeds, &mut cache, &mut tessera_decoder::Trace::default())?;
-        let mut logits = self.logits(&hidden.narrow(1, positions - 1, 1)?)?.squeeze(0)?;
+        let (mut logits, mut attn_row) = self.step(&embeds, &mut cache, params.capture_attention)?;
         timings.prompt_s = start.elapsed().as_secs_f64();
         let decode_start = Instant::now();
 
@@ -149,6 +160,9 @@ impl Model {
                 break;
             }
             generated.push(next);
+            if let (Some(rows), Some(r)) = (attention.as_mut(), attn_row.take()) {
+                rows.push(r);
+            }
             text = self.tokenizer().decode(&generated, true)?;
             if let Some(cut) = find_stop(&text, &params.stop_strings) {
                 text.truncate(cut);
@@ -169,7 +183,7 @@ impl Model {
                 finish = FinishReason::ContextFull;
                 break;
             }
-            logits = self.forward_last(&[next], &mut cache)?;
+            (logits, attn_row) = self.step(&self.embed_ids(&[next])?, &mut cache, params.capture_attention)?;
         }
         if text.len() > emitted {
             on_text(&text[emitted..]);
@@ -187,7 +201,37 @@ impl Model {
             finish_reason: finish,
             timings,
             logprobs,
+            attention,
         })
+    }
+
+    /// One forward over `embeds`: the last position's f32 logits `(vocab,)` and, when `capture`,
+    /// that position's attention over every cached position, averaged over layers and heads.
+    fn step(&self, embeds: &Tensor, cache: &mut KvCache, capture: bool) -> Result<(Tensor, Option<Vec<f32>>)> {
+        let layers = if capture { (0..self.config().decoder.num_hidden_layers).collect() } else { Vec::new() };
+        let mut trace = Trace { attention_layers: layers, ..Default::default() };
+        let hidden = self.forward_hidden(embeds, cache, &mut trace)?;
+        let t = hidden.dim(1)?;
+        let logits = self.logits(&hidden.narrow(1, t - 1, 1)?)?.squeeze(0)?;
+        if !capture {
+            return Ok((logits, None));
+        }
+        let mut sum: Option<Tensor> = None;
+        let n = trace.attentions.len();
+        for (_, w) in trace.attentions {
+            // (1, heads, tq, tk) → the last query's row averaged over heads: (tk,)
+            let tq = w.dim(2)?;
+            let row = w.get(0)?.narrow(1, tq - 1, 1)?.squeeze(1)?.mean(0)?;
+            sum = Some(match sum {
+                Some(s) => (s + row)?,
+                None => row,
+            });
+        }
+        let row = match sum {
+            Some(s) => (s / n as f64)?.to_vec1::<f32>()?,
+            None => Vec::new(),
+        };
+        Ok((logits, Some(row)))
     }
 }
 

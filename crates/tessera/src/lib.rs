@@ -35,4 +35,4 @@ pub use sampling::{Sampler, SamplingParams};
 pub use source::{resolve, ModelSource};
 pub use tessera_decoder::{KvCache, Trace};
 pub use tessera_text::{ChatTemplate, ContentPart, Message, Tokenizer};
-pub use tessera_vision::{load_image, RgbImage, DEFAULT_MAX_PIXELS};
+pub use tessera_vision::{load_image, render_heatmap, save_png, RgbImage, DEFAULT_MAX_PIXELS};

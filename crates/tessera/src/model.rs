@@ -275,6 +275,11 @@ impl Model {
         self.vision()?.pixel_values(image, &self.device)
     }
 
+    /// The image as the model sees it (resized, not normalized) and its patch grid `(rows, cols)`.
+    pub fn model_view(&self, image: &RgbImage) -> Result<(RgbImage, usize, usize)> {
+        self.vision()?.model_view(image)
+    }
+
     /// Image tokens `(1, N, hidden)` for `image`, in the decoder's width.
     pub fn encode_image(&self, image: &RgbImage) -> Result<Tensor> {
         self.vision()?.encode(image, &self.device)

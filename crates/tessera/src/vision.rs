@@ -73,6 +73,23 @@ impl ImageEncoder {
         }
     }
 
+    /// The image as the model sees it (resized, before normalization), and its patch grid.
+    pub fn model_view(&self, img: &RgbImage) -> Result<(RgbImage, usize, usize)> {
+        match self {
+            Self::Native { encoder, preprocess: cfg } => {
+                let c = encoder.config();
+                let s = c.image_size;
+                let view = if (img.width, img.height) == (s, s) {
+                    img.clone()
+                } else {
+                    tessera_vision::preprocess::resize(img, s, s, cfg.filter()?)
+                };
+                let g = s / c.patch_size;
+                Ok((view, g, g))
+            }
+        }
+    }
+
     /// The preprocessed image `(3, H, W)`.
     pub fn pixel_values(&self, img: &RgbImage, device: &Device) -> Result<Tensor> {
         match self {

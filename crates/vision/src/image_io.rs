@@ -101,3 +101,9 @@ pub fn to_rgb_like_pil(img: DynamicImage) -> RgbImage {
     };
     RgbImage::new(w, h, data)
 }
+
+/// Writes an RGB image as PNG.
+pub fn save_png(img: &RgbImage, path: &Path) -> Result<()> {
+    image::save_buffer(path, &img.data, img.width as u32, img.height as u32, image::ExtendedColorType::Rgb8)
+        .map_err(|e| VisionError::Io { path: path.into(), reason: e.to_string() })
+}

@@ -9,6 +9,7 @@
 //! - [`native`]: the patch encoder of tessera's native single-stream model.
 
 pub mod error;
+pub mod heatmap;
 pub mod image_io;
 pub mod native;
 pub mod patchify;
@@ -16,7 +17,8 @@ pub mod preprocess;
 pub mod resize;
 
 pub use error::{Result, VisionError};
-pub use image_io::{decode_image, load_image, RgbImage, DEFAULT_MAX_PIXELS};
+pub use heatmap::{patch_intensities, render_heatmap};
+pub use image_io::{decode_image, load_image, save_png, RgbImage, DEFAULT_MAX_PIXELS};
 pub use native::{NativePatchEncoder, NativeVisionConfig};
 pub use patchify::{patchify, PatchEmbedding};
 pub use preprocess::{preprocess, PreprocessConfig, Size};
