@@ -25,11 +25,9 @@ macro_rules! out {
     }};
 }
 
-/// The model used when `--model` is not given.
-const DEFAULT_MODEL: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
-);
+/// The model used when `--model` is not given: the small image + text model this repository
+/// ships (models/shapes-vlm, trained by scripts/shapes/train.py).
+const DEFAULT_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/shapes-vlm");
 
 #[derive(Parser)]
 #[command(name = "tessera", version, about = "Multimodal (image + text) LLM inference on Candle")]
@@ -135,7 +133,7 @@ struct EvalArgs {
 struct ModelArgs {
     /// A model folder, a .gguf file, or a Hugging Face Hub id `org/name[@revision]`
     /// (cached under HF_HOME; HF_HUB_OFFLINE=1 uses only the cache; HF_TOKEN authenticates).
-    /// Default: the SmolLM2-135M-Instruct GGUF fetched by scripts/fetch_smollm2.sh.
+    /// Default: the shipped image + text model, models/shapes-vlm.
     #[arg(long, short = 'm')]
     model: Option<String>,
     /// auto (CUDA, then Metal, then CPU), cpu, cuda[:N] or metal[:N].
@@ -232,11 +230,8 @@ fn load(args: &ModelArgs) -> Result<(Model, f64)> {
     let spec = match &args.model {
         Some(m) => m.clone(),
         None => {
-            if !std::path::Path::new(DEFAULT_MODEL).exists() {
-                bail!(
-                    "no --model given and the default model is missing ({DEFAULT_MODEL}); \
-                     run scripts/fetch_smollm2.sh or pass --model"
-                );
+            if !std::path::Path::new(DEFAULT_MODEL).join("config.json").exists() {
+                bail!("no --model given and the default model is missing ({DEFAULT_MODEL}); pass --model");
             }
             std::fs::canonicalize(DEFAULT_MODEL)
                 .map(|p| p.to_string_lossy().into_owned())

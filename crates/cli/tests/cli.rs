@@ -39,14 +39,65 @@ fn smollm2() -> String {
     p.to_string_lossy().into_owned()
 }
 
+fn shapes(file: &str) -> String {
+    root().join("models/shapes-vlm").join(file).to_string_lossy().into_owned()
+}
+
 #[test]
-fn default_model_answers_paris_and_reports_timings() {
-    smollm2();
-    let o = tessera(&["generate", "--raw", "--prompt", "The capital of France is", "--max-new-tokens", "3"]);
+fn default_model_answers_about_an_image_and_reports_timings() -> Result<()> {
+    let image = shapes("examples/three_shapes.png");
+    let o = tessera(&["generate", "--image", &image, "--prompt", "How many shapes are there?", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).starts_with(" Paris"), "{}", stdout(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
+    assert_eq!(v["image_tokens"], 64);
+    assert_eq!(v["finish_reason"], "eos");
+    let answer = v["text"].as_str().unwrap_or("").trim().to_string();
+    assert!(answer.parse::<u32>().is_ok(), "a count, got {answer:?}");
+    let o = tessera(&["generate", "--image", &image, "--prompt", "Describe the image."]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stdout(&o).trim().is_empty());
     let err = stderr(&o);
     assert!(err.contains("tok/s") && err.contains("load"), "{err}");
+    // One image only, and files that are not images are refused.
+    assert_clean_failure(&tessera(&["generate", "--image", &image, "--image", &image, "--prompt", "x"]), &["at most 1"]);
+    assert_clean_failure(&tessera(&["generate", "--image", &shapes("config.json"), "--prompt", "x"]), &["config.json", "not an image"]);
+    assert_clean_failure(&tessera(&["generate", "--image", "/no/such.png", "--prompt", "x"]), &["/no/such.png"]);
+    assert_clean_failure(
+        &tessera(&["generate", "--image", &image, "--max-image-pixels", "100", "--prompt", "x"]),
+        &["64×64", "limit of 100 pixels"],
+    );
+    Ok(())
+}
+
+#[test]
+fn explain_draws_one_picture_per_answer_token_from_the_captured_attention() -> Result<()> {
+    let image_path = shapes("examples/three_shapes.png");
+    let out = root().join("target/test-scratch/explain");
+    let _ = std::fs::remove_dir_all(&out);
+    let o = tessera(&[
+        "explain", "--image", &image_path, "--prompt", "Describe the image.", "--out", out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("| # | token | on image |"));
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("attention.json"))?)?;
+    let tokens = json["tokens"].as_array().expect("tokens");
+    assert!(!tokens.is_empty());
+    let model = tessera::Model::load(&shapes(""), &tessera::LoadOptions::default())?;
+    let (view, rows, cols) = model.model_view(&tessera::load_image(std::path::Path::new(&image_path), u64::MAX)?)?;
+    for t in tokens {
+        let weights: Vec<f32> =
+            t["image_attention"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+        assert_eq!(weights.len(), rows * cols);
+        let picture = tessera::load_image(std::path::Path::new(t["picture"].as_str().unwrap()), u64::MAX)?;
+        // The picture is the captured weights drawn over the model's view…
+        assert_eq!(picture, tessera::render_heatmap(&view, &weights, rows, cols, 4));
+        // …so the most attended patch keeps its pixels and the least attended is dimmed.
+        let argmax = (0..weights.len()).max_by(|&a, &b| weights[a].total_cmp(&weights[b])).unwrap();
+        let (r, c) = (argmax / cols, argmax % cols);
+        let (px, py) = (c * 8 + 4, r * 8 + 4);
+        assert_eq!(picture.pixel(px * 4, py * 4), view.pixel(px, py));
+    }
+    Ok(())
 }
 
 #[test]
