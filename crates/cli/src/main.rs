@@ -527,9 +527,12 @@ fn explain(args: ExplainArgs) -> Result<()> {
         tessera::save_png(&pic, &path).with_context(|| format!("writing {}", path.display()))?;
         Ok(path)
     };
-    out!("answer: {:?}", out.text.trim());
-    out!("| # | token | on image | top prompt tokens |");
-    out!("| --- | --- | --- | --- |");
+    // The table is printed once the files are written (a closed stdout must not lose them).
+    let mut table = vec![
+        format!("answer: {:?}", out.text.trim()),
+        "| # | token | on image | top prompt tokens |".to_string(),
+        "| --- | --- | --- | --- |".to_string(),
+    ];
     let mut records = Vec::new();
     let mut mean_image = vec![0f32; n_img];
     for (k, (id, row)) in out.generated_tokens.iter().zip(&attention).enumerate() {
@@ -544,7 +547,7 @@ fn explain(args: ExplainArgs) -> Result<()> {
         let top_str: Vec<String> =
             top.iter().take(3).map(|(i, w)| format!("{:?} {:.3}", prompt_tokens[*i], w)).collect();
         let image_share: f32 = image_part.iter().sum();
-        out!("| {k} | {token:?} | {image_share:.3} | {} |", top_str.join(", "));
+        table.push(format!("| {k} | {token:?} | {image_share:.3} | {} |", top_str.join(", ")));
         let picture = if args.average { None } else { Some(save(&format!("token_{k:02}.png"), image_part)?) };
         records.push(serde_json::json!({
             "index": k, "id": id, "token": token, "image_share": image_share,
@@ -559,5 +562,8 @@ fn explain(args: ExplainArgs) -> Result<()> {
     let path = args.out.join("attention.json");
     std::fs::write(&path, serde_json::to_string_pretty(&json)?).with_context(|| format!("writing {}", path.display()))?;
     eprintln!("wrote pictures and {} to {}", path.file_name().unwrap_or_default().to_string_lossy(), args.out.display());
+    for line in table {
+        out!("{line}");
+    }
     Ok(())
 }
