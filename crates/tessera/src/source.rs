@@ -7,7 +7,6 @@
 
 use std::path::{Path, PathBuf};
 
-use hf_hub::api::sync::ApiBuilder;
 use hf_hub::{Cache, Repo, RepoType};
 
 use crate::error::{Result, TesseraError};
@@ -142,7 +141,19 @@ fn from_cache(spec: &str, repo: &Repo) -> Result<PathBuf> {
     Ok(dir)
 }
 
+#[cfg(not(feature = "hub"))]
+fn download(spec: &str, _repo: &Repo) -> Result<PathBuf> {
+    Err(TesseraError::ModelNotFound {
+        spec: spec.to_string(),
+        reason: "this build has no Hub download support (rebuild with the `hub` feature) \
+                 and HF_HUB_OFFLINE is not set"
+            .into(),
+    })
+}
+
+#[cfg(feature = "hub")]
 fn download(spec: &str, repo: &Repo) -> Result<PathBuf> {
+    use hf_hub::api::sync::ApiBuilder;
     let fail = |file: &str, e: String| TesseraError::ModelNotFound {
         spec: spec.to_string(),
         reason: format!("downloading `{file}`: {e}"),
