@@ -40,7 +40,7 @@ TASKS = ["caption", "count", "color", "position"]
 TRAIN_SEEDS = 1_000_000_000
 EVAL_SEED_BASE = 1_000_000_000
 SUPERSAMPLE = 4
-MIN_HALF, MAX_HALF = 6, 10  # half-extent of a shape's bounding box, in pixels at 64x64
+MIN_HALF, MAX_HALF = 8, 12  # half-extent of a shape's bounding box, in pixels at 64x64
 GAP = 2  # minimum empty pixels between two shapes' bounding boxes
 
 
@@ -96,20 +96,55 @@ def render(scene):
     for s in scene.shapes:
         jitter = rng.integers(-12, 13, size=3)
         fill = tuple(int(v) for v in np.clip(np.array(COLORS[s.color]) + jitter, 0, 255))
-        cx, cy, h = s.cx * SUPERSAMPLE, s.cy * SUPERSAMPLE, s.half * SUPERSAMPLE
-        if s.kind == "circle":
-            draw.ellipse([cx - h, cy - h, cx + h, cy + h], fill=fill)
-        elif s.kind == "square":
-            k = 0.85 * h  # a square of the same visual weight as the circle
-            draw.rectangle([cx - k, cy - k, cx + k, cy + k], fill=fill)
-        elif s.kind == "triangle":
-            draw.polygon([(cx, cy - h), (cx + h, cy + 0.8 * h), (cx - h, cy + 0.8 * h)], fill=fill)
-        elif s.kind == "cross":
-            t = 0.33 * h
-            draw.rectangle([cx - h, cy - t, cx + h, cy + t], fill=fill)
-            draw.rectangle([cx - t, cy - h, cx + t, cy + h], fill=fill)
+        _draw_shape(draw, s, fill)
     image = canvas.resize((scene.size, scene.size), Image.BOX)
     return image
+
+
+def _draw_shape(draw, s, fill, k=SUPERSAMPLE):
+    cx, cy, h = s.cx * k, s.cy * k, s.half * k
+    if s.kind == "circle":
+        draw.ellipse([cx - h, cy - h, cx + h, cy + h], fill=fill)
+    elif s.kind == "square":
+        q = 0.85 * h  # a square of the same visual weight as the circle
+        draw.rectangle([cx - q, cy - q, cx + q, cy + q], fill=fill)
+    elif s.kind == "triangle":
+        draw.polygon([(cx, cy - h), (cx + h, cy + 0.8 * h), (cx - h, cy + 0.8 * h)], fill=fill)
+    elif s.kind == "cross":
+        t = 0.33 * h
+        draw.rectangle([cx - h, cy - t, cx + h, cy + t], fill=fill)
+        draw.rectangle([cx - t, cy - h, cx + t, cy + h], fill=fill)
+
+
+def _coverage(scene, shape, patch):
+    """(cells,) pixels' worth of `shape` (drawn alone, as render draws it) in each patch x patch
+    cell, raster order."""
+    big = scene.size * SUPERSAMPLE
+    canvas = Image.new("L", (big, big), 0)
+    _draw_shape(ImageDraw.Draw(canvas), shape, 255)
+    cover = np.asarray(canvas, dtype=np.float64) / 255.0 / SUPERSAMPLE**2  # pixels' worth per subpixel
+    g = scene.size // patch
+    return cover.reshape(g, patch * SUPERSAMPLE, g, patch * SUPERSAMPLE).sum(axis=(1, 3)).flatten()
+
+
+def shape_patches(scene, shape, patch):
+    """Raster indices of the cells that hold at least half a pixel's worth of `shape`."""
+    return [int(i) for i in np.flatnonzero(_coverage(scene, shape, patch) >= 0.5)]
+
+
+N_PATCH_CLASSES = 1 + len(SHAPES) * len(COLORS)
+
+
+def patch_classes(scene, patch, min_pixels=4.0):
+    """(cells,) per-cell class for the training script's auxiliary loss: 0 for background, else
+    1 + kind * len(COLORS) + colour of the shape covering most of the cell (at least `min_pixels`)."""
+    if not scene.shapes:
+        return np.zeros((scene.size // patch) ** 2, dtype=np.int64)
+    cover = np.stack([_coverage(scene, s, patch) for s in scene.shapes])  # (shapes, cells)
+    best = cover.argmax(0)
+    classes = np.array([1 + SHAPES.index(s.kind) * len(COLORS) + COLOR_NAMES.index(s.color)
+                        for s in scene.shapes])[best]
+    return np.where(cover.max(0) >= min_pixels, classes, 0)
 
 
 def caption(scene):
@@ -151,12 +186,19 @@ def questions(scene):
     return out
 
 
-def sample_question(scene, rng, weights=(0.25, 0.35, 0.2, 0.2)):
-    """One (task, question, answer) drawn for training: a task by `weights` among those the scene
-    supports, then a question of that task uniformly."""
+def training_questions(scene, rng, limit):
+    """The (task, question, answer) rows trained on for one scene, at most `limit` of them: the
+    caption, the count of every kind present, the total count, ONE absent kind (counting every
+    absent kind would make "0" the answer to most counting questions, a prior a model settles into
+    before it learns to tell shapes apart), and every colour and position question."""
     qs = questions(scene)
-    tasks = [t for t in TASKS if qs[t]]
-    w = [weights[TASKS.index(t)] for t in tasks]
-    task = rng.choices(tasks, weights=w)[0]
-    q, a = rng.choice(qs[task])
-    return task, q, a
+    present = {s.kind for s in scene.shapes}
+    absent = [k for k in SHAPES if k not in present]
+    counts = [(q, a) for q, a in qs["count"] if a != "0"]
+    if absent:
+        kind = rng.choice(absent)
+        counts.append((f"How many {PLURALS[kind]} are there?", "0"))
+    rows = [("caption", *qs["caption"][0])] + [("count", q, a) for q, a in counts]
+    rows += [(t, q, a) for t in ("color", "position") for q, a in qs[t]]
+    rng.shuffle(rows)
+    return rows[:limit]

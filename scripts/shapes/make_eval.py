@@ -5,7 +5,10 @@ models/shapes-vlm/eval/images/eval_NNNN.png  300 scenes from seeds data.EVAL_SEE
 models/shapes-vlm/eval/questions.jsonl       per image: the caption question, one counting question,
                                              one colour question (if any shape kind appears once)
                                              and every unambiguous position question; fields
-                                             image, question, answer, task, seed
+                                             image, question, answer, task, seed, and for colour
+                                             and position questions named_patches: the patches
+                                             (raster order, the model's patch size) covered by the
+                                             shape the question names (for `tessera eval --attention`)
 models/shapes-vlm/examples/*.png             hand-placed scenes; examples/README.md lists them
 
 Dev-time only: /work/py/bin/python scripts/shapes/make_eval.py
@@ -50,6 +53,8 @@ def write_eval():
     images = os.path.join(FOLDER, "eval", "images")
     os.makedirs(images, exist_ok=True)
     rng = random.Random(2024)
+    with open(os.path.join(FOLDER, "config.json")) as f:
+        patch = json.load(f)["patch_size"]
     rows = []
     for i in range(N_IMAGES):
         seed = data.EVAL_SEED_BASE + i
@@ -62,7 +67,11 @@ def write_eval():
             picked.append(("color", *rng.choice(qs["color"])))
         picked += [("position", q, a) for q, a in qs["position"]]
         for task, q, a in picked:
-            rows.append({"image": f"images/{name}", "question": q, "answer": a, "task": task, "seed": seed})
+            row = {"image": f"images/{name}", "question": q, "answer": a, "task": task, "seed": seed}
+            if task in ("color", "position"):
+                named = next(s for s in scene.shapes if q.rstrip("?").endswith(f" {s.kind}"))
+                row["named_patches"] = data.shape_patches(scene, named, patch)
+            rows.append(row)
     with open(os.path.join(FOLDER, "eval", "questions.jsonl"), "w") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")

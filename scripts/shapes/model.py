@@ -104,7 +104,7 @@ class RMSNorm(nn.Module):
 
 def rope_cos_sin(position_ids, head_dim, theta):
     """position_ids (b, t) -> cos, sin (b, t, head_dim), the halves duplicated (rotate_half layout)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=position_ids.device).float() / head_dim))
     freqs = position_ids[..., None].float() * inv_freq  # (b, t, head_dim/2)
     emb = torch.cat([freqs, freqs], dim=-1)  # (b, t, head_dim)
     return emb.cos(), emb.sin()
@@ -208,35 +208,25 @@ class TesseraNative(nn.Module):
         Defaults: positions 0..N+t-1 and a causal mask. Training passes both explicitly to pack
         several questions about one image into one row (each text block sees only the image and
         itself, positions restarting at num_patches), which equals separate causal sequences."""
+        n = self.cfg.num_patches
+        h = self.hidden(pixels, input_ids, position_ids, allowed)[:, n:]  # (b, t, hidden)
+        return h @ self.model.embed_tokens.weight.T  # (b, t, vocab)
+
+    def hidden(self, pixels, input_ids, position_ids=None, allowed=None):
+        """Final-normed hidden states (b, n + t, hidden) of [image tokens][text tokens]."""
         image = self.embed_image(pixels)  # (b, n, hidden)
         text = self.model.embed_tokens(input_ids)  # (b, t, hidden)
         x = torch.cat([image, text], dim=1)  # (b, n + t, hidden)
         b, total = x.shape[:2]
         if position_ids is None:
-            position_ids = torch.arange(total)[None].expand(b, total)
+            position_ids = torch.arange(total, device=x.device)[None].expand(b, total)
         if allowed is None:
-            allowed = causal_mask(total)
-        h = self.model(x, position_ids, allowed)[:, image.shape[1]:]  # (b, t, hidden)
-        return h @ self.model.embed_tokens.weight.T  # (b, t, vocab)
+            allowed = causal_mask(total, x.device)
+        return self.model(x, position_ids, allowed)
 
 
-def sincos_2d(grid, dim):
-    """(grid*grid, dim) fixed 2-D sine-cosine embedding (MAE's): half the channels encode the row,
-    half the column, raster order."""
-    quarter = dim // 4
-    omega = 1.0 / 10000 ** (torch.arange(quarter, dtype=torch.float64) / quarter)
-    rows, cols = torch.meshgrid(torch.arange(grid, dtype=torch.float64),
-                                torch.arange(grid, dtype=torch.float64), indexing="ij")
-    parts = []
-    for coord in (rows.flatten(), cols.flatten()):
-        angle = coord[:, None] * omega[None]  # (grid*grid, dim/4)
-        parts += [angle.sin(), angle.cos()]
-    return torch.cat(parts, dim=1).float()  # (grid*grid, dim)
-
-
-def init_weights(model, seed=0, pos_scale=0.0):
-    """GPT-2-style init. pos_scale > 0 starts image_pos_embed (still learned) at a scaled 2-D
-    sine-cosine table instead of noise."""
+def init_weights(model, seed=0):
+    """GPT-2-style init."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -246,9 +236,6 @@ def init_weights(model, seed=0, pos_scale=0.0):
                 p.zero_()
             else:
                 p.copy_(0.02 * torch.randn(p.shape, generator=g))
-        if pos_scale > 0:
-            grid = model.cfg.image_size // model.cfg.patch_size
-            model.image_pos_embed.copy_(pos_scale * sincos_2d(grid, model.cfg.hidden_size))
         # Residual-output projections scaled down by depth, as in GPT-2.
         for layer in model.model.layers:
             for lin in (layer.self_attn.o_proj, layer.mlp.down_proj):
@@ -257,7 +244,7 @@ def init_weights(model, seed=0, pos_scale=0.0):
 
 def save(model, folder):
     os.makedirs(folder, exist_ok=True)
-    tensors = {k: v.detach().float().contiguous() for k, v in model.state_dict().items()}
+    tensors = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
     save_file(tensors, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(model.cfg.to_json(), f, indent=2)
