@@ -127,6 +127,41 @@ struct EvalArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also measure where the answers look: for questions with `named_patches` (the patches of
+    /// the shape the question names), the share of the answer tokens' image attention (mean over
+    /// layers and heads) that falls on those patches, against their share of the image area.
+    #[arg(long)]
+    attention: bool,
+}
+
+/// Attention on the named shape's patches, summed over questions.
+#[derive(Default)]
+struct AttentionShare {
+    questions: usize,
+    attention: f64,
+    area: f64,
+}
+
+impl AttentionShare {
+    /// Adds one question: `rows` are the answer tokens' attention rows (images first).
+    fn add(&mut self, rows: &[Vec<f32>], image_tokens: usize, named: &[usize]) -> Result<()> {
+        if rows.is_empty() || image_tokens == 0 {
+            return Ok(());
+        }
+        if let Some(bad) = named.iter().find(|&&p| p >= image_tokens) {
+            bail!("named patch {bad} is out of range: the image has {image_tokens} patches");
+        }
+        let mut share = 0.0;
+        for row in rows {
+            let image = &row[..image_tokens.min(row.len())];
+            let total: f64 = image.iter().map(|&w| w as f64).sum();
+            share += named.iter().filter_map(|&p| image.get(p)).map(|&w| w as f64).sum::<f64>() / total.max(1e-12);
+        }
+        self.questions += 1;
+        self.attention += share / rows.len() as f64;
+        self.area += named.len() as f64 / image_tokens as f64;
+        Ok(())
+    }
 }
 
 #[derive(Args, Clone)]
@@ -161,6 +196,10 @@ struct GenerateArgs {
     /// Refuse images larger than this many pixels (width × height), checked before decoding.
     #[arg(long, default_value_t = tessera::DEFAULT_MAX_PIXELS)]
     max_image_pixels: u64,
+    /// Refuse an image that would take more than this many image tokens (Idefics3's tiling makes
+    /// the count grow with the image's size).
+    #[arg(long)]
+    max_image_tokens: Option<usize>,
     /// A system message for the chat template.
     #[arg(long)]
     system: Option<String>,
@@ -289,7 +328,12 @@ fn generate(args: GenerateArgs) -> Result<()> {
         logprobs: args.logprobs,
         capture_attention: false,
     };
-    let prompt = model.encode_prompt(&args.prompt, args.system.as_deref(), args.raw, images.len())?;
+    if let Some(budget) = args.max_image_tokens {
+        for (img, path) in images.iter().zip(&args.image) {
+            model.check_image_budget(img, budget, &path.display().to_string())?;
+        }
+    }
+    let prompt = model.encode_prompt(&args.prompt, args.system.as_deref(), args.raw, &images)?;
     let out = if args.json {
         model.generate_with_images(&images, &prompt, &params, &mut |_| {})?
     } else {
@@ -340,7 +384,11 @@ fn info(args: ModelArgs) -> Result<()> {
     let d = &c.decoder;
     let i = model.info();
     out!("model:          {}", i.source.path().display());
-    out!("architecture:   {}", c.architecture.name());
+    if c.text_architecture == c.architecture {
+        out!("architecture:   {}", c.architecture.name());
+    } else {
+        out!("architecture:   {} ({} decoder)", c.architecture.name(), c.text_architecture.name());
+    }
     out!(
         "decoder:        {} layers, width {}, MLP {}, {} heads / {} KV heads ({}), head_dim {}",
         d.num_hidden_layers,
@@ -374,6 +422,7 @@ fn info(args: ModelArgs) -> Result<()> {
         i.chat_template_source.as_deref().unwrap_or("none (use --raw)")
     );
     match model.vision_description() {
+        Some(v) if model.max_images() == usize::MAX => out!("vision:         {v}; several images per prompt"),
         Some(v) => out!("vision:         {v}; at most {} image(s) per prompt", model.max_images()),
         None => out!("vision:         none (text-only model)"),
     }
@@ -387,7 +436,8 @@ fn eval(args: EvalArgs) -> Result<()> {
         .with_context(|| format!("reading {}", args.questions.display()))?;
     let base = args.questions.parent().map(PathBuf::from).unwrap_or_default();
     let mut per_task: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
-    let params = GenerateParams { max_new_tokens: 32, ..Default::default() };
+    let params = GenerateParams { max_new_tokens: 32, capture_attention: args.attention, ..Default::default() };
+    let mut shares: std::collections::BTreeMap<String, AttentionShare> = Default::default();
     for (i, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
         if args.limit.is_some_and(|n| i >= n) {
             break;
@@ -401,12 +451,18 @@ fn eval(args: EvalArgs) -> Result<()> {
                 .with_context(|| format!("{} line {}: missing `{k}`", args.questions.display(), i + 1))
         };
         let image = tessera::load_image(&base.join(field("image")?), tessera::DEFAULT_MAX_PIXELS)?;
-        let prompt = model.encode_prompt(&field("question")?, None, false, 1)?;
+        let prompt = model.encode_prompt(&field("question")?, None, false, std::slice::from_ref(&image))?;
         let out = model.generate_with_images(std::slice::from_ref(&image), &prompt, &params, &mut |_| {})?;
         let entry = per_task.entry(field("task")?).or_default();
         entry.1 += 1;
         if out.text.trim() == field("answer")?.trim() {
             entry.0 += 1;
+        }
+        if let (Some(rows), Some(named)) = (&out.attention, q.get("named_patches")) {
+            let named: Vec<usize> = serde_json::from_value(named.clone()).with_context(|| {
+                format!("{} line {}: `named_patches` is not a list of patch indices", args.questions.display(), i + 1)
+            })?;
+            shares.entry(field("task")?).or_default().add(rows, out.image_tokens, &named)?;
         }
     }
     let total: (usize, usize) = per_task.values().fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
@@ -415,12 +471,32 @@ fn eval(args: EvalArgs) -> Result<()> {
             .iter()
             .map(|(t, (ok, n))| (t.clone(), serde_json::json!({"correct": ok, "total": n, "accuracy": *ok as f64 / *n as f64})))
             .collect();
-        out!("{}", serde_json::json!({"tasks": tasks, "correct": total.0, "total": total.1}));
+        let attention: serde_json::Map<String, serde_json::Value> = shares
+            .iter()
+            .map(|(t, a)| {
+                let n = a.questions.max(1) as f64;
+                (t.clone(), serde_json::json!({"questions": a.questions, "attention_share": a.attention / n, "area_share": a.area / n}))
+            })
+            .collect();
+        let mut report = serde_json::json!({"tasks": tasks, "correct": total.0, "total": total.1});
+        if args.attention {
+            report["attention"] = attention.into();
+        }
+        out!("{report}");
     } else {
         out!("| task | correct | total | exact match |");
         out!("| --- | --- | --- | --- |");
         for (t, (ok, n)) in per_task.iter().chain(std::iter::once((&"all".to_string(), &total))) {
             out!("| {t} | {ok} | {n} | {:.1}% |", 100.0 * *ok as f64 / (*n).max(1) as f64);
+        }
+        if args.attention {
+            out!("");
+            out!("| task | questions | answer's image attention on the named shape | the shape's share of the image |");
+            out!("| --- | --- | --- | --- |");
+            for (t, a) in &shares {
+                let n = a.questions.max(1) as f64;
+                out!("| {t} | {} | {:.1}% | {:.1}% |", a.questions, 100.0 * a.attention / n, 100.0 * a.area / n);
+            }
         }
     }
     Ok(())
@@ -514,13 +590,19 @@ fn explain(args: ExplainArgs) -> Result<()> {
     }
     let image = tessera::load_image(&args.image, tessera::DEFAULT_MAX_PIXELS)?;
     let (view, rows, cols) = model.model_view(&image)?;
-    let n_img = model.image_tokens_per_image().unwrap_or(0);
-    let prompt = model.encode_prompt(&args.prompt, None, false, 1)?;
+    let images = std::slice::from_ref(&image);
+    let prompt = model.encode_prompt(&args.prompt, None, false, images)?;
     let params = GenerateParams { max_new_tokens: args.max_new_tokens, capture_attention: true, ..Default::default() };
-    let out = model.generate_with_images(std::slice::from_ref(&image), &prompt, &params, &mut |_| {})?;
+    let out = model.generate_with_images(images, &prompt, &params, &mut |_| {})?;
     let attention = out.attention.clone().unwrap_or_default();
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
-    let prompt_tokens = model.token_strings(&prompt)?;
+    // Sequence positions of the image's tokens and of the prompt's text tokens.
+    let image_pos = model.image_positions(images, &prompt);
+    let n_img = image_pos.len();
+    let offset = model.sequence_len(images, &prompt) - prompt.len();
+    let text: Vec<(usize, u32)> =
+        prompt.iter().enumerate().map(|(i, &id)| (offset + i, id)).filter(|(p, _)| !image_pos.contains(p)).collect();
+    let prompt_tokens = model.token_strings(&text.iter().map(|&(_, id)| id).collect::<Vec<_>>())?;
     let save = |name: &str, weights: &[f32]| -> Result<PathBuf> {
         let pic = tessera::render_heatmap(&view, weights, rows, cols, args.scale.max(1));
         let path = args.out.join(name);
@@ -537,9 +619,9 @@ fn explain(args: ExplainArgs) -> Result<()> {
     let mut mean_image = vec![0f32; n_img];
     for (k, (id, row)) in out.generated_tokens.iter().zip(&attention).enumerate() {
         let token = model.token_strings(&[*id])?.remove(0);
-        let image_part = &row[..n_img.min(row.len())];
-        let text_part = &row[n_img.min(row.len())..(n_img + prompt.len()).min(row.len())];
-        for (m, w) in mean_image.iter_mut().zip(image_part) {
+        let image_part: Vec<f32> = image_pos.iter().map(|&p| row.get(p).copied().unwrap_or(0.0)).collect();
+        let text_part: Vec<f32> = text.iter().map(|&(p, _)| row.get(p).copied().unwrap_or(0.0)).collect();
+        for (m, w) in mean_image.iter_mut().zip(&image_part) {
             *m += w / attention.len() as f32;
         }
         let mut top: Vec<(usize, f32)> = text_part.iter().copied().enumerate().collect();
@@ -548,7 +630,7 @@ fn explain(args: ExplainArgs) -> Result<()> {
             top.iter().take(3).map(|(i, w)| format!("{:?} {:.3}", prompt_tokens[*i], w)).collect();
         let image_share: f32 = image_part.iter().sum();
         table.push(format!("| {k} | {token:?} | {image_share:.3} | {} |", top_str.join(", ")));
-        let picture = if args.average { None } else { Some(save(&format!("token_{k:02}.png"), image_part)?) };
+        let picture = if args.average { None } else { Some(save(&format!("token_{k:02}.png"), &image_part)?) };
         records.push(serde_json::json!({
             "index": k, "id": id, "token": token, "image_share": image_share,
             "image_attention": image_part, "prompt_attention": text_part, "picture": picture,

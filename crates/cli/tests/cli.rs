@@ -253,3 +253,54 @@ fn embed_writes_json_npy_and_safetensors() -> Result<()> {
     assert_clean_failure(&tessera(&["embed", "--model", &m, "--text", ""]), &["empty"]);
     Ok(())
 }
+
+fn vlm(name: &str) -> String {
+    root().join("tests/fixtures/vlm").join(name).to_string_lossy().into_owned()
+}
+
+fn photo(name: &str) -> String {
+    root().join("tests/fixtures/images").join(name).to_string_lossy().into_owned()
+}
+
+#[test]
+fn vision_language_checkpoints_answer_and_describe_themselves() -> Result<()> {
+    // Each family, from its folder, with its own template and processor: --image files go before
+    // the prompt in one user message.
+    for (name, tokens) in [("smolvlm-tiny", 80), ("llava-tiny", 25), ("llava-interleave-tiny", 16), ("paligemma-tiny", 64)] {
+        let o = tessera(&[
+            "generate", "--model", &vlm(name), "--image", &photo("chelsea.png"), "--prompt", "Describe this image.",
+            "--max-new-tokens", "4", "--ignore-eos", "--json",
+        ]);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
+        assert_eq!(v["image_tokens"], tokens, "{name}");
+        assert_eq!(v["generated_tokens"].as_array().map(Vec::len), Some(4), "{name}");
+    }
+    // Two images where the family takes several.
+    let o = tessera(&[
+        "generate", "--model", &vlm("llava-interleave-tiny"), "--image", &photo("chelsea.png"), "--image",
+        &photo("astronaut.png"), "--prompt", "What differs?", "--max-new-tokens", "2", "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
+    assert_eq!(v["image_tokens"], 32);
+    let o = tessera(&["info", "--model", &vlm("smolvlm-tiny")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let info = stdout(&o);
+    assert!(info.contains("idefics3") && info.contains("Siglip tower") && info.contains("pixel shuffle"), "{info}");
+    assert!(info.contains("16 image tokens per 32×32 view"), "{info}");
+    Ok(())
+}
+
+#[test]
+fn vision_language_bad_input_fails_cleanly() {
+    // An image over the per-image token budget.
+    let o = tessera(&[
+        "generate", "--model", &vlm("smolvlm-tiny"), "--image", &photo("chelsea.png"), "--prompt", "Hi",
+        "--max-image-tokens", "64",
+    ]);
+    assert_clean_failure(&o, &["chelsea.png", "80 image tokens", "budget of 64"]);
+    // A raw prompt whose placeholders do not match the images.
+    let o = tessera(&["generate", "--model", &vlm("llava-tiny"), "--image", &photo("chelsea.png"), "--raw", "--prompt", "no placeholder"]);
+    assert_clean_failure(&o, &["0 `<image>` placeholder", "1 image"]);
+}

@@ -33,8 +33,11 @@ pub struct DecoderConfig {
     pub qkv_bias: bool,
     pub hidden_act: Activation,
     pub norm_style: NormStyle,
-    /// Gemma scales queries by `query_pre_attn_scalar^-½` instead of `head_dim^-½`.
+    /// Gemma 2 scales queries by `query_pre_attn_scalar^-½` instead of `head_dim^-½`.
     pub query_pre_attn_scalar: Option<f64>,
+    /// The RoPE position of the first token: 0, or 1 for PaliGemma (whose positions are
+    /// 1-indexed in transformers' `PaliGemmaModel.forward`).
+    pub position_offset: usize,
 }
 
 impl DecoderConfig {
@@ -129,7 +132,8 @@ impl Decoder {
             .map(|i| DecoderLayer::new(cfg, &vb.pp("layers").pp(i)))
             .collect::<Result<Vec<_>>>()?;
         let norm = RmsNorm::load(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_style, &vb.pp("norm"))?;
-        let rope = RotaryEmbedding::new(&cfg.rope, cfg.head_dim, cfg.max_position_embeddings, vb.dtype(), vb.device())?;
+        let positions = cfg.max_position_embeddings + cfg.position_offset;
+        let rope = RotaryEmbedding::new(&cfg.rope, cfg.head_dim, positions, vb.dtype(), vb.device())?;
         Ok(Self { layers, norm, rope, cfg: cfg.clone() })
     }
 
@@ -173,7 +177,7 @@ impl Decoder {
             let input = AttentionInput {
                 rope: Some(&self.rope),
                 mask,
-                offset,
+                offset: offset + self.cfg.position_offset,
                 cache: Some((&mut *cache, i)),
                 capture,
             };

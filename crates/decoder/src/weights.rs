@@ -167,6 +167,12 @@ impl Weights {
         }
     }
 
+    /// Whether the checkpoint holds any tensor under this prefix.
+    pub fn has_any(&self) -> bool {
+        let prefix = format!("{}.", self.prefix);
+        self.stored_names().iter().any(|n| n.starts_with(&prefix))
+    }
+
     /// Every tensor name in the checkpoint, as stored.
     pub fn stored_names(&self) -> Vec<String> {
         match &*self.source {

@@ -12,27 +12,41 @@ use tessera_decoder::{Activation, DecoderConfig, NormStyle, RopeConfig, RopeScal
 use tessera_vision::NativeVisionConfig;
 
 use crate::error::{Result, TesseraError};
+use crate::vlm_config::{class_defaults, hf_vision, with_defaults, HfVisionConfig, VlmFamily};
 
-/// The text-model families this engine composes from the shared decoder.
+/// The model families this engine composes from the shared decoder (and, for the
+/// vision-language ones, a vision tower and connector).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Architecture {
     Llama,
     Mistral,
     Qwen2,
+    /// Gemma 1: GeGLU, `(1 + w)` RMSNorm, embeddings scaled by √width.
+    Gemma,
     /// tessera's native single-stream image + text model (ARCHITECTURE.md).
     TesseraNative,
+    /// Idefics3 / SmolVLM: SigLIP tiles, pixel shuffle, a Llama decoder.
+    Idefics3,
+    /// LLaVA: CLIP or SigLIP tower, two-layer projector, a Llama or Qwen2 decoder.
+    Llava,
+    /// PaliGemma: SigLIP tower, linear projector, Gemma decoder, prefix-LM mask.
+    PaliGemma,
 }
 
 impl Architecture {
-    pub const SUPPORTED: &'static str =
-        "llama, mistral, qwen2, tessera_native (config.json model_type) / llama, qwen2 (GGUF)";
+    pub const SUPPORTED: &'static str = "llama, mistral, qwen2, gemma, tessera_native, idefics3, llava, paligemma \
+         (config.json model_type) / llama, qwen2 (GGUF)";
 
     fn from_model_type(t: &str) -> Option<Self> {
         match t {
             "llama" | "smollm" | "smollm2" => Some(Self::Llama),
             "mistral" => Some(Self::Mistral),
             "qwen2" => Some(Self::Qwen2),
+            "gemma" => Some(Self::Gemma),
             "tessera_native" => Some(Self::TesseraNative),
+            "idefics3" => Some(Self::Idefics3),
+            "llava" => Some(Self::Llava),
+            "paligemma" => Some(Self::PaliGemma),
             _ => None,
         }
     }
@@ -42,16 +56,39 @@ impl Architecture {
             Self::Llama => "llama",
             Self::Mistral => "mistral",
             Self::Qwen2 => "qwen2",
+            Self::Gemma => "gemma",
             Self::TesseraNative => "tessera_native",
+            Self::Idefics3 => "idefics3",
+            Self::Llava => "llava",
+            Self::PaliGemma => "paligemma",
         }
+    }
+
+    /// The vision-language family, for the Hugging Face VLMs.
+    pub fn vlm_family(&self) -> Option<VlmFamily> {
+        match self {
+            Self::Idefics3 => Some(VlmFamily::Idefics3),
+            Self::Llava => Some(VlmFamily::Llava),
+            Self::PaliGemma => Some(VlmFamily::PaliGemma),
+            _ => None,
+        }
+    }
+
+    /// A decoder-only text model (what a VLM's `text_config` may be).
+    fn is_text(&self) -> bool {
+        matches!(self, Self::Llama | Self::Mistral | Self::Qwen2 | Self::Gemma)
     }
 }
 
-/// Everything the assembly needs to build a text model.
+/// Everything the assembly needs to build a model.
 #[derive(Debug, Clone)]
 pub struct ModelConfig {
     pub architecture: Architecture,
+    /// The decoder's own family (a VLM's `text_config.model_type`; else `architecture`).
+    pub text_architecture: Architecture,
     pub decoder: DecoderConfig,
+    /// Token embeddings are multiplied by this (Gemma: √width), image features are not.
+    pub embed_scale: Option<f64>,
     pub vocab_size: usize,
     pub tie_word_embeddings: bool,
     pub bos_token_id: Option<u32>,
@@ -66,6 +103,9 @@ pub struct ModelConfig {
 pub enum VisionSpec {
     /// Patches projected straight into the decoder width (`tessera_native`).
     Native { encoder: NativeVisionConfig, image_mean: Vec<f32>, image_std: Vec<f32>, resample: u32 },
+    /// A vision tower and connector whose features replace the prompt's image placeholders
+    /// (Idefics3, LLaVA, PaliGemma).
+    Hf(HfVisionConfig),
 }
 
 /// One id or a list of ids (`eos_token_id` is either in real configs).
@@ -111,6 +151,8 @@ pub struct HfTextConfig {
     pub eos_token_id: Option<TokenIds>,
     pub attention_bias: Option<bool>,
     pub hidden_act: Option<Activation>,
+    /// Older Gemma configs name the activation so.
+    pub hidden_activation: Option<Activation>,
     pub sliding_window: Option<usize>,
     pub use_sliding_window: Option<bool>,
 }
@@ -135,22 +177,43 @@ impl ModelConfig {
                 supported: Architecture::SUPPORTED.to_string(),
             }
         })?;
-        let cfg: HfTextConfig = serde_json::from_value(json.clone())
-            .map_err(|e| TesseraError::Config { path: path.to_path_buf(), reason: e.to_string() })?;
         let err = |reason: String| TesseraError::Config { path: path.to_path_buf(), reason };
+        // The decoder's fields: the file itself, or a VLM's `text_config` with its class defaults.
+        let (text_json, text_architecture) = match architecture.vlm_family() {
+            None => (json.clone(), architecture),
+            Some(family) => {
+                let sub = json.get("text_config").cloned().unwrap_or_else(|| serde_json::json!({}));
+                let text_type = sub.get("model_type").and_then(Value::as_str).unwrap_or(family.default_text_type());
+                let text_arch = Architecture::from_model_type(text_type)
+                    .filter(Architecture::is_text)
+                    .ok_or_else(|| err(format!("unsupported text_config.model_type `{text_type}` (llama, mistral, qwen2, gemma)")))?;
+                let defaults = class_defaults(text_type).unwrap_or_else(|| serde_json::json!({}));
+                let mut merged = with_defaults(&sub, defaults);
+                merged["model_type"] = text_type.into();
+                (merged, text_arch)
+            }
+        };
+        let cfg: HfTextConfig = serde_json::from_value(text_json)
+            .map_err(|e| TesseraError::Config { path: path.to_path_buf(), reason: e.to_string() })?;
         if cfg.num_attention_heads == 0 {
             return Err(err("num_attention_heads must be positive".into()));
         }
         let rope = rope_from_hf(&cfg).map_err(err)?;
         let head_dim = cfg.head_dim.unwrap_or(cfg.hidden_size / cfg.num_attention_heads);
-        let qkv_bias = match architecture {
+        let qkv_bias = match text_architecture {
             Architecture::Qwen2 => true,
             _ => cfg.attention_bias.unwrap_or(false),
         };
-        let sliding_window = match architecture {
+        let sliding_window = match text_architecture {
             Architecture::Mistral => cfg.sliding_window,
             Architecture::Qwen2 if cfg.use_sliding_window == Some(true) => cfg.sliding_window,
             _ => None,
+        };
+        let gemma = text_architecture == Architecture::Gemma;
+        let hidden_act = match (cfg.hidden_activation.or(cfg.hidden_act), gemma) {
+            // GemmaConfig turns the legacy `gelu` into the tanh approximation it always meant.
+            (Some(Activation::Gelu), true) | (None, true) => Activation::GeluTanh,
+            (act, _) => act.unwrap_or(Activation::Silu),
         };
         let decoder = DecoderConfig {
             hidden_size: cfg.hidden_size,
@@ -163,23 +226,34 @@ impl ModelConfig {
             rope,
             max_position_embeddings: cfg.max_position_embeddings,
             qkv_bias,
-            hidden_act: cfg.hidden_act.unwrap_or(Activation::Silu),
-            norm_style: NormStyle::Plain,
+            hidden_act,
+            norm_style: if gemma { NormStyle::OnePlusWeight } else { NormStyle::Plain },
             query_pre_attn_scalar: None,
+            position_offset: usize::from(architecture == Architecture::PaliGemma),
         };
         decoder.validate().map_err(|e| err(e.to_string()))?;
         let vision = match architecture {
             Architecture::TesseraNative => Some(native_vision(json, cfg.hidden_size).map_err(err)?),
-            _ => None,
+            a => match a.vlm_family() {
+                Some(family) => Some(VisionSpec::Hf(hf_vision(json, family, path)?)),
+                None => None,
+            },
         };
+        // A VLM states tying at its top level (falling back to its text model's).
+        let tie = json.get("tie_word_embeddings").and_then(Value::as_bool).filter(|_| architecture.vlm_family().is_some());
+        let eos = cfg.eos_token_id.or_else(|| {
+            json.get("eos_token_id").and_then(|v| serde_json::from_value::<TokenIds>(v.clone()).ok())
+        });
         Ok(Self {
             vision,
             architecture,
+            text_architecture,
+            embed_scale: gemma.then(|| (cfg.hidden_size as f64).sqrt()),
             decoder,
             vocab_size: cfg.vocab_size,
-            tie_word_embeddings: cfg.tie_word_embeddings.unwrap_or(false),
+            tie_word_embeddings: tie.or(cfg.tie_word_embeddings).unwrap_or(false),
             bos_token_id: cfg.bos_token_id.and_then(|b| b.to_vec().first().copied()),
-            eos_token_ids: cfg.eos_token_id.map(|e| e.to_vec()).unwrap_or_default(),
+            eos_token_ids: eos.map(|e| e.to_vec()).unwrap_or_default(),
             sliding_window,
         })
     }
@@ -239,8 +313,8 @@ impl ModelConfig {
                 scaling: RopeScaling::Default,
                 // llama.cpp permutes Llama's q/k rows for interleaved rotation; Qwen2 is stored as is.
                 style: match architecture {
-                    Architecture::Llama | Architecture::Mistral => RopeStyle::Interleaved,
-                    Architecture::Qwen2 | Architecture::TesseraNative => RopeStyle::Half,
+                    Architecture::Llama => RopeStyle::Interleaved,
+                    _ => RopeStyle::Half,
                 },
             },
             max_position_embeddings: get_u("context_length")?,
@@ -248,11 +322,14 @@ impl ModelConfig {
             hidden_act: Activation::Silu,
             norm_style: NormStyle::Plain,
             query_pre_attn_scalar: None,
+            position_offset: 0,
         };
         decoder.validate().map_err(|e| err(e.to_string()))?;
         let id = |k: &str| md.get(k).and_then(gguf_usize).map(|v| v as u32);
         Ok(Self {
             architecture,
+            text_architecture: architecture,
+            embed_scale: None,
             decoder,
             vocab_size,
             tie_word_embeddings: !content.tensor_infos.contains_key("output.weight"),

@@ -72,6 +72,18 @@ impl Model {
     }
 
     /// Tokenizes `text` (no special tokens) and returns its ids, token strings and base embeddings.
+    ///
+    /// ```
+    /// # let model = tessera::Model::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/shapes-vlm"), &Default::default())?;
+    /// let e = model.token_embeddings("a red circle")?;
+    /// assert_eq!(e.vectors.dims(), &[e.ids.len(), model.config().decoder.hidden_size]);
+    /// // The base embedding of a token is the same wherever it appears.
+    /// let again = model.token_embeddings("two blue circle")?;
+    /// let circle = tessera::Pooling::Token("circle".into());
+    /// let (a, b) = (e.pooled(&circle, false)?, again.pooled(&circle, false)?);
+    /// assert_eq!(a.to_vec2::<f32>()?, b.to_vec2::<f32>()?);
+    /// # Ok::<(), tessera::TesseraError>(())
+    /// ```
     pub fn token_embeddings(&self, text: &str) -> Result<Embeddings> {
         let ids = self.encode_for_embedding(text)?;
         let vectors = self.embed_ids(&ids)?.squeeze(0)?.to_dtype(DType::F32)?;
@@ -108,18 +120,59 @@ impl Model {
     }
 
     /// Contextual embeddings of `text` (after `images`) at `layer` (default: the final norm).
+    ///
+    /// ```
+    /// # let model = tessera::Model::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/shapes-vlm"), &Default::default())?;
+    /// use tessera::{cosine, Pooling};
+    /// let a = model.contextual_embeddings(&[], "a red circle", None)?;
+    /// let b = model.contextual_embeddings(&[], "a blue circle", Some(2))?;
+    /// assert_eq!(b.layer, 2);
+    /// // The same token in two contexts: different vectors.
+    /// let (ca, cb) = (a.pooled(&Pooling::Token("circle".into()), false)?, b.pooled(&Pooling::Token("circle".into()), false)?);
+    /// assert!(cosine(&ca, &cb)? < 0.999);
+    /// // A sentence vector: the mean over tokens, unit length.
+    /// let v = a.pooled(&Pooling::Mean, true)?;
+    /// assert!((v.sqr()?.sum_all()?.to_scalar::<f32>()? - 1.0).abs() < 1e-5);
+    /// # Ok::<(), tessera::TesseraError>(())
+    /// ```
     pub fn contextual_embeddings(&self, images: &[RgbImage], text: &str, layer: Option<usize>) -> Result<Embeddings> {
         let layer = layer.unwrap_or(self.config().decoder.num_hidden_layers);
         self.check_layer(layer)?;
         let ids = self.encode_for_embedding(text)?;
-        let mut states = self.hidden_states(images, &ids)?;
+        let (sequence, image_tokens) = self.with_image_prefix(images, &ids)?;
+        let mut states = self.hidden_states(images, &sequence)?;
         let vectors = states.swap_remove(layer);
-        let image_tokens = images.len() * self.image_tokens_per_image().unwrap_or(0);
         Ok(Embeddings { tokens: self.token_strings(&ids)?, ids, image_tokens, layer, vectors })
+    }
+
+    /// The ids to run for `images` then the text `ids`, and how many positions come before the
+    /// text: the native model's image tokens go first by themselves; the Hugging Face families
+    /// need each image's placeholder text, tokenized, before the text.
+    fn with_image_prefix(&self, images: &[RgbImage], ids: &[u32]) -> Result<(Vec<u32>, usize)> {
+        let mut prefix = Vec::new();
+        let mut native_tokens = 0;
+        for img in images {
+            match self.image_placeholder_text(img)? {
+                Some(text) => prefix.extend(self.tokenizer().encode(&text, false)?),
+                None => native_tokens += self.image_tokens(img)?,
+            }
+        }
+        let before = prefix.len() + native_tokens;
+        prefix.extend_from_slice(ids);
+        Ok((prefix, before))
     }
 
     /// Contextual embeddings of several texts in one batched forward (right-padded; under the
     /// causal mask padding never changes earlier positions). Equal to one-by-one calls.
+    ///
+    /// ```
+    /// # let model = tessera::Model::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/shapes-vlm"), &Default::default())?;
+    /// let batch = model.contextual_embeddings_batch(&["a red circle", "two blue squares and a cross"], None)?;
+    /// let single = model.contextual_embeddings(&[], "a red circle", None)?;
+    /// let diff = (&batch[0].vectors - &single.vectors)?.abs()?.max_all()?.to_scalar::<f32>()?;
+    /// assert!(diff < 1e-4);
+    /// # Ok::<(), tessera::TesseraError>(())
+    /// ```
     pub fn contextual_embeddings_batch(&self, texts: &[&str], layer: Option<usize>) -> Result<Vec<Embeddings>> {
         let layer = layer.unwrap_or(self.config().decoder.num_hidden_layers);
         self.check_layer(layer)?;
@@ -131,8 +184,12 @@ impl Model {
             flat.extend(ids.iter().copied());
             flat.extend(std::iter::repeat_n(pad, longest - ids.len()));
         }
+        if self.config().architecture == crate::Architecture::PaliGemma {
+            // A prefix-LM prompt attends both ways: padding would be seen, so run one by one.
+            return texts.iter().map(|t| self.contextual_embeddings(&[], t, Some(layer))).collect();
+        }
         let ids = Tensor::from_vec(flat, (all.len(), longest), self.device())?;
-        let embeds = self.token_embedding_table().forward(&ids)?;
+        let embeds = self.embed_id_tensor(&ids)?;
         let mut trace = Trace { capture_hidden: true, ..Default::default() };
         let last = self.forward_hidden(&embeds, &mut self.new_cache(), &mut trace)?;
         let states = trace.hidden_states;
@@ -147,8 +204,38 @@ impl Model {
     }
 
     /// Image embeddings `(N, hidden)` f32: the image tokens the decoder reads for `image`.
+    ///
+    /// ```
+    /// # let model = tessera::Model::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/shapes-vlm"), &Default::default())?;
+    /// # let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/shapes-vlm"));
+    /// let image = tessera::load_image(&dir.join("examples/three_shapes.png"), tessera::DEFAULT_MAX_PIXELS)?;
+    /// let tokens = model.image_embeddings(&image)?;
+    /// assert_eq!(Some(tokens.dim(0)?), model.image_tokens_per_image());
+    /// assert_eq!(tokens.dim(1)?, model.config().decoder.hidden_size);
+    /// # Ok::<(), tessera::TesseraError>(())
+    /// ```
     pub fn image_embeddings(&self, image: &RgbImage) -> Result<Tensor> {
         Ok(self.encode_image(image)?.squeeze(0)?.to_dtype(DType::F32)?)
+    }
+
+    /// The vision tower's patch features for `image`, f32 `(views, patches, tower_width)`: what
+    /// the connector reads (LLaVA: the chosen layer, class token dropped with the `default`
+    /// strategy; Idefics3: one view per tile plus the global view). The native model has no
+    /// tower: its image tokens are returned, `(1, N, hidden)`.
+    ///
+    /// ```
+    /// # let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/vlm/llava-tiny"));
+    /// let model = tessera::Model::load(&dir.to_string_lossy(), &Default::default())?;
+    /// # let photo = dir.join("../../images/chelsea.png");
+    /// let image = tessera::load_image(&photo, tessera::DEFAULT_MAX_PIXELS)?;
+    /// let patches = model.image_patch_features(&image)?; // CLIP: 5×5 patches of width 32
+    /// assert_eq!(patches.dims(), &[1, 25, 32]);
+    /// let tokens = model.image_embeddings(&image)?; // projected to the decoder's width
+    /// assert_eq!(tokens.dims(), &[25, model.config().decoder.hidden_size]);
+    /// # Ok::<(), tessera::TesseraError>(())
+    /// ```
+    pub fn image_patch_features(&self, image: &RgbImage) -> Result<Tensor> {
+        Ok(self.vision()?.tower_features(image, self.device())?.to_dtype(DType::F32)?)
     }
 
     /// The single token a word stands for: `" word"` (its in-sentence form) or `"word"`.
@@ -186,6 +273,14 @@ impl Model {
 
     /// `a − b + c` over the token embedding matrix; the top `k` tokens by cosine similarity,
     /// excluding the three inputs (e.g. king − man + woman).
+    ///
+    /// ```
+    /// # let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+    /// let model = tessera::Model::load(path, &Default::default())?;
+    /// let best = model.analogy("king", "man", "woman", 5)?;
+    /// assert_eq!(best[0].token, " queen");
+    /// # Ok::<(), tessera::TesseraError>(())
+    /// ```
     pub fn analogy(&self, a: &str, b: &str, c: &str, k: usize) -> Result<Vec<Neighbour>> {
         let (ia, ib, ic) = (self.word_token(a)?, self.word_token(b)?, self.word_token(c)?);
         let v = ((self.token_embedding(ia)? - self.token_embedding(ib)?)? + self.token_embedding(ic)?)?;
@@ -193,6 +288,18 @@ impl Model {
     }
 
     /// Attention weights of `layers` for `[images][ids]`: per layer `(heads, t, t)` f32.
+    ///
+    /// ```
+    /// # let model = tessera::Model::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/shapes-vlm"), &Default::default())?;
+    /// let ids = model.encode_prompt("Describe the image.", None, true, &[])?;
+    /// let layers = model.attention_weights(&[], &ids, &[0, 1])?;
+    /// let (layer, w) = &layers[1];
+    /// assert_eq!((*layer, w.dims()), (1, &[model.config().decoder.num_attention_heads, ids.len(), ids.len()][..]));
+    /// // Every row is a distribution over the positions it may see.
+    /// let sums: Vec<f32> = w.sum(2)?.flatten_all()?.to_vec1()?;
+    /// assert!(sums.iter().all(|s| (s - 1.0).abs() < 1e-5));
+    /// # Ok::<(), tessera::TesseraError>(())
+    /// ```
     pub fn attention_weights(&self, images: &[RgbImage], ids: &[u32], layers: &[usize]) -> Result<Vec<(usize, Tensor)>> {
         let n = self.config().decoder.num_hidden_layers;
         if let Some(bad) = layers.iter().find(|&&l| l >= n) {

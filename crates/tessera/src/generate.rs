@@ -74,7 +74,8 @@ pub struct Timings {
 #[derive(Debug, Clone, Serialize)]
 pub struct GenerationOutput {
     pub prompt_tokens: Vec<u32>,
-    /// Image tokens placed before the prompt tokens.
+    /// Positions holding image tokens: before the prompt (native model) or among the prompt
+    /// tokens, in place of the placeholders (Hugging Face families).
     pub image_tokens: usize,
     pub generated_tokens: Vec<u32>,
     pub text: String,
@@ -121,13 +122,14 @@ impl Model {
         if prompt.is_empty() {
             return Err(TesseraError::InvalidInput("the prompt is empty (no tokens)".into()));
         }
-        let image_positions = images.len() * self.image_tokens_per_image().unwrap_or(0);
-        let positions = image_positions + prompt.len();
+        let image_positions = self.image_positions(images, prompt).len();
+        let positions = self.sequence_len(images, prompt);
         if positions >= self.max_positions() {
+            let extra = positions - prompt.len();
             return Err(TesseraError::InvalidInput(format!(
                 "the prompt has {} tokens{} but the model's context is {} tokens",
                 prompt.len(),
-                if image_positions > 0 { format!(" (+ {image_positions} image tokens)") } else { String::new() },
+                if extra > 0 { format!(" (+ {extra} image tokens)") } else { String::new() },
                 self.max_positions()
             )));
         }

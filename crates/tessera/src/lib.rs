@@ -5,14 +5,36 @@
 //! `tessera-vision` and `tessera-decoder` crates, and owns the generation loop, sampling and
 //! the public API.
 //!
-//! ```no_run
+//! Image + prompt → answer, with the small model this repository ships:
+//!
+//! ```
+//! use std::path::Path;
+//! use tessera::{load_image, GenerateParams, LoadOptions, Model, DEFAULT_MAX_PIXELS};
+//!
+//! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/shapes-vlm");
+//! let model = Model::load(dir, &LoadOptions::default())?;
+//! let image = load_image(&Path::new(dir).join("examples/two_circles.png"), DEFAULT_MAX_PIXELS)?;
+//! let prompt = model.encode_prompt("How many circles are there?", None, false, std::slice::from_ref(&image))?;
+//! let out = model.generate_with_images(&[image], &prompt, &GenerateParams::default(), &mut |_| {})?;
+//! assert_eq!(out.text.trim(), "2"); // answers follow "Answer:" after a space
+//! # Ok::<(), tessera::TesseraError>(())
+//! ```
+//!
+//! Text generation with a GGUF checkpoint (`scripts/fetch_smollm2.sh` downloads this one):
+//!
+//! ```
 //! use tessera::{GenerateParams, LoadOptions, Model};
-//! let model = Model::load("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf", &LoadOptions::default())?;
-//! let prompt = model.encode_prompt("The capital of France is", None, true, 0)?;
-//! let out = model.generate(&prompt, &GenerateParams { max_new_tokens: 8, ..Default::default() }, &mut |t| print!("{t}"))?;
+//! # let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+//! let model = Model::load(path, &LoadOptions::default())?;
+//! let prompt = model.encode_prompt("The capital of France is", None, true, &[])?;
+//! let params = GenerateParams { max_new_tokens: 4, ..Default::default() };
+//! let out = model.generate(&prompt, &params, &mut |piece| print!("{piece}"))?;
 //! assert!(out.text.starts_with(" Paris"));
 //! # Ok::<(), tessera::TesseraError>(())
 //! ```
+//!
+//! One loaded [`Model`] serves many threads: it is `Send + Sync` and read-only; generation
+//! state lives in a [`KvCache`] per call ([`Model::new_cache`]).
 
 pub mod config;
 pub mod device;
@@ -23,6 +45,8 @@ pub mod model;
 pub mod sampling;
 pub mod source;
 mod vision;
+pub use vision::ImageProcessor;
+pub mod vlm_config;
 
 pub use candle_core::{DType, Device, Tensor};
 pub use config::{Architecture, GenerationConfig, ModelConfig, VisionSpec};

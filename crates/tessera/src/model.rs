@@ -1,5 +1,8 @@
 //! Model assembly: a checkpoint's configuration mapped to a composition of the text side
-//! (tokenizer, template, token embeddings) and the shared decoder, plus the LM head.
+//! (tokenizer, template, token embeddings), the shared decoder and the LM head, and — for
+//! models that read images — an image encoder whose tokens join the text in one sequence:
+//! before it (tessera's native model) or in place of the prompt's image placeholders (the
+//! Hugging Face families, as their `inputs_merger` / `masked_scatter` does).
 //!
 //! A [`Model`] is immutable once loaded (share it across threads by reference or `Arc`);
 //! per-sequence state lives in a [`KvCache`].
@@ -8,12 +11,10 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use tessera_decoder::{AttentionMask, Decoder, GgufMode, KvCache, Linear, Trace, Weights};
-use tessera_text::{ChatTemplate, Message, TokenEmbedding, Tokenizer};
-
-use tessera_text::{ContentPart};
+use tessera_text::{ChatTemplate, ContentPart, Message, TokenEmbedding, Tokenizer};
 use tessera_vision::RgbImage;
 
-use crate::config::{GenerationConfig, ModelConfig};
+use crate::config::{Architecture, GenerationConfig, ModelConfig};
 use crate::error::{Result, TesseraError};
 use crate::source::{self, ModelSource};
 use crate::vision::ImageEncoder;
@@ -55,7 +56,6 @@ pub struct Model {
     embed: TokenEmbedding,
     decoder: Decoder,
     lm_head: Linear,
-    mask: AttentionMask,
     image_encoder: Option<ImageEncoder>,
 }
 
@@ -96,7 +96,13 @@ impl Model {
             chat_template_source: chat_template.as_ref().map(|_| template_source(dir)),
         };
         let image_encoder = match &config.vision {
-            Some(spec) => Some(ImageEncoder::load(spec, dir, &vb)?),
+            Some(spec) => {
+                let image_token = match spec {
+                    crate::config::VisionSpec::Hf(v) => tokenizer.id_to_token(v.image_token_id),
+                    _ => None,
+                };
+                Some(ImageEncoder::load(spec, dir, &vb, config.decoder.hidden_size, image_token)?)
+            }
             None => None,
         };
         let mut model = Self::assemble(config, vb, tokenizer, chat_template, generation_config, info, opts)?;
@@ -144,27 +150,28 @@ impl Model {
         opts: &LoadOptions,
     ) -> Result<Self> {
         let d = &config.decoder;
-        let lm = vb.pp("model");
+        let (lm, head_name) = text_roots(&vb);
         let embed_weight = lm.pp("embed_tokens").matrix(config.vocab_size, d.hidden_size, "weight")?;
         let embed = TokenEmbedding::new(embed_weight.dense(vb.dtype())?)?;
         let decoder = Decoder::new(d, &lm)?;
-        let lm_head = if config.tie_word_embeddings || !vb.contains("lm_head.weight") {
+        let lm_head = if config.tie_word_embeddings || !vb.contains(&format!("{head_name}.weight")) {
             Linear::new(embed_weight, None)?
         } else {
-            vb.linear(d.hidden_size, config.vocab_size, false, "lm_head")?
+            vb.linear(d.hidden_size, config.vocab_size, false, head_name)?
         };
-        // EOS ids from every place a checkpoint may state them.
-        let mut eos_ids = config.eos_token_ids.clone();
-        if let Some(e) = &generation_config.eos_token_id {
-            eos_ids.extend(e.to_vec());
-        }
-        eos_ids.extend(tokenizer.special().eos_ids.iter().copied());
+        // EOS ids: generation_config's when it states them (what transformers' generate stops
+        // at, so a pad or end-of-text id that is not listed there does not stop generation),
+        // else the model config's and the tokenizer's.
+        let mut eos_ids = match &generation_config.eos_token_id {
+            Some(e) => e.to_vec(),
+            None => {
+                let mut ids = config.eos_token_ids.clone();
+                ids.extend(tokenizer.special().eos_ids.iter().copied());
+                ids
+            }
+        };
         eos_ids.sort_unstable();
         eos_ids.dedup();
-        let mask = match config.sliding_window {
-            Some(window) => AttentionMask::SlidingWindow { window },
-            None => AttentionMask::Causal,
-        };
         Ok(Self {
             config,
             info,
@@ -176,7 +183,6 @@ impl Model {
             embed,
             decoder,
             lm_head,
-            mask,
             image_encoder: None,
         })
     }
@@ -231,33 +237,105 @@ impl Model {
         Ok(template.render(messages, add_generation_prompt)?)
     }
 
-    /// Token ids for a prompt: `raw` encodes the text as the reference tokenizer does (with
-    /// whatever BOS its post-processor adds); otherwise the text is the user message of a
-    /// chat, rendered by the template (which carries its own special tokens).
+    /// Token ids for a prompt about `images` (none for text).
     ///
-    /// With `num_images > 0` the user message's content is `[image, …, image, text]`.
-    pub fn encode_prompt(&self, text: &str, system: Option<&str>, raw: bool, num_images: usize) -> Result<Vec<u32>> {
-        if raw {
-            return Ok(self.tokenizer.encode(text, true)?);
+    /// - `raw`: the text as is, tokenized as the reference tokenizer does (with whatever BOS its
+    ///   post-processor adds); for the Hugging Face vision families the text must carry one
+    ///   image placeholder (`<image>`) per image, expanded as below.
+    /// - otherwise a chat: the text is the user message (content `[image, …, image, text]` with
+    ///   images), after an optional system message, rendered by the model's template. For the
+    ///   Hugging Face vision families each image placeholder then expands to what the reference
+    ///   processor writes (Idefics3: tiles and a global view; LLaVA/PaliGemma: one image token
+    ///   per feature), and the processor's rule for special tokens applies (the tokenizer adds
+    ///   its own, e.g. LLaVA's BOS, unless the rendered text starts with the BOS token).
+    ///   PaliGemma has no template: its processor's layout `<image>…<bos>prompt\n` is used.
+    pub fn encode_prompt(&self, text: &str, system: Option<&str>, raw: bool, images: &[RgbImage]) -> Result<Vec<u32>> {
+        if !images.is_empty() {
+            self.check_image_count(images.len())?;
         }
-        let mut messages = Vec::new();
-        if let Some(s) = system {
-            messages.push(Message::text("system", s));
-        }
-        if num_images == 0 {
-            messages.push(Message::text("user", text));
+        let placeholder = self.image_encoder.as_ref().and_then(|e| e.image_token()).map(str::to_string);
+        let paligemma = self.config.architecture == Architecture::PaliGemma;
+        let (rendered, add_special) = if paligemma && (!raw || !images.is_empty()) {
+            let image = placeholder.as_deref().unwrap_or("<image>");
+            let bos = self.tokenizer.special().bos_token.clone().unwrap_or_default();
+            // The processor turns the tokenizer's own BOS off: it writes it into the text.
+            (tessera_text::paligemma_prompt(text, images.len(), image, &bos), false)
+        } else if raw {
+            (text.to_string(), true)
         } else {
-            let mut parts = vec![ContentPart::Image; num_images];
-            parts.push(ContentPart::Text { text: text.to_string() });
-            messages.push(Message::parts("user", parts));
-        }
-        let rendered = self.render_chat(&messages, true)?;
-        Ok(self.tokenizer.encode(&rendered, false)?)
+            // Vision-language templates read every message as a list of parts.
+            let message = |role: &str, images: usize, text: &str| {
+                if placeholder.is_none() && images == 0 {
+                    return Message::text(role, text);
+                }
+                let mut parts = vec![ContentPart::Image; images];
+                parts.push(ContentPart::Text { text: text.to_string() });
+                Message::parts(role, parts)
+            };
+            let mut messages = Vec::new();
+            if let Some(s) = system {
+                messages.push(message("system", 0, s));
+            }
+            messages.push(message("user", images.len(), text));
+            let rendered = self.render_chat(&messages, true)?;
+            // A text model's chat template carries all its special tokens; a processor adds the
+            // tokenizer's unless the text already starts with BOS.
+            let add = placeholder.is_some()
+                && !self.tokenizer.special().bos_token.as_deref().is_some_and(|b| !b.is_empty() && rendered.starts_with(b));
+            (rendered, add)
+        };
+        let expanded = match (&placeholder, self.image_encoder.as_ref()) {
+            (Some(p), Some(enc)) => {
+                let texts: Vec<String> = images.iter().filter_map(|img| enc.placeholder_text(img)).collect();
+                tessera_text::expand_placeholders(&rendered, p, &texts)?
+            }
+            _ => rendered,
+        };
+        Ok(self.tokenizer.encode(&expanded, add_special)?)
     }
 
-    /// Image tokens per image, for models that take images.
+    /// Refuses more images than the model takes, naming the model.
+    fn check_image_count(&self, n: usize) -> Result<()> {
+        let max = self.max_images();
+        if max == 0 {
+            self.vision()?;
+        }
+        if n > max {
+            return Err(TesseraError::InvalidInput(format!(
+                "{n} images given but model `{}` accepts at most {max}",
+                self.info.source.path().display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Image tokens per image, for models where that does not depend on the image (`None` for
+    /// text models and for Idefics3, whose tile count depends on the image's size).
     pub fn image_tokens_per_image(&self) -> Option<usize> {
-        self.image_encoder.as_ref().map(|e| e.tokens_per_image())
+        self.image_encoder.as_ref()?.fixed_tokens()
+    }
+
+    /// Image tokens `image` becomes in the sequence.
+    pub fn image_tokens(&self, image: &RgbImage) -> Result<usize> {
+        Ok(self.vision()?.tokens_for(image))
+    }
+
+    /// The prompt text that stands for `image` (Hugging Face families; `None` for the native
+    /// model, whose image tokens go before the text).
+    pub fn image_placeholder_text(&self, image: &RgbImage) -> Result<Option<String>> {
+        Ok(self.vision()?.placeholder_text(image))
+    }
+
+    /// Refuses an image that would take more than `max_tokens` image tokens.
+    pub fn check_image_budget(&self, image: &RgbImage, max_tokens: usize, name: &str) -> Result<()> {
+        let n = self.image_tokens(image)?;
+        if n > max_tokens {
+            return Err(TesseraError::InvalidInput(format!(
+                "image {name} ({}×{}) takes {n} image tokens, over the budget of {max_tokens} per image",
+                image.width, image.height
+            )));
+        }
+        Ok(())
     }
 
     /// The most images one prompt may carry (0 for text-only models).
@@ -270,7 +348,8 @@ impl Model {
         self.image_encoder.as_ref().map(|e| e.describe())
     }
 
-    /// The preprocessed pixel values `(3, H, W)` the model sees for `image`.
+    /// The preprocessed pixel values the model sees for `image`: `(3, H, W)` for the native
+    /// model, `(views, 3, H, W)` for the Hugging Face families (Idefics3: tiles + global view).
     pub fn pixel_values(&self, image: &RgbImage) -> Result<Tensor> {
         self.vision()?.pixel_values(image, &self.device)
     }
@@ -285,7 +364,7 @@ impl Model {
         self.vision()?.encode(image, &self.device)
     }
 
-    fn vision(&self) -> Result<&ImageEncoder> {
+    pub(crate) fn vision(&self) -> Result<&ImageEncoder> {
         self.image_encoder.as_ref().ok_or_else(|| {
             TesseraError::InvalidInput(format!(
                 "model `{}` ({}) takes no images",
@@ -295,18 +374,35 @@ impl Model {
         })
     }
 
-    /// The input sequence `[image tokens …][text tokens]` as embeddings `(1, t, hidden)`.
-    pub fn prompt_embeddings(&self, images: &[RgbImage], ids: &[u32]) -> Result<Tensor> {
-        if !images.is_empty() && images.len() > self.max_images() {
-            if self.image_encoder.is_none() {
-                self.vision()?;
+    /// Positions of the sequence that hold image tokens: the native model's come first; the
+    /// Hugging Face families' replace the placeholder ids in `ids`.
+    pub fn image_positions(&self, images: &[RgbImage], ids: &[u32]) -> Vec<usize> {
+        match self.image_encoder.as_ref().and_then(|e| e.image_token_id()) {
+            Some(id) => ids.iter().enumerate().filter(|(_, &t)| t == id).map(|(i, _)| i).collect(),
+            None => {
+                let n: usize = self.image_encoder.as_ref().map(|e| images.iter().map(|i| e.tokens_for(i)).sum()).unwrap_or(0);
+                (0..n).collect()
             }
-            return Err(TesseraError::InvalidInput(format!(
-                "{} images given but model `{}` accepts at most {}",
-                images.len(),
-                self.info.source.path().display(),
-                self.max_images()
-            )));
+        }
+    }
+
+    /// The length of the sequence `images` and `ids` make.
+    pub fn sequence_len(&self, images: &[RgbImage], ids: &[u32]) -> usize {
+        match self.image_encoder.as_ref() {
+            Some(e) if e.image_token_id().is_none() => images.iter().map(|i| e.tokens_for(i)).sum::<usize>() + ids.len(),
+            _ => ids.len(),
+        }
+    }
+
+    /// The input sequence as embeddings `(1, t, hidden)`: `[image tokens …][text tokens]` for the
+    /// native model; the text with each placeholder id replaced by the next image token for the
+    /// Hugging Face families (the number of placeholders must equal the images' tokens).
+    pub fn prompt_embeddings(&self, images: &[RgbImage], ids: &[u32]) -> Result<Tensor> {
+        if !images.is_empty() {
+            self.check_image_count(images.len())?;
+        }
+        if let Some(image_id) = self.image_encoder.as_ref().and_then(|e| e.image_token_id()) {
+            return self.merge_image_tokens(images, ids, image_id);
         }
         let mut parts = images.iter().map(|img| self.encode_image(img)).collect::<Result<Vec<_>>>()?;
         if !ids.is_empty() {
@@ -320,15 +416,64 @@ impl Model {
         Ok(Tensor::cat(&parts, 1)?)
     }
 
+    /// transformers' `masked_scatter`: placeholder positions take the image tokens in order.
+    fn merge_image_tokens(&self, images: &[RgbImage], ids: &[u32], image_id: u32) -> Result<Tensor> {
+        if ids.is_empty() {
+            return Err(TesseraError::InvalidInput("empty input: no tokens".into()));
+        }
+        let slots = ids.iter().filter(|&&t| t == image_id).count();
+        let needed: usize = images.iter().map(|img| self.vision().map(|e| e.tokens_for(img))).sum::<Result<usize>>()?;
+        if slots != needed {
+            return Err(TesseraError::InvalidInput(format!(
+                "the prompt has {slots} image-token positions but the {} image(s) give {needed} image tokens \
+                 (each image needs its placeholder expanded as the processor does)",
+                images.len()
+            )));
+        }
+        // A placeholder id outside the vocabulary embeds as id 0 before it is replaced.
+        let vocab = self.embed.vocab_size() as u32;
+        let safe: Vec<u32> = ids.iter().map(|&t| if t == image_id && t >= vocab { 0 } else { t }).collect();
+        let text = self.embed_ids(&safe)?; // (1, t, hidden)
+        if needed == 0 {
+            return Ok(text);
+        }
+        let feats = images.iter().map(|img| self.encode_image(img)).collect::<Result<Vec<_>>>()?;
+        let feats = Tensor::cat(&feats, 1)?.to_dtype(text.dtype())?; // (1, needed, hidden)
+        let mut parts = Vec::new();
+        let (mut i, mut used) = (0usize, 0usize);
+        while i < ids.len() {
+            let is_image = ids[i] == image_id;
+            let run = ids[i..].iter().take_while(|&&t| (t == image_id) == is_image).count();
+            parts.push(if is_image { feats.narrow(1, used, run)? } else { text.narrow(1, i, run)? });
+            if is_image {
+                used += run;
+            }
+            i += run;
+        }
+        Ok(Tensor::cat(&parts, 1)?)
+    }
+
     /// The token embedding matrix.
     pub fn token_embedding_table(&self) -> &TokenEmbedding {
         &self.embed
     }
 
+    /// Token embeddings `(b, t, hidden)` for ids `(b, t)`, scaled as the model scales them
+    /// (Gemma: by √width, in the weights' dtype).
+    pub fn embed_id_tensor(&self, ids: &Tensor) -> Result<Tensor> {
+        let e = self.embed.forward(ids)?;
+        Ok(match self.config.embed_scale {
+            Some(scale) => {
+                let scale = Tensor::new(scale as f32, e.device())?.to_dtype(e.dtype())?;
+                e.broadcast_mul(&scale)?
+            }
+            None => e,
+        })
+    }
+
     /// Token embeddings `(1, t, hidden)` for `ids`.
     pub fn embed_ids(&self, ids: &[u32]) -> Result<Tensor> {
-        let ids = Tensor::new(ids, &self.device)?.unsqueeze(0)?;
-        Ok(self.embed.forward(&ids)?)
+        self.embed_id_tensor(&Tensor::new(ids, &self.device)?.unsqueeze(0)?)
     }
 
     /// Runs `ids` after what `cache` holds; returns f32 logits `(t, vocab)` for every new position.
@@ -344,7 +489,17 @@ impl Model {
         self.logits(&hidden.narrow(1, t - 1, 1)?)?.squeeze(0).map_err(Into::into)
     }
 
-    /// The decoder over embeddings `(1, t, hidden)` → final-normed hidden states.
+    /// The mask for `t` new positions after `cached` ones. PaliGemma's prompt (image + text,
+    /// the first forward) attends both ways; everything after it is causal.
+    pub fn mask_for(&self, cached: usize, t: usize) -> AttentionMask {
+        match (self.config.architecture, self.config.sliding_window) {
+            (Architecture::PaliGemma, _) if cached == 0 => AttentionMask::PrefixLm { prefix_len: t },
+            (_, Some(window)) => AttentionMask::SlidingWindow { window },
+            _ => AttentionMask::Causal,
+        }
+    }
+
+    /// The decoder over embeddings `(b, t, hidden)` → final-normed hidden states.
     pub fn forward_hidden(&self, embeds: &Tensor, cache: &mut KvCache, trace: &mut Trace) -> Result<Tensor> {
         let t = embeds.dim(1)?;
         if t == 0 {
@@ -357,13 +512,34 @@ impl Model {
                 self.max_positions()
             )));
         }
-        Ok(self.decoder.forward_traced(embeds, cache, &self.mask, trace)?)
+        let mask = self.mask_for(cache.len(), t);
+        Ok(self.decoder.forward_traced(embeds, cache, &mask, trace)?)
     }
 
     /// The LM head: hidden `(1, t, hidden)` → f32 logits `(t, vocab)`.
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
         Ok(self.lm_head.forward(hidden)?.squeeze(0)?.to_dtype(DType::F32)?)
     }
+}
+
+/// The text model's root and LM head name, by the checkpoint's naming generation:
+/// `model` + `lm_head` (text models), `model.text_model` (Idefics3), `language_model.model` +
+/// `language_model.lm_head` (LLaVA / PaliGemma as saved until transformers 4.52, and by 5's
+/// `save_pretrained`), `model.language_model` + `lm_head` (the newer layout).
+fn text_roots(vb: &Weights) -> (Weights, &'static str) {
+    const ROOTS: [(&str, &str); 4] = [
+        ("model.text_model", "lm_head"),
+        ("language_model.model", "language_model.lm_head"),
+        ("model.language_model", "lm_head"),
+        ("model", "lm_head"),
+    ];
+    for (root, head) in ROOTS {
+        let lm = vb.pp(root);
+        if lm.contains("embed_tokens.weight") {
+            return (lm, head);
+        }
+    }
+    (vb.pp("model"), "lm_head")
 }
 
 fn read_json_opt(path: &Path) -> Result<Option<serde_json::Value>> {

@@ -28,7 +28,7 @@ fn logits_and_greedy_answers_match_the_pytorch_reference() -> Result<()> {
         let name = item["image"].as_str().context("image")?;
         let image = load_image(&dir.join(name), DEFAULT_MAX_PIXELS)?;
         let question = item["question"].as_str().context("question")?;
-        let prompt = model.encode_prompt(question, None, false, 1)?;
+        let prompt = model.encode_prompt(question, None, false, std::slice::from_ref(&image))?;
         assert_eq!(prompt, common::ids(&item["prompt_ids"]), "{name}: prompt ids");
 
         let pixels: Vec<f32> = model.pixel_values(&image)?.flatten_all()?.to_vec1()?;
@@ -74,9 +74,12 @@ fn images_beyond_what_the_model_takes_are_refused() -> Result<()> {
     let dir = model_dir();
     let model = Model::load(dir.to_str().context("utf-8")?, &LoadOptions::default())?;
     let image = load_image(&dir.join("examples/two_circles.png"), DEFAULT_MAX_PIXELS)?;
-    let prompt = model.encode_prompt("How many circles are there?", None, false, 2)?;
+    let two = [image.clone(), image];
+    let err = model.encode_prompt("How many circles are there?", None, false, &two).unwrap_err().to_string();
+    assert!(err.contains("2 images") && err.contains("at most 1"), "{err}");
+    let prompt = model.encode_prompt("How many circles are there?", None, false, &two[..1])?;
     let err = model
-        .generate_with_images(&[image.clone(), image], &prompt, &GenerateParams::default(), &mut |_| {})
+        .generate_with_images(&two, &prompt, &GenerateParams::default(), &mut |_| {})
         .unwrap_err()
         .to_string();
     assert!(err.contains("2 images") && err.contains("at most 1"), "{err}");

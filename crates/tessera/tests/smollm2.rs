@@ -18,7 +18,7 @@ fn load(dtype: Option<DType>) -> Result<Model> {
 /// The prompt ids our tokenizer and chat template produce for a fixture entry.
 fn prompt_ids(model: &Model, entry: &serde_json::Value) -> Result<Vec<u32>> {
     Ok(match entry["mode"].as_str() {
-        Some("raw") => model.encode_prompt(entry["text"].as_str().expect("text"), None, true, 0)?,
+        Some("raw") => model.encode_prompt(entry["text"].as_str().expect("text"), None, true, &[])?,
         _ => {
             let messages: Vec<Message> = serde_json::from_value(entry["messages"].clone())?;
             let rendered = model.render_chat(&messages, true)?;
@@ -89,7 +89,7 @@ fn quantized_q4_1_agrees_on_the_first_token_where_the_reference_is_clear() -> Re
 fn the_capital_of_france_is_paris_in_f32_and_q4_1() -> Result<()> {
     for dtype in [Some(DType::F32), None] {
         let model = load(dtype)?;
-        let prompt = model.encode_prompt("The capital of France is", None, true, 0)?;
+        let prompt = model.encode_prompt("The capital of France is", None, true, &[])?;
         let params = GenerateParams { max_new_tokens: 4, ..Default::default() };
         let out = model.generate(&prompt, &params, &mut |_| {})?;
         assert!(out.text.starts_with(" Paris"), "{dtype:?}: {:?}", out.text);

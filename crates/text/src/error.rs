@@ -28,6 +28,10 @@ pub enum TextError {
     #[error("token id {id} is out of range for a vocabulary of {vocab_size}")]
     TokenOutOfRange { id: u32, vocab_size: usize },
 
+    /// The prompt's image placeholders and the images given differ in number.
+    #[error("the prompt has {found} `{placeholder}` placeholder(s) but {images} image(s) were given")]
+    Placeholders { placeholder: String, found: usize, images: usize },
+
     /// A file could not be read.
     #[error("cannot read {path}: {reason}")]
     Io { path: PathBuf, reason: String },

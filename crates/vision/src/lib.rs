@@ -6,7 +6,10 @@
 //! - [`resize`]: Pillow's resampling filters, bit for bit;
 //! - [`preprocess`]: the `preprocessor_config.json` pipeline (resize, crop, rescale, normalize);
 //! - [`patchify`]: patches by unfold + linear and by Conv2d (Dosovitskiy et al. 2020);
-//! - [`native`]: the patch encoder of tessera's native single-stream model.
+//! - [`native`]: the patch encoder of tessera's native single-stream model;
+//! - [`tower`]: SigLIP and CLIP vision transformers;
+//! - [`connector`]: from tower features to language-model tokens (pixel shuffle, MLP, linear);
+//! - [`tiling`]: Idefics3/SmolVLM's image splitting into tiles plus a global view.
 
 pub mod error;
 pub mod heatmap;
@@ -15,6 +18,9 @@ pub mod native;
 pub mod patchify;
 pub mod preprocess;
 pub mod resize;
+pub mod tiling;
+pub mod tower;
+pub mod connector;
 
 pub use error::{Result, VisionError};
 pub use heatmap::{patch_intensities, render_heatmap};
@@ -23,3 +29,6 @@ pub use native::{NativePatchEncoder, NativeVisionConfig};
 pub use patchify::{patchify, PatchEmbedding};
 pub use preprocess::{preprocess, PreprocessConfig, Size};
 pub use resize::Filter;
+pub use connector::Connector;
+pub use tiling::{split_image, Tiles, TilingConfig};
+pub use tower::{drop_class_token, FeatureLayer, TowerKind, VisionTower, VisionTowerConfig};

@@ -47,7 +47,7 @@ impl NativePatchEncoder {
         let b = vb.get(&[d], "patch_embed.bias")?;
         let positions = vb.get(&[cfg.num_patches(), d], "image_pos_embed")?;
         // (d, C·P·P) → (d, C, P, P): the same numbers, in Conv2d's kernel layout.
-        let patch = PatchEmbedding::new(w.reshape((d, c, p, p))?, b)?;
+        let patch = PatchEmbedding::new(w.reshape((d, c, p, p))?, Some(b))?;
         Ok(Self { cfg, patch, positions })
     }
 

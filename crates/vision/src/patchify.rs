@@ -22,15 +22,17 @@ pub fn patchify(images: &Tensor, patch: usize) -> Result<Tensor> {
         .reshape((b, gh * gw, c * patch * patch))
 }
 
-/// A patch embedding: weight `(d, C, P, P)` and bias `(d,)`, applicable either way.
+/// A patch embedding: weight `(d, C, P, P)` and an optional bias `(d,)` (CLIP has none),
+/// applicable either way.
+#[derive(Clone, Debug)]
 pub struct PatchEmbedding {
     weight: Tensor,
-    bias: Tensor,
+    bias: Option<Tensor>,
     patch: usize,
 }
 
 impl PatchEmbedding {
-    pub fn new(weight: Tensor, bias: Tensor) -> Result<Self> {
+    pub fn new(weight: Tensor, bias: Option<Tensor>) -> Result<Self> {
         let (_, _, p, p2) = weight.dims4()?;
         if p != p2 {
             candle_core::bail!("patch embedding kernel must be square, got {p}×{p2}");
@@ -42,13 +44,24 @@ impl PatchEmbedding {
     pub fn forward_unfold(&self, images: &Tensor) -> Result<Tensor> {
         let d = self.weight.dim(0)?;
         let w = self.weight.reshape((d, ()))?; // (d, C·P·P)
-        patchify(images, self.patch)?.broadcast_matmul(&w.t()?)?.broadcast_add(&self.bias)
+        self.add_bias(patchify(images, self.patch)?.broadcast_matmul(&w.t()?)?)
     }
 
     /// Conv2d (kernel = stride = P): `(b, C, H, W)` → `(b, N, d)`.
     pub fn forward_conv(&self, images: &Tensor) -> Result<Tensor> {
         let y = images.conv2d(&self.weight, 0, self.patch, 1, 1)?; // (b, d, gh, gw)
         let y = y.flatten_from(2)?.transpose(1, 2)?; // (b, N, d)
-        y.broadcast_add(&self.bias)
+        self.add_bias(y)
+    }
+
+    pub fn patch_size(&self) -> usize {
+        self.patch
+    }
+
+    fn add_bias(&self, y: Tensor) -> Result<Tensor> {
+        match &self.bias {
+            Some(b) => y.broadcast_add(b),
+            None => Ok(y),
+        }
     }
 }

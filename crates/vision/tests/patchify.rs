@@ -18,7 +18,7 @@ fn worked_example_224_by_14_gives_256_patches_of_588() -> Result<()> {
     let d_model = 64;
     let weight = Tensor::randn(0f32, 0.05, (d_model, 3, 14, 14), &dev)?;
     let bias = Tensor::randn(0f32, 0.05, d_model, &dev)?;
-    let embed = PatchEmbedding::new(weight, bias)?;
+    let embed = PatchEmbedding::new(weight, Some(bias))?;
     let a = embed.forward_unfold(&image)?;
     let b = embed.forward_conv(&image)?;
     assert_eq!(a.dims(), &[1, 256, d_model]);

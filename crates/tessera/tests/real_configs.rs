@@ -1,0 +1,160 @@
+//! The small JSON and Jinja files of real Hub checkpoints (tests/fixtures/real_configs, copied
+//! with their sources in SOURCES.md; no weights): configs parse into the sizes the checkpoints
+//! have, transformers' class defaults fill what the files omit, the image processors give the
+//! reference's image-token counts, and the chat templates render.
+
+mod common;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use tessera::vlm_config::{ConnectorConfig, VlmFamily};
+use tessera::{
+    load_image, Architecture, ChatTemplate, ContentPart, ImageProcessor, Message, ModelConfig, VisionSpec,
+    DEFAULT_MAX_PIXELS,
+};
+use tessera_decoder::{Activation, NormStyle};
+use tessera_vision::TowerKind;
+
+fn real(name: &str) -> PathBuf {
+    common::fixtures().join("real_configs").join(name)
+}
+
+fn config(name: &str) -> Result<ModelConfig> {
+    Ok(ModelConfig::from_config_file(&real(name).join("config.json"))?)
+}
+
+fn hf_vision(cfg: &ModelConfig) -> Result<&tessera::vlm_config::HfVisionConfig> {
+    match &cfg.vision {
+        Some(VisionSpec::Hf(v)) => Ok(v),
+        other => anyhow::bail!("expected a Hugging Face vision config, got {other:?}"),
+    }
+}
+
+fn chelsea() -> Result<tessera::RgbImage> {
+    Ok(load_image(&common::fixtures().join("images/chelsea.png"), DEFAULT_MAX_PIXELS)?)
+}
+
+fn image_question(text: &str) -> Vec<Message> {
+    vec![Message::parts("user", vec![ContentPart::Image, ContentPart::Text { text: text.into() }])]
+}
+
+#[test]
+fn smolvlm_256m() -> Result<()> {
+    let cfg = config("smolvlm-256m-instruct")?;
+    assert_eq!((cfg.architecture, cfg.text_architecture), (Architecture::Idefics3, Architecture::Llama));
+    let d = &cfg.decoder;
+    assert_eq!((d.hidden_size, d.num_hidden_layers, d.num_attention_heads, d.num_key_value_heads), (576, 30, 9, 3));
+    assert_eq!((d.head_dim, d.intermediate_size, d.rope.theta, cfg.vocab_size), (64, 1536, 100_000.0, 49280));
+    assert!(!cfg.tie_word_embeddings);
+    let v = hf_vision(&cfg)?;
+    assert_eq!(v.family, VlmFamily::Idefics3);
+    assert_eq!((v.tower.kind, v.tower.hidden_size, v.tower.num_hidden_layers), (TowerKind::Siglip, 768, 12));
+    assert_eq!((v.tower.image_size, v.tower.patch_size, v.tower.hidden_act), (512, 16, Activation::GeluTanh));
+    assert_eq!((v.image_token_id, &v.connector), (49190, &ConnectorConfig::PixelShuffle { scale_factor: 4 }));
+    // A 451×300 photo: longest edge → 2048 (2048×1362), tiles of 512 → 4×3 tiles (2048×1536)
+    // plus the global view, 64 tokens each.
+    let processor = ImageProcessor::load(&real("smolvlm-256m-instruct"), v)?;
+    let img = chelsea()?;
+    assert_eq!(processor.tokens_for_size(img.height, img.width), 13 * 64);
+    let text = processor.placeholder_text(img.height, img.width, "<image>");
+    assert!(text.starts_with(&format!("<fake_token_around_image><row_1_col_1>{}<fake", "<image>".repeat(64))));
+    assert!(text.contains("<row_3_col_4>") && !text.contains("<row_4_"), "3 rows, 4 columns");
+    assert_eq!(text.matches("<image>").count(), 13 * 64);
+    let template = ChatTemplate::from_model_dir(&real("smolvlm-256m-instruct"))?.context("template")?;
+    assert_eq!(
+        template.render(&image_question("Describe this image."), true)?,
+        "<|im_start|>User:<image>Describe this image.<end_of_utterance>\nAssistant:"
+    );
+    Ok(())
+}
+
+#[test]
+fn granite_docling_idefics3_with_a_jinja_template() -> Result<()> {
+    let cfg = config("granite-docling-258m")?;
+    assert_eq!(cfg.architecture, Architecture::Idefics3);
+    let v = hf_vision(&cfg)?;
+    let processor = ImageProcessor::load(&real("granite-docling-258m"), v)?;
+    assert_eq!(processor.fixed_tokens(), None);
+    let template = ChatTemplate::from_model_dir(&real("granite-docling-258m"))?.context("template")?;
+    let rendered = template.render(&image_question("Convert this page to docling."), true)?;
+    assert!(rendered.contains("<image>") && rendered.contains("Convert this page to docling."), "{rendered}");
+    Ok(())
+}
+
+#[test]
+fn llava_1_5_7b() -> Result<()> {
+    let cfg = config("llava-1.5-7b-hf")?;
+    assert_eq!((cfg.architecture, cfg.text_architecture), (Architecture::Llava, Architecture::Llama));
+    // text_config states only vocab, context and eps: the rest are LlamaConfig's defaults.
+    let d = &cfg.decoder;
+    assert_eq!((d.hidden_size, d.intermediate_size, d.num_hidden_layers), (4096, 11008, 32));
+    assert_eq!((d.num_attention_heads, d.num_key_value_heads, d.head_dim), (32, 32, 128));
+    assert_eq!((d.max_position_embeddings, d.rms_norm_eps, cfg.vocab_size), (4096, 1e-5, 32064));
+    let v = hf_vision(&cfg)?;
+    // CLIP ViT-L/14-336: hidden_act and layer_norm_eps from CLIPVisionConfig's defaults.
+    assert_eq!((v.tower.kind, v.tower.hidden_size, v.tower.num_hidden_layers), (TowerKind::Clip, 1024, 24));
+    assert_eq!((v.tower.image_size, v.tower.patch_size), (336, 14));
+    assert_eq!((v.tower.hidden_act, v.tower.layer_norm_eps), (Activation::QuickGelu, 1e-5));
+    assert_eq!(
+        v.connector,
+        ConnectorConfig::LlavaMlp { feature_layer: -2, drop_class_token: true, act: Activation::Gelu, bias: true }
+    );
+    assert_eq!(v.image_token_id, 32000);
+    // Both folder layouts: the Hub's flat preprocessor_config.json, and a transformers-5 save.
+    for dir in ["llava-1.5-7b-hf", "llava-1.5-7b-hf-v5"] {
+        let processor = ImageProcessor::load(&real(dir), v)?;
+        assert_eq!(processor.fixed_tokens(), Some(576), "{dir}: 24×24 patches, class token dropped");
+        let template = ChatTemplate::from_model_dir(&real(dir))?.context("template")?;
+        // The template marks the assistant turn with transformers' {% generation %} tag.
+        let mut chat = image_question("What is this?");
+        chat.push(Message::parts("assistant", vec![ContentPart::Text { text: "A cat.".into() }]));
+        assert_eq!(template.render(&chat, false)?, "USER: <image>\nWhat is this? ASSISTANT: A cat. ");
+    }
+    Ok(())
+}
+
+#[test]
+fn llava_interleave_qwen() -> Result<()> {
+    let cfg = config("llava-interleave-qwen-7b-hf")?;
+    assert_eq!((cfg.architecture, cfg.text_architecture), (Architecture::Llava, Architecture::Qwen2));
+    let d = &cfg.decoder;
+    assert!(d.qkv_bias, "Qwen2 has q/k/v biases");
+    assert_eq!((d.hidden_size, d.intermediate_size, d.rope.theta, cfg.vocab_size), (4096, 11008, 1e6, 152000));
+    let v = hf_vision(&cfg)?;
+    assert_eq!((v.tower.kind, v.tower.hidden_size, v.tower.num_hidden_layers), (TowerKind::Siglip, 1152, 26));
+    assert_eq!(
+        v.connector,
+        ConnectorConfig::LlavaMlp { feature_layer: -1, drop_class_token: false, act: Activation::Gelu, bias: true }
+    );
+    let processor = ImageProcessor::load(&real("llava-interleave-qwen-7b-hf"), v)?;
+    assert_eq!(processor.fixed_tokens(), Some(27 * 27));
+    let template = ChatTemplate::from_model_dir(&real("llava-interleave-qwen-7b-hf"))?.context("template")?;
+    let two = vec![Message::parts(
+        "user",
+        vec![ContentPart::Image, ContentPart::Image, ContentPart::Text { text: "Compare.".into() }],
+    )];
+    assert_eq!(
+        template.render(&two, true)?,
+        "<|im_start|>user\n<image><image>\nCompare.<|im_end|>\n<|im_start|>assistant\n"
+    );
+    Ok(())
+}
+
+#[test]
+fn paligemma_3b() -> Result<()> {
+    let cfg = config("paligemma-3b-pt-224")?;
+    assert_eq!((cfg.architecture, cfg.text_architecture), (Architecture::PaliGemma, Architecture::Gemma));
+    let d = &cfg.decoder;
+    assert_eq!((d.hidden_size, d.num_hidden_layers, d.num_attention_heads, d.num_key_value_heads), (2048, 18, 8, 1));
+    assert_eq!((d.head_dim, d.intermediate_size, cfg.vocab_size), (256, 16384, 257216));
+    assert_eq!((d.norm_style, d.hidden_act, d.position_offset), (NormStyle::OnePlusWeight, Activation::GeluTanh, 1));
+    assert_eq!(cfg.embed_scale, Some(2048f64.sqrt()));
+    assert!(cfg.tie_word_embeddings);
+    let v = hf_vision(&cfg)?;
+    // vision_config has no image_size: SiglipVisionConfig's 224 → 16×16 patches of 14.
+    assert_eq!((v.tower.image_size, v.tower.patch_size, v.tower.num_hidden_layers), (224, 14, 27));
+    assert_eq!(v.tower.num_patches(), 256);
+    assert_eq!((v.image_token_id, &v.connector), (257152, &ConnectorConfig::Linear { projection_dim: 2048 }));
+    Ok(())
+}

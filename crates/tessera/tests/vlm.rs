@@ -1,0 +1,307 @@
+//! Hugging Face vision-language families against transformers: tiny random-weight Idefics3
+//! (SmolVLM), LLaVA (CLIP + Llama), LLaVA-interleave (SigLIP + Qwen2) and PaliGemma (SigLIP +
+//! Gemma) checkpoints written by scripts/make_tiny_vlms.py with the real classes, processors
+//! and chat templates, with the reference's rendered prompts, ids, pixel values, tower
+//! features, projected image features, logits and 16 greedy ids on real photos.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{ensure, Context, Result};
+use candle_core::{Device, Tensor};
+use serde_json::Value;
+use tessera::{load_image, GenerateParams, LoadOptions, Message, Model, RgbImage, DEFAULT_MAX_PIXELS};
+
+const FAMILIES: &[&str] = &["smolvlm-tiny", "llava-tiny", "llava-interleave-tiny", "paligemma-tiny"];
+
+fn vlm_dir(name: &str) -> PathBuf {
+    common::fixtures().join("vlm").join(name)
+}
+
+fn load(name: &str) -> Result<Model> {
+    let dir = vlm_dir(name);
+    Ok(Model::load(dir.to_str().context("utf-8 path")?, &LoadOptions::default())?)
+}
+
+struct Case {
+    name: String,
+    json: Value,
+    images: Vec<RgbImage>,
+}
+
+fn cases(name: &str) -> Result<(Vec<Case>, HashMap<String, Tensor>)> {
+    let dir = vlm_dir(name);
+    let reference = common::read_json(&dir.join("reference.json"))?;
+    let tensors_path = match reference.get("reference_tensors").and_then(Value::as_str) {
+        Some(rel) => dir.join(rel),
+        None => dir.join("reference.safetensors"),
+    };
+    let tensors = candle_core::safetensors::load(&tensors_path, &Device::Cpu)?;
+    let mut out = Vec::new();
+    for c in reference["cases"].as_array().context("cases")? {
+        let images = c["images"]
+            .as_array()
+            .context("images")?
+            .iter()
+            .map(|p| Ok(load_image(&common::repo_root().join(p.as_str().context("path")?), DEFAULT_MAX_PIXELS)?))
+            .collect::<Result<Vec<_>>>()?;
+        out.push(Case { name: c["name"].as_str().context("name")?.to_string(), json: c.clone(), images });
+    }
+    Ok((out, tensors))
+}
+
+/// The user text of a case (the chat families' last text part; PaliGemma's prompt).
+fn user_text(case: &Case) -> Result<String> {
+    if let Some(p) = case.json["prompt"].as_str() {
+        return Ok(p.to_string());
+    }
+    let parts = case.json["messages"][0]["content"].as_array().context("content")?;
+    Ok(parts.iter().filter_map(|p| p["text"].as_str()).collect::<String>())
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor, what: &str) -> Result<f32> {
+    let (a, b) = (a.flatten_all()?, b.flatten_all()?);
+    ensure!(a.dims() == b.dims(), "{what}: {} values vs the reference's {}", a.dim(0)?, b.dim(0)?);
+    Ok((a - b)?.abs()?.max_all()?.to_scalar::<f32>()?)
+}
+
+fn reference_tensor<'a>(tensors: &'a HashMap<String, Tensor>, case: &str, key: &str) -> Option<&'a Tensor> {
+    tensors.get(&format!("{case}.{key}"))
+}
+
+#[test]
+fn prompts_render_and_tokenize_as_the_processor_does() -> Result<()> {
+    for name in FAMILIES.iter().chain(&["smolvlm-tiny-legacy"]) {
+        let model = load(name)?;
+        let (cases, _) = cases(name)?;
+        for case in &cases {
+            if let Some(messages) = case.json["messages"].as_array() {
+                let messages: Vec<Message> = serde_json::from_value(Value::Array(messages.clone()))?;
+                let rendered = model.render_chat(&messages, true)?;
+                assert_eq!(rendered, case.json["rendered"].as_str().context("rendered")?, "{name}/{}", case.name);
+            }
+            let ids = model.encode_prompt(&user_text(case)?, None, false, &case.images)?;
+            assert_eq!(ids, common::ids(&case.json["input_ids"]), "{name}/{}: prompt ids", case.name);
+            let image_id = model.image_positions(&case.images, &ids).len();
+            assert_eq!(image_id as u64, case.json["num_image_tokens"].as_u64().context("num_image_tokens")?);
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn pixels_tower_features_and_image_tokens_match() -> Result<()> {
+    for name in FAMILIES {
+        let model = load(name)?;
+        let (cases, tensors) = cases(name)?;
+        for case in cases.iter().filter(|c| !c.images.is_empty()) {
+            let pixels = case.images.iter().map(|i| model.pixel_values(i)).collect::<tessera::Result<Vec<_>>>()?;
+            let features = case.images.iter().map(|i| model.image_patch_features(i)).collect::<tessera::Result<Vec<_>>>()?;
+            let tokens = case.images.iter().map(|i| model.image_embeddings(i)).collect::<tessera::Result<Vec<_>>>()?;
+            let what = format!("{name}/{}", case.name);
+            let reference = |k: &str| reference_tensor(&tensors, &case.name, k).with_context(|| format!("{what}: no {k}"));
+            let d = max_abs_diff(&Tensor::cat(&pixels, 0)?, reference("pixel_values")?, "pixel values")?;
+            assert!(d < 1e-5, "{what}: pixel values differ by {d}");
+            let d = max_abs_diff(&Tensor::cat(&features, 0)?, reference("vision_hidden")?, "tower features")?;
+            assert!(d < 1e-4, "{what}: vision tower features differ by {d}");
+            let d = max_abs_diff(&Tensor::cat(&tokens, 0)?, reference("image_features")?, "image features")?;
+            assert!(d < 1e-4, "{what}: projected image features differ by {d}");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn logits_and_16_greedy_ids_match_transformers() -> Result<()> {
+    for name in FAMILIES {
+        let model = load(name)?;
+        let (cases, tensors) = cases(name)?;
+        for case in &cases {
+            let what = format!("{name}/{}", case.name);
+            let ids = common::ids(&case.json["input_ids"]);
+            let embeds = model.prompt_embeddings(&case.images, &ids)?;
+            let hidden = model.forward_hidden(&embeds, &mut model.new_cache(), &mut Default::default())?;
+            let logits = model.logits(&hidden)?;
+            let expected = reference_tensor(&tensors, &case.name, "logits").context("logits")?;
+            let n = expected.dim(0)?;
+            let d = max_abs_diff(&logits.narrow(0, logits.dim(0)? - n, n)?, expected, "logits")?;
+            assert!(d < 1e-4, "{what}: logits differ by {d}");
+
+            let greedy = common::ids(&case.json["greedy_ids"]);
+            let params = GenerateParams { max_new_tokens: greedy.len(), ignore_eos: true, ..Default::default() };
+            let out = model.generate_with_images(&case.images, &ids, &params, &mut |_| {})?;
+            assert_eq!(out.generated_tokens, greedy, "{what}: greedy ids");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_older_folder_layout_loads_the_same_processor() -> Result<()> {
+    let dir = vlm_dir("smolvlm-tiny-legacy");
+    assert!(dir.join("preprocessor_config.json").exists() && !dir.join("chat_template.jinja").exists());
+    let (legacy, new) = (load("smolvlm-tiny-legacy")?, load("smolvlm-tiny")?);
+    let image = load_image(&common::fixtures().join("images/chelsea.png"), DEFAULT_MAX_PIXELS)?;
+    let images = std::slice::from_ref(&image);
+    assert_eq!(legacy.encode_prompt("Hi", None, false, images)?, new.encode_prompt("Hi", None, false, images)?);
+    let d = max_abs_diff(&legacy.encode_image(&image)?, &new.encode_image(&image)?, "image tokens")?;
+    assert_eq!(d, 0.0);
+    Ok(())
+}
+
+#[test]
+fn image_token_counts_and_eos() -> Result<()> {
+    let smol = load("smolvlm-tiny")?;
+    // Tiles depend on the image: none fixed; a 451×300 photo → 2×2 tiles + global, 16 tokens each.
+    assert_eq!(smol.image_tokens_per_image(), None);
+    let chelsea = load_image(&common::fixtures().join("images/chelsea.png"), DEFAULT_MAX_PIXELS)?;
+    assert_eq!(smol.image_tokens(&chelsea)?, 5 * 16);
+    // generation_config's EOS (<end_of_utterance>) stops; the pad id does not.
+    let eou = smol.tokenizer().token_to_id("<end_of_utterance>").context("eou")?;
+    assert_eq!(smol.eos_ids(), &[eou]);
+    let llava = load("llava-tiny")?;
+    assert_eq!(llava.image_tokens_per_image(), Some(25), "5×5 CLIP patches, class token dropped");
+    let pali = load("paligemma-tiny")?;
+    assert_eq!(pali.image_tokens_per_image(), Some(64));
+    Ok(())
+}
+
+/// A copy of a fixture folder in scratch space, for tests that damage it.
+fn scratch_copy(name: &str, tag: &str) -> Result<PathBuf> {
+    let dir = common::scratch(&format!("vlm-{tag}"))?;
+    common::copy_dir(&vlm_dir(name), &dir)?;
+    Ok(dir)
+}
+
+fn load_err(dir: &Path) -> String {
+    match Model::load(dir.to_str().expect("utf-8"), &LoadOptions::default()) {
+        Ok(_) => panic!("{} loaded but should not", dir.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn bad_input_gives_clear_errors() -> Result<()> {
+    let chelsea = load_image(&common::fixtures().join("images/chelsea.png"), DEFAULT_MAX_PIXELS)?;
+    for name in FAMILIES {
+        let model = load(name)?;
+        // More images than placeholders in a raw prompt (PaliGemma places them itself).
+        if *name != "paligemma-tiny" {
+            let err = model.encode_prompt("<image> what?", None, true, &[chelsea.clone(), chelsea.clone()]).unwrap_err();
+            assert!(err.to_string().contains("1 `<image>` placeholder") && err.to_string().contains("2 image"), "{name}: {err}");
+        }
+        // Ids whose placeholders do not match the images given.
+        let ids = model.encode_prompt("what?", None, false, std::slice::from_ref(&chelsea))?;
+        let err = model.generate_with_images(&[], &ids, &GenerateParams::default(), &mut |_| {}).unwrap_err();
+        assert!(err.to_string().contains("image-token positions"), "{name}: {err}");
+        // An image over the token budget.
+        let n = model.image_tokens(&chelsea)?;
+        let err = model.check_image_budget(&chelsea, n - 1, "chelsea.png").unwrap_err().to_string();
+        assert!(err.contains("chelsea.png") && err.contains(&format!("{n} image tokens")), "{name}: {err}");
+        model.check_image_budget(&chelsea, n, "chelsea.png")?;
+    }
+    // A checkpoint with a vision tensor missing.
+    let dir = scratch_copy("llava-tiny", "missing-vision")?;
+    let weights = candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu)?;
+    let kept: HashMap<String, Tensor> =
+        weights.into_iter().filter(|(k, _)| !k.contains("encoder.layers.0.self_attn.k_proj.weight")).collect();
+    let missing: Vec<&String> = kept.keys().filter(|k| k.contains("vision_tower")).take(1).collect();
+    ensure!(!missing.is_empty());
+    candle_core::safetensors::save(&kept, dir.join("model.safetensors"))?;
+    let err = load_err(&dir);
+    assert!(err.contains("encoder.layers.0.self_attn.k_proj.weight") && err.contains("missing"), "{err}");
+    // A text model refuses images.
+    let text = Model::load(common::fixtures().join("tiny/gemma").to_str().context("utf-8")?, &LoadOptions::default())?;
+    let err = text.encode_prompt("hi", None, false, std::slice::from_ref(&chelsea)).unwrap_err().to_string();
+    assert!(err.contains("takes no images"), "{err}");
+    Ok(())
+}
+
+/// llama.cpp's converter permutes the rows of `attn_q`/`attn_k` for its interleaved rotary
+/// layout (`(heads, 2, d/2, in)` → `(heads, d/2, 2, in)`); this undoes it, giving the Hugging
+/// Face (`rotate_half`) layout.
+fn unpermute_rope_rows(w: &Tensor, heads: usize) -> Result<Tensor> {
+    let (out, inp) = w.dims2()?;
+    let d = out / heads;
+    Ok(w.reshape((heads, d / 2, 2, inp))?.transpose(1, 2)?.contiguous()?.reshape((out, inp))?)
+}
+
+/// The real SmolLM2-135M-Instruct weights (SmolVLM-256M's decoder) written as the text model of
+/// an Idefics3 checkpoint (with a tiny random vision tower): greedy ids equal the plain Llama
+/// path's on the GGUF.
+#[test]
+fn real_smollm2_decoder_runs_through_the_idefics3_text_path() -> Result<()> {
+    use tessera_decoder::{GgufMode, Weights};
+    let gguf = common::smollm2_gguf()?;
+    let f32_opts = LoadOptions { dtype: Some(candle_core::DType::F32), ..Default::default() };
+    let llama = Model::load(gguf.to_str().context("utf-8")?, &f32_opts)?;
+    let d = llama.config().decoder.clone();
+    assert_eq!((d.hidden_size, d.num_attention_heads, d.num_key_value_heads), (576, 9, 3));
+
+    let dir = common::scratch("idefics3-smollm2")?;
+    let vb = Weights::from_gguf(&gguf, GgufMode::Dequantized, candle_core::DType::F32, &Device::Cpu)?;
+    let mut tensors: HashMap<String, Tensor> = HashMap::new();
+    let (h, kv_out) = (d.hidden_size, d.num_key_value_heads * d.head_dim);
+    tensors.insert("model.text_model.embed_tokens.weight".into(), vb.get(&[llama.config().vocab_size, h], "model.embed_tokens.weight")?);
+    tensors.insert("model.text_model.norm.weight".into(), vb.get(&[h], "model.norm.weight")?);
+    for i in 0..d.num_hidden_layers {
+        let shapes: [(&str, Vec<usize>); 9] = [
+            ("input_layernorm", vec![h]),
+            ("post_attention_layernorm", vec![h]),
+            ("self_attn.q_proj", vec![d.num_attention_heads * d.head_dim, h]),
+            ("self_attn.k_proj", vec![kv_out, h]),
+            ("self_attn.v_proj", vec![kv_out, h]),
+            ("self_attn.o_proj", vec![h, d.num_attention_heads * d.head_dim]),
+            ("mlp.gate_proj", vec![d.intermediate_size, h]),
+            ("mlp.up_proj", vec![d.intermediate_size, h]),
+            ("mlp.down_proj", vec![h, d.intermediate_size]),
+        ];
+        for (module, shape) in shapes {
+            let mut w = vb.get(&shape, &format!("model.layers.{i}.{module}.weight"))?;
+            if module == "self_attn.q_proj" {
+                w = unpermute_rope_rows(&w, d.num_attention_heads)?;
+            } else if module == "self_attn.k_proj" {
+                w = unpermute_rope_rows(&w, d.num_key_value_heads)?;
+            }
+            tensors.insert(format!("model.text_model.layers.{i}.{module}.weight"), w);
+        }
+    }
+    // A tiny random SigLIP tower (the text path never reads it) and the connector to width 576.
+    let tiny = candle_core::safetensors::load(vlm_dir("smolvlm-tiny").join("model.safetensors"), &Device::Cpu)?;
+    for (k, v) in tiny.into_iter().filter(|(k, _)| k.starts_with("model.vision_model.")) {
+        tensors.insert(k, v);
+    }
+    tensors.insert(
+        "model.connector.modality_projection.proj.weight".into(),
+        Tensor::randn(0f32, 0.02, (h, 32 * 4), &Device::Cpu)?,
+    );
+    candle_core::safetensors::save(&tensors, dir.join("model.safetensors"))?;
+    let tiny_cfg = common::read_json(&vlm_dir("smolvlm-tiny").join("config.json"))?;
+    let config = serde_json::json!({
+        "model_type": "idefics3", "image_token_id": llama.tokenizer().token_to_id("<|im_end|>"), "scale_factor": 2,
+        "tie_word_embeddings": true, "vision_config": tiny_cfg["vision_config"],
+        "text_config": {
+            "model_type": "llama", "vocab_size": llama.config().vocab_size, "hidden_size": h,
+            "intermediate_size": d.intermediate_size, "num_hidden_layers": d.num_hidden_layers,
+            "num_attention_heads": d.num_attention_heads, "num_key_value_heads": d.num_key_value_heads,
+            "rms_norm_eps": d.rms_norm_eps, "rope_theta": d.rope.theta, "max_position_embeddings": d.max_position_embeddings,
+            "tie_word_embeddings": true
+        }
+    });
+    std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&config)?)?;
+    std::fs::copy(vlm_dir("smolvlm-tiny").join("processor_config.json"), dir.join("processor_config.json"))?;
+    llama.tokenizer().inner().save(dir.join("tokenizer.json"), false).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let idefics3 = Model::load(dir.to_str().context("utf-8")?, &f32_opts)?;
+    assert_eq!(idefics3.config().architecture, tessera::Architecture::Idefics3);
+
+    for text in ["The capital of France is", "def fibonacci(n):", "Once upon a time"] {
+        let ids = llama.encode_prompt(text, None, true, &[])?;
+        let params = GenerateParams { max_new_tokens: 16, ignore_eos: true, ..Default::default() };
+        let a = llama.generate(&ids, &params, &mut |_| {})?;
+        let b = idefics3.generate(&ids, &params, &mut |_| {})?;
+        assert_eq!(a.generated_tokens, b.generated_tokens, "{text:?}: {:?} vs {:?}", a.text, b.text);
+    }
+    Ok(())
+}

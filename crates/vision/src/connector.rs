@@ -1,0 +1,118 @@
+//! Connectors: from vision-tower features to tokens in the language model's width.
+//!
+//! - Idefics3 / SmolVLM (`connector.modality_projection.proj`): pixel shuffle — each `s×s`
+//!   block of neighbouring patches becomes one token of `s²·d` values (Idefics3's
+//!   `Idefics3Connector.pixel_shuffle`, transformers v5.23) — then a bias-free linear layer.
+//! - LLaVA (`multi_modal_projector.linear_1/linear_2`): linear → activation → linear.
+//! - PaliGemma (`multi_modal_projector.linear`): one linear layer with bias.
+
+use candle_core::Tensor;
+use tessera_decoder::{Activation, Linear, Weights};
+
+use crate::error::{Result, VisionError};
+
+#[derive(Clone, Debug)]
+pub enum Connector {
+    PixelShuffle { scale: usize, proj: Linear },
+    Mlp { linear_1: Linear, act: Activation, linear_2: Linear },
+    Linear(Linear),
+}
+
+impl Connector {
+    /// Idefics3: `vb` is the connector root (`model.connector`).
+    pub fn pixel_shuffle(vision_hidden: usize, text_hidden: usize, scale: usize, vb: &Weights) -> Result<Self> {
+        if scale == 0 {
+            return Err(VisionError::Config("scale_factor must be positive".into()));
+        }
+        let proj = vb.pp("modality_projection").linear(vision_hidden * scale * scale, text_hidden, false, "proj")?;
+        Ok(Self::PixelShuffle { scale, proj })
+    }
+
+    /// LLaVA: `vb` is `multi_modal_projector`.
+    pub fn mlp(vision_hidden: usize, text_hidden: usize, act: Activation, bias: bool, vb: &Weights) -> Result<Self> {
+        Ok(Self::Mlp {
+            linear_1: vb.linear(vision_hidden, text_hidden, bias, "linear_1")?,
+            act,
+            linear_2: vb.linear(text_hidden, text_hidden, bias, "linear_2")?,
+        })
+    }
+
+    /// PaliGemma: `vb` is `multi_modal_projector`.
+    pub fn linear(vision_hidden: usize, projection_dim: usize, vb: &Weights) -> Result<Self> {
+        Ok(Self::Linear(vb.linear(vision_hidden, projection_dim, true, "linear")?))
+    }
+
+    /// Tokens out per `n` tower features in.
+    pub fn tokens_for(&self, n: usize) -> usize {
+        match self {
+            Self::PixelShuffle { scale, .. } => n / (scale * scale),
+            _ => n,
+        }
+    }
+
+    /// `(b, n, d_vision)` → `(b, n', d_text)`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Self::PixelShuffle { scale, proj } => Ok(proj.forward(&pixel_shuffle(x, *scale)?)?),
+            Self::Mlp { linear_1, act, linear_2 } => Ok(linear_2.forward(&act.apply(&linear_1.forward(x)?)?)?),
+            Self::Linear(l) => Ok(l.forward(x)?),
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Self::PixelShuffle { scale, .. } => format!("pixel shuffle ×{scale} + linear"),
+            Self::Mlp { act, .. } => format!("two-layer MLP ({act:?})"),
+            Self::Linear(_) => "linear".to_string(),
+        }
+    }
+}
+
+/// Idefics3's pixel shuffle: `(b, n, d)` with `n = side²` → `(b, n/s², d·s²)`; token `(r, c)` of
+/// the output holds the `s×s` block of patches starting at `(r·s, c·s)`, in the reference's
+/// interleaving.
+pub fn pixel_shuffle(x: &Tensor, s: usize) -> Result<Tensor> {
+    let (b, n, d) = x.dims3()?;
+    let side = (n as f64).sqrt().round() as usize;
+    if side * side != n || s == 0 || side % s != 0 {
+        return Err(VisionError::Config(format!(
+            "pixel shuffle by {s} needs a square grid of patches whose side is a multiple of {s}, got {n} patches"
+        )));
+    }
+    let x = x.reshape((b, side, side / s, d * s))?; // (b, h, w/s, d·s)
+    let x = x.transpose(1, 2)?.contiguous()?; // (b, w/s, h, d·s)
+    let x = x.reshape((b, side / s, side / s, d * s * s))?; // (b, w/s, h/s, d·s²)
+    let x = x.transpose(1, 2)?.contiguous()?; // (b, h/s, w/s, d·s²)
+    Ok(x.reshape((b, n / (s * s), d * s * s))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// The slow twin: token (r, c), value index (i·s + j)·d + k holds patch (r·s + i, c·s + j)'s
+    /// k-th value — derived from the reference's view/permute sequence by hand.
+    #[test]
+    fn pixel_shuffle_matches_its_definition() -> anyhow::Result<()> {
+        let (side, d, s) = (4usize, 3usize, 2usize);
+        let n = side * side;
+        let values: Vec<f32> = (0..n * d).map(|v| v as f32).collect();
+        let x = Tensor::from_vec(values.clone(), (1, n, d), &Device::Cpu)?;
+        let y: Vec<Vec<f32>> = pixel_shuffle(&x, s)?.squeeze(0)?.to_vec2()?;
+        for r in 0..side / s {
+            for c in 0..side / s {
+                for i in 0..s {
+                    for j in 0..s {
+                        for k in 0..d {
+                            let patch = (r * s + i) * side + (c * s + j);
+                            // The reference's layout: the row offset i varies slowest, then j.
+                            assert_eq!(y[r * (side / s) + c][(i * s + j) * d + k], values[patch * d + k]);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,594 @@
+"""Tiny random-weight vision-language models of real Hugging Face architectures, with transformers' reference outputs.
+
+Writes tests/fixtures/vlm/<name>/ for
+  smolvlm-tiny           Idefics3ForConditionalGeneration (Idefics3 vision, pixel-shuffle connector, Llama text,
+                         tied embeddings) + Idefics3Processor (PIL image processor, image splitting)
+  llava-tiny             LlavaForConditionalGeneration (CLIP vision, layer -2, "default" strategy, Llama text)
+                         + LlavaProcessor (PIL CLIP image processor: resize shortest edge + center crop)
+  llava-interleave-tiny  LlavaForConditionalGeneration (SigLIP vision, layer -1, "full" strategy, Qwen2 text)
+                         + LlavaProcessor (PIL SigLIP image processor)
+  paligemma-tiny         PaliGemmaForConditionalGeneration (SigLIP vision, Gemma text, prefix-LM mask)
+                         + PaliGemmaProcessor
+Each folder holds exactly what `model.save_pretrained` and `processor.save_pretrained` write with the installed
+transformers (config.json, generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
+processor_config.json, chat_template.jinja), plus
+  reference.json         per case: images, messages, prompt, rendered prompt, input_ids (token_type_ids for
+                         PaliGemma), pixel_values shape, number of image tokens, 16 greedy ids (EOS ignored) and the
+                         smallest top1-top2 logit margin over those 16 steps
+  reference.safetensors  per case: <case>.pixel_values (as the processor returns it), <case>.vision_hidden (the
+                         vision-tower output that feeds the projector/connector), <case>.image_features (the rows
+                         spliced into the text embeddings, (num_image_tokens, text_hidden)), <case>.logits (the
+                         last 8 prompt positions)
+All outputs are float32 with eager attention, computed from the model and processor reloaded from disk.
+
+Also writes
+  tests/fixtures/vlm/smolvlm-tiny-legacy/  the same model in the transformers 4.x folder layout (flat
+                         preprocessor_config.json, 4.x processor_config.json holding only image_seq_len,
+                         chat_template.json); its reference.json repeats the "chelsea" case, which is checked to
+                         come out the same through AutoProcessor
+  tests/fixtures/vlm/images/               small images derived from tests/fixtures/images (a 20x14 crop)
+  tests/fixtures/tiny/gemma/               a text-only GemmaForCausalLM in the format of scripts/make_tiny_models.py
+
+Dev-time only, needs no network: /work/py/bin/python scripts/make_tiny_vlms.py
+"""
+import json
+import os
+import shutil
+
+import torch
+import transformers
+from PIL import Image
+from safetensors.torch import save_file
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer,
+                          CLIPVisionConfig, GemmaConfig, GemmaForCausalLM, Idefics3Config,
+                          Idefics3ForConditionalGeneration, Idefics3Processor, Idefics3VisionConfig, LlamaConfig,
+                          LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor, PaliGemmaConfig,
+                          PaliGemmaForConditionalGeneration, PaliGemmaProcessor, PreTrainedTokenizerFast,
+                          Qwen2Config, SiglipVisionConfig)
+from transformers.image_utils import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, load_image
+from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+from transformers.models.paligemma.processing_paligemma import EXTRA_TOKENS as PALIGEMMA_EXTRA_TOKENS
+from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
+
+from make_tiny_models import greedy  # the same greedy loop as the text fixtures (scripts/ is on sys.path)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "tests", "fixtures", "vlm")
+IMAGES = "tests/fixtures/images"
+DERIVED = "tests/fixtures/vlm/images"
+REAL = os.path.join(ROOT, "tests", "fixtures", "real_configs")
+N_NEW = 16
+N_LOGITS = 8
+
+CORPUS = """The quick brown fox jumps over the lazy dog. A small model reads the text and predicts the next token.
+Images are cut into patches; each patch becomes a token. Attention mixes information between positions.
+Keys and values are cached so that each new token costs one step. The capital of France is Paris.
+Once upon a time there was a little robot who liked to count: one, two, three, four, five.
+Describe this image. What is in this photo? The cat is sitting on a red chair next to the dog.
+What color is the cat? The cat is orange, brown and white. The dog is black and the sky is blue.
+A cup of coffee on a white plate. An astronaut in a white suit holds a flag. What differs between the two images?
+Hello, who are you? I am a small assistant that can see images and answer questions about them.
+caption en a cat looking at the camera. answer en a photo of a cup of coffee. What is this? It is a cat.
+def add(a, b):\n    return a + b\n""" * 20
+
+# Gemma's chat template (gemma-*-it); <start_of_turn>/<end_of_turn> are special tokens of the Gemma tokenizer.
+GEMMA_CHAT = ("{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+              "{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+              "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+              "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}"
+              "{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}"
+              "{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}")
+
+TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            max_position_embeddings=2048)
+VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Tokenizers: a small byte-level BPE trained on CORPUS, the family's special tokens at the ids they have in the
+# real checkpoints relative to the base vocabulary (before it, or appended after it).
+
+def bpe(first_specials, vocab_size=480):
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(first_specials),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(CORPUS.split("\n"), trainer)
+    return tok
+
+
+def append_special(tok, tokens):
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in tokens])
+
+
+def smolvlm_tokenizer():
+    # SmolLM2 vocabulary: <|endoftext|> 0, <|im_start|> 1, <|im_end|> 2; SmolVLM appends <global-img>, <row_i_col_j>,
+    # <fake_token_around_image>, <image>, ..., <end_of_utterance>. The tokenizer adds no BOS; the template writes it.
+    tok = bpe(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    rowcol = [f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)]
+    append_special(tok, ["<global-img>"] + rowcol + ["<fake_token_around_image>", "<image>", "<end_of_utterance>"])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<end_of_utterance>",
+                                   pad_token="<|im_end|>", unk_token="<|endoftext|>", add_bos_token=False,
+                                   add_eos_token=False,
+                                   extra_special_tokens=["<fake_token_around_image>", "<image>", "<end_of_utterance>"])
+
+
+def llava_tokenizer():
+    # Llama vocabulary: <unk> 0, <s> 1, </s> 2, BOS added by the post-processor; llava-hf appends <image>, <pad>.
+    tok = bpe(["<unk>", "<s>", "</s>"])
+    append_special(tok, ["<image>", "<pad>"])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                   pad_token="<pad>", add_bos_token=True, add_eos_token=False,
+                                   extra_special_tokens={"image_token": "<image>"})
+
+
+def qwen_tokenizer():
+    # Qwen vocabulary: BPE first, then <|endoftext|>, <|im_start|>, <|im_end|>; llava-interleave appends <image>.
+    # No BOS token at all.
+    tok = bpe([])
+    append_special(tok, ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>"])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=None, eos_token="<|im_end|>",
+                                   pad_token="<|endoftext|>", unk_token=None, add_bos_token=False,
+                                   add_eos_token=False, extra_special_tokens={"image_token": "<image>"})
+
+
+GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>"]
+
+
+def gemma_raw_tokenizer():
+    # Gemma vocabulary: <pad> 0, <eos> 1, <bos> 2, <unk> 3, <mask> 4, ...; BOS added by the post-processor.
+    return bpe(GEMMA_SPECIALS)
+
+
+def paligemma_tokenizer():
+    # PaliGemma: Gemma vocabulary, then <loc0000>..<loc1023>, <seg000>..<seg127> (plain tokens), then <image>.
+    tok = gemma_raw_tokenizer()
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in PALIGEMMA_EXTRA_TOKENS])
+    append_special(tok, ["<image>"])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>",
+                                   pad_token="<pad>", mask_token="<mask>", add_bos_token=True, add_eos_token=False,
+                                   extra_special_tokens=["<image>"])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Weights
+
+def randomize(model, seed, std=0.3):
+    """std-0.3 Gaussian weights; norm weights near their identity value (1, or 0 for Gemma's (1 + w) RMSNorm)."""
+    g = torch.Generator().manual_seed(seed)
+    norm = {}
+    for mname, m in model.named_modules():
+        cls = type(m).__name__
+        if isinstance(m, torch.nn.LayerNorm) or "RMSNorm" in cls:
+            for pname, _ in m.named_parameters(recurse=False):
+                norm[f"{mname}.{pname}" if mname else pname] = "Gemma" in cls
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=g)
+            if name in norm and name.endswith("weight"):
+                p.copy_((0.0 if norm[name] else 1.0) + 0.1 * r)
+            elif name in norm:
+                p.copy_(0.1 * r)
+            else:
+                p.copy_(std * r)
+
+
+def n_params(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Families
+
+def smolvlm_spec():
+    tok = smolvlm_tokenizer()
+    ids = tok.convert_tokens_to_ids
+    template = json.load(open(os.path.join(REAL, "smolvlm-256m-instruct", "chat_template.json")))["chat_template"]
+    image_processor = Idefics3ImageProcessorPil(
+        do_image_splitting=True, size={"longest_edge": 64}, max_image_size={"longest_edge": 32},
+        resample=Image.Resampling.LANCZOS, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    # image_seq_len = (image_size / patch_size)^2 / scale_factor^2 = (32/4)^2 / 4 = 16
+    processor = Idefics3Processor(image_processor=image_processor, tokenizer=tok, image_seq_len=16,
+                                  chat_template=template)
+    tok = processor.tokenizer
+    text = LlamaConfig(vocab_size=len(tok), **TEXT, rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True,
+                       bos_token_id=ids("<|im_start|>"), eos_token_id=ids("<end_of_utterance>"),
+                       pad_token_id=ids("<|im_end|>"))
+    vision = Idefics3VisionConfig(**VISION, image_size=32, patch_size=4)
+    # pad_token_id: Idefics3Config keeps a top-level pad id of its own (written as "_pad_token_id", 128002 unless given)
+    config = Idefics3Config(text_config=text, vision_config=vision, scale_factor=2, image_token_id=ids("<image>"),
+                            tie_word_embeddings=True, pad_token_id=ids("<|im_end|>"))
+    crop = os.path.join(DERIVED, "chelsea_crop_20x14.png")
+    return dict(
+        name="smolvlm-tiny", cls=Idefics3ForConditionalGeneration, config=config, processor=processor, seed=100,
+        connector=lambda m: m.model.connector, text_model=lambda m: m.model.text_model,
+        generation=dict(bos_token_id=ids("<|im_start|>"), eos_token_id=ids("<end_of_utterance>"),
+                        pad_token_id=ids("<|im_end|>")),
+        cases=[
+            chat_case("chelsea", [f"{IMAGES}/chelsea.png"], "Describe this image."),
+            chat_case("two_images", [f"{IMAGES}/chelsea.png", f"{IMAGES}/coffee.png"], "What differs?"),
+            chat_case("small", [crop], "What color is the cat?"),
+            chat_case("text_only", [], "Hello, who are you?"),
+        ])
+
+
+def llava_spec():
+    tok = llava_tokenizer()
+    ids = tok.convert_tokens_to_ids
+    template = open(os.path.join(REAL, "llava-1.5-7b-hf", "chat_template.jinja")).read()
+    image_processor = CLIPImageProcessorPil(
+        size={"shortest_edge": 30}, crop_size={"height": 30, "width": 30}, do_center_crop=True,
+        resample=Image.Resampling.BICUBIC, image_mean=OPENAI_CLIP_MEAN, image_std=OPENAI_CLIP_STD)
+    processor = LlavaProcessor(image_processor=image_processor, tokenizer=tok, patch_size=6,
+                               vision_feature_select_strategy="default", num_additional_image_tokens=1,
+                               image_token="<image>", chat_template=template)
+    text = LlamaConfig(vocab_size=len(tok), **TEXT, rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                       bos_token_id=ids("<s>"), eos_token_id=ids("</s>"), pad_token_id=ids("<pad>"))
+    vision = CLIPVisionConfig(**VISION, image_size=30, patch_size=6, hidden_act="quick_gelu", projection_dim=64)
+    config = LlavaConfig(text_config=text, vision_config=vision, image_token_index=ids("<image>"),
+                         vision_feature_layer=-2, vision_feature_select_strategy="default",
+                         projector_hidden_act="gelu", tie_word_embeddings=False, image_seq_length=25)
+    return dict(
+        name="llava-tiny", cls=LlavaForConditionalGeneration, config=config, processor=processor, seed=200,
+        connector=lambda m: m.model.multi_modal_projector, text_model=lambda m: m.model.language_model,
+        generation=dict(bos_token_id=ids("<s>"), eos_token_id=ids("</s>"), pad_token_id=ids("<pad>")),
+        cases=[
+            chat_case("chelsea", [f"{IMAGES}/chelsea.png"], "Describe this image."),
+            chat_case("coffee", [f"{IMAGES}/coffee.png"], "What is in the cup?"),
+            chat_case("text_only", [], "Hello, who are you?"),
+        ])
+
+
+def llava_interleave_spec():
+    tok = qwen_tokenizer()
+    ids = tok.convert_tokens_to_ids
+    template = json.load(open(os.path.join(REAL, "llava-interleave-qwen-7b-hf", "chat_template.json")))["chat_template"]
+    image_processor = SiglipImageProcessorPil(
+        size={"height": 28, "width": 28}, resample=Image.Resampling.BICUBIC, image_mean=[0.5] * 3,
+        image_std=[0.5] * 3)
+    processor = LlavaProcessor(image_processor=image_processor, tokenizer=tok, patch_size=7,
+                               vision_feature_select_strategy="full", num_additional_image_tokens=0,
+                               image_token="<image>", chat_template=template)
+    text = Qwen2Config(vocab_size=len(tok), **TEXT, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                       tie_word_embeddings=False, use_sliding_window=False, sliding_window=None,
+                       bos_token_id=ids("<|endoftext|>"), eos_token_id=ids("<|im_end|>"),
+                       pad_token_id=ids("<|endoftext|>"))
+    vision = SiglipVisionConfig(**VISION, image_size=28, patch_size=7, hidden_act="gelu_pytorch_tanh",
+                                layer_norm_eps=1e-6, vision_use_head=False)
+    config = LlavaConfig(text_config=text, vision_config=vision, image_token_index=ids("<image>"),
+                         vision_feature_layer=-1, vision_feature_select_strategy="full",
+                         projector_hidden_act="gelu", tie_word_embeddings=False, image_seq_length=16)
+    return dict(
+        name="llava-interleave-tiny", cls=LlavaForConditionalGeneration, config=config, processor=processor,
+        seed=300, connector=lambda m: m.model.multi_modal_projector, text_model=lambda m: m.model.language_model,
+        generation=dict(bos_token_id=ids("<|endoftext|>"), eos_token_id=ids("<|im_end|>"),
+                        pad_token_id=ids("<|endoftext|>")),
+        cases=[
+            chat_case("astronaut", [f"{IMAGES}/astronaut.png"], "Describe this image."),
+            chat_case("two_images", [f"{IMAGES}/chelsea.png", f"{IMAGES}/astronaut.png"],
+                      "What differs between the two images?"),
+        ])
+
+
+def gemma_text_config(vocab, ids):
+    return GemmaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=1, head_dim=16, hidden_act="gelu_pytorch_tanh",
+                       max_position_embeddings=2048, rms_norm_eps=1e-6, rope_theta=10000.0,
+                       tie_word_embeddings=True, bos_token_id=ids("<bos>"), eos_token_id=ids("<eos>"),
+                       pad_token_id=ids("<pad>"))
+
+
+def paligemma_spec():
+    tok = paligemma_tokenizer()
+    image_processor = SiglipImageProcessorPil(
+        size={"height": 32, "width": 32}, resample=Image.Resampling.BICUBIC, image_mean=[0.5] * 3,
+        image_std=[0.5] * 3)
+    image_processor.image_seq_length = 64  # (32 / 4)^2; PaliGemmaProcessor reads it from the image processor
+    processor = PaliGemmaProcessor(image_processor=image_processor, tokenizer=tok)
+    tok = processor.tokenizer
+    ids = tok.convert_tokens_to_ids
+    text = gemma_text_config(len(tok), ids)
+    vision = SiglipVisionConfig(**VISION, image_size=32, patch_size=4, hidden_act="gelu_pytorch_tanh",
+                                layer_norm_eps=1e-6, vision_use_head=False)
+    config = PaliGemmaConfig(text_config=text, vision_config=vision, image_token_index=ids("<image>"),
+                             projection_dim=64, hidden_size=64, vocab_size=len(tok))
+    return dict(
+        name="paligemma-tiny", cls=PaliGemmaForConditionalGeneration, config=config, processor=processor, seed=400,
+        connector=lambda m: m.model.multi_modal_projector, text_model=lambda m: m.model.language_model,
+        generation=dict(bos_token_id=ids("<bos>"), eos_token_id=ids("<eos>"), pad_token_id=ids("<pad>")),
+        cases=[
+            prefix_case("caption", [f"{IMAGES}/chelsea.png"], "caption en"),
+            prefix_case("image_prefix", [f"{IMAGES}/chelsea.png"], "<image>answer en What is this?"),
+            prefix_case("no_prompt", [f"{IMAGES}/chelsea.png"], ""),
+        ])
+
+
+def chat_case(name, images, text):
+    content = [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
+    return dict(name=name, images=images, messages=[{"role": "user", "content": content}], prompt=text)
+
+
+def prefix_case(name, images, prompt):
+    return dict(name=name, images=images, messages=None, prompt=prompt)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reference computation
+
+def with_paths(messages, images):
+    """The messages with each {"type": "image"} given the image's file, as users pass them to apply_chat_template."""
+    paths = iter(os.path.join(ROOT, p) for p in images)
+    out = []
+    for m in messages:
+        content = [dict(c, path=next(paths)) if c["type"] == "image" else dict(c) for c in m["content"]]
+        out.append(dict(m, content=content))
+    return out
+
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "pixel_values", "pixel_attention_mask", "token_type_ids")
+
+
+def prepare(processor, case, family):
+    images = [load_image(os.path.join(ROOT, p)) for p in case["images"]]
+    if family == "paligemma":
+        rendered = processor.prepare_inputs_layout(images=images[0], text=case["prompt"])[1][0]
+        inputs = processor(text=case["prompt"], images=images[0], return_tensors="pt")
+    else:
+        rendered = processor.apply_chat_template(case["messages"], add_generation_prompt=True, tokenize=False)
+        inputs = processor.apply_chat_template(with_paths(case["messages"], case["images"]),
+                                               add_generation_prompt=True, tokenize=True, return_dict=True,
+                                               return_tensors="pt")
+        direct = processor(text=rendered, images=images or None, return_tensors="pt")
+        assert torch.equal(inputs["input_ids"], direct["input_ids"]), case["name"]
+        if images:
+            assert torch.equal(inputs["pixel_values"], direct["pixel_values"]), case["name"]
+    return rendered, {k: v for k, v in inputs.items() if k in MODEL_INPUTS}
+
+
+def run_case(spec, model, processor, case):
+    family = "paligemma" if spec["cls"] is PaliGemmaForConditionalGeneration else "chat"
+    image_token_id = model.config.image_token_id
+    rendered, inputs = prepare(processor, case, family)
+    ids = inputs["input_ids"]
+    captured = {}
+
+    def connector_hook(_module, args, kwargs):
+        captured["vision_hidden"] = (args[0] if args else next(iter(kwargs.values()))).detach().clone()
+
+    def text_hook(_module, _args, kwargs):
+        captured["inputs_embeds"] = kwargs["inputs_embeds"].detach().clone()
+
+    hooks = [spec["connector"](model).register_forward_pre_hook(connector_hook, with_kwargs=True),
+             spec["text_model"](model).register_forward_pre_hook(text_hook, with_kwargs=True)]
+    with torch.no_grad():
+        out = model(**inputs)
+    for h in hooks:
+        h.remove()
+
+    with torch.no_grad():
+        gen = model.generate(**inputs, do_sample=False, max_new_tokens=N_NEW, output_logits=True,
+                             return_dict_in_generate=True)
+    new = gen.sequences[0, ids.shape[1]:]
+    step_logits = torch.stack(gen.logits)[:, 0]
+    assert new.shape[0] == N_NEW and torch.equal(step_logits.argmax(-1), new), case["name"]
+    top = torch.topk(step_logits, 2, dim=-1).values
+    margin = float((top[:, 0] - top[:, 1]).min())
+
+    # The same 16 steps recomputed in one full forward without a cache (PaliGemma: generated tokens are suffix,
+    # token_type_ids 1, exactly as generate extends them) must pick the same tokens.
+    full = dict(inputs)
+    full["input_ids"] = torch.cat([ids, new[None, :-1]], dim=1)
+    full["attention_mask"] = torch.ones_like(full["input_ids"])
+    if "token_type_ids" in full:
+        full["token_type_ids"] = torch.cat([inputs["token_type_ids"], torch.ones_like(new[None, :-1])], dim=1)
+    with torch.no_grad():
+        recomputed = model(**full).logits[0, ids.shape[1] - 1:]
+    assert torch.equal(recomputed.argmax(-1), new), case["name"]
+    assert torch.allclose(recomputed, step_logits, atol=1e-4), (case["name"], (recomputed - step_logits).abs().max())
+
+    tensors = {f"{case['name']}.logits": out.logits[0, -N_LOGITS:]}
+    n_image = int((ids[0] == image_token_id).sum())
+    if "pixel_values" in inputs:
+        tensors[f"{case['name']}.pixel_values"] = inputs["pixel_values"]
+        tensors[f"{case['name']}.vision_hidden"] = captured["vision_hidden"]
+        features = captured["inputs_embeds"][0][ids[0] == image_token_id]
+        assert features.shape == (n_image, model.config.get_text_config().hidden_size)
+        tensors[f"{case['name']}.image_features"] = features
+    record = dict(name=case["name"], images=case["images"], messages=case["messages"], prompt=case["prompt"],
+                  rendered=rendered, input_ids=ids[0].tolist())
+    if "token_type_ids" in inputs:
+        record["token_type_ids"] = inputs["token_type_ids"][0].tolist()
+    record.update(
+        pixel_values_shape=list(inputs["pixel_values"].shape) if "pixel_values" in inputs else None,
+        num_image_tokens=n_image, greedy_ids=new.tolist(), min_greedy_margin=round(margin, 6))
+    return record, tensors
+
+
+def build(spec):
+    folder = os.path.join(OUT, spec["name"])
+    for attempt in range(20):
+        seed = spec["seed"] + attempt
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder)
+        torch.manual_seed(seed)
+        model = spec["cls"](spec["config"]).eval()
+        randomize(model, seed)
+        for k, v in spec["generation"].items():
+            setattr(model.generation_config, k, v)
+        model.save_pretrained(folder)
+        save_processor(spec, folder)
+        params = n_params(model)
+
+        model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32,
+                                                            attn_implementation="eager").eval()
+        assert type(model) is spec["cls"]
+        processor = AutoProcessor.from_pretrained(folder)
+        assert type(processor.image_processor).__name__.endswith("Pil"), type(processor.image_processor)
+        assert model.config.image_token_id == processor.tokenizer.convert_tokens_to_ids("<image>")
+        assert model.config.get_text_config().vocab_size == len(processor.tokenizer)
+        model.generation_config.eos_token_id = None  # EOS ignored: 16 plain argmax steps
+        records, tensors = [], {}
+        for case in spec["cases"]:
+            record, t = run_case(spec, model, processor, case)
+            records.append(record)
+            tensors.update(t)
+        margin = min(r["min_greedy_margin"] for r in records)
+        if margin > 1e-3:
+            break
+        print(f"{spec['name']}: seed {seed} min margin {margin:.2e}, retrying")
+    else:
+        raise SystemExit(f"{spec['name']}: no seed with clear greedy margins")
+    ref = dict(transformers_version=transformers.__version__, model=spec["name"],
+               architecture=spec["cls"].__name__, seed=seed, param_count=params,
+               image_token_id=model.config.image_token_id, eos_ignored=True, logits_positions=N_LOGITS,
+               cases=records)
+    with open(os.path.join(folder, "reference.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+    save_file({k: v.detach().to(torch.float32).contiguous() for k, v in tensors.items()},
+              os.path.join(folder, "reference.safetensors"))
+    return folder, ref, tensors
+
+
+def save_processor(spec, folder):
+    processor = spec["processor"]
+    if spec["cls"] is not PaliGemmaForConditionalGeneration:
+        processor.save_pretrained(folder)
+        return
+    # PaliGemmaProcessor switches its tokenizer's BOS off in memory (it writes <bos> into the text itself), which
+    # rewrites the tokenizer's post-processor; saved like that, the tokenizer would no longer add BOS on its own.
+    # The real checkpoint's tokenizer does, so save it with the post-processor prepending <bos> (transformers 5 keeps
+    # this only in tokenizer.json; it never writes add_bos_token). Loading the processor switches it off again.
+    processor.tokenizer.add_bos_token = True
+    processor.save_pretrained(folder)
+    processor.tokenizer.add_bos_token = False
+    tok = AutoTokenizer.from_pretrained(folder)
+    assert tok("caption en").input_ids[0] == tok.convert_tokens_to_ids("<bos>")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Legacy (transformers 4.x) folder layout for SmolVLM
+
+def write_legacy(src, ref, tensors):
+    dst = os.path.join(OUT, "smolvlm-tiny-legacy")
+    shutil.rmtree(dst, ignore_errors=True)
+    os.makedirs(dst)
+    for f in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(src, f), os.path.join(dst, f))
+    proc = json.load(open(os.path.join(src, "processor_config.json")))
+    image = dict(proc.pop("image_processor"))
+    image["processor_class"] = proc["processor_class"]
+    assert image["image_processor_type"] == "Idefics3ImageProcessor"
+    with open(os.path.join(dst, "preprocessor_config.json"), "w") as f:
+        json.dump(image, f, indent=2, sort_keys=True)
+        f.write("\n")
+    # 4.x wrote the processor's own arguments (here only image_seq_len) to a flat processor_config.json, as the
+    # real HuggingFaceTB/SmolVLM-256M-Instruct has it; without it Idefics3Processor falls back to image_seq_len 169.
+    with open(os.path.join(dst, "processor_config.json"), "w") as f:
+        json.dump({"image_seq_len": proc["image_seq_len"], "processor_class": proc["processor_class"]}, f,
+                  indent=2, sort_keys=True)
+        f.write("\n")
+    template = open(os.path.join(src, "chat_template.jinja")).read()
+    with open(os.path.join(dst, "chat_template.json"), "w") as f:
+        json.dump({"chat_template": template}, f, indent=2)
+        f.write("\n")
+
+    processor = AutoProcessor.from_pretrained(dst)
+    assert type(processor.image_processor).__name__ == "Idefics3ImageProcessorPil"
+    case = next(c for c in ref["cases"] if c["name"] == "chelsea")
+    spec_case = chat_case("chelsea", case["images"], case["prompt"])
+    rendered, inputs = prepare(processor, spec_case, "chat")
+    assert rendered == case["rendered"]
+    assert inputs["input_ids"][0].tolist() == case["input_ids"]
+    assert torch.equal(inputs["pixel_values"], tensors["chelsea.pixel_values"])
+    legacy_ref = dict(transformers_version=transformers.__version__, model="smolvlm-tiny-legacy", legacy_layout=True,
+                      same_weights_as="smolvlm-tiny", reference_tensors="../smolvlm-tiny/reference.safetensors",
+                      cases=[case])
+    with open(os.path.join(dst, "reference.json"), "w") as f:
+        json.dump(legacy_ref, f, indent=1)
+    return dst
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Text-only Gemma in the tests/fixtures/tiny format (see scripts/make_tiny_models.py)
+
+def build_gemma_text():
+    raw = gemma_raw_tokenizer()
+    tok = PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>",
+                                  pad_token="<pad>", mask_token="<mask>", add_bos_token=True, add_eos_token=False)
+    ids = tok.convert_tokens_to_ids
+    folder = os.path.join(ROOT, "tests", "fixtures", "tiny", "gemma")
+    config = gemma_text_config(len(tok), ids)
+    for attempt in range(20):
+        seed = 500 + attempt
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder)
+        torch.manual_seed(seed)
+        model = GemmaForCausalLM(config).eval()
+        randomize(model, seed)
+        model.generation_config.bos_token_id = ids("<bos>")
+        model.generation_config.eos_token_id = ids("<eos>")
+        model.generation_config.pad_token_id = ids("<pad>")
+        model.save_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
+        prompt = tok("The capital of France is Paris. Keys and values").input_ids[:12]  # starts with <bos>
+        out, margin = greedy(model, prompt, N_NEW)
+        if margin > 1e-3:
+            break
+    else:
+        raise SystemExit("gemma: no seed with clear greedy margins")
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt])).logits[0]
+    tok.backend_tokenizer.save(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "chat_template": GEMMA_CHAT},
+                  f, indent=2)
+    ref = {
+        "transformers_version": transformers.__version__,
+        "variant": "gemma",
+        "prompt_ids": prompt,
+        "logits": [[round(float(x), 6) for x in row] for row in logits],
+        "greedy_ids": out,
+        "min_greedy_margin": round(margin, 6),
+    }
+    with open(os.path.join(folder, "reference.json"), "w") as f:
+        json.dump(ref, f)
+    print(f"gemma (tests/fixtures/tiny/gemma): params {n_params(model)}, prompt {len(prompt)} ids, greedy {out}, "
+          f"margin {margin:.4f}, files {sorted(os.listdir(folder))}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+def derive_images():
+    os.makedirs(os.path.join(ROOT, DERIVED), exist_ok=True)
+    chelsea = Image.open(os.path.join(ROOT, IMAGES, "chelsea.png")).convert("RGB")
+    chelsea.crop((180, 80, 200, 94)).save(os.path.join(ROOT, DERIVED, "chelsea_crop_20x14.png"))
+
+
+def folder_size(path):
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def main():
+    torch.set_num_threads(2)
+    os.makedirs(OUT, exist_ok=True)
+    derive_images()
+    for make in (smolvlm_spec, llava_spec, llava_interleave_spec, paligemma_spec):
+        spec = make()
+        folder, ref, tensors = build(spec)
+        print(f"{spec['name']}: seed {ref['seed']}, params {ref['param_count']}, "
+              f"vocab {spec['config'].get_text_config().vocab_size}, files {sorted(os.listdir(folder))}")
+        for c in ref["cases"]:
+            print(f"  {c['name']}: {len(c['input_ids'])} input ids, {c['num_image_tokens']} image tokens, "
+                  f"pixel_values {c['pixel_values_shape']}, greedy {c['greedy_ids']}, margin {c['min_greedy_margin']}")
+        if spec["name"] == "smolvlm-tiny":
+            legacy = write_legacy(folder, ref, tensors)
+            print(f"smolvlm-tiny-legacy: files {sorted(os.listdir(legacy))} (chelsea case checked through AutoProcessor)")
+    build_gemma_text()
+    print(f"tests/fixtures/vlm: {folder_size(OUT) / 1e6:.2f} MB")
+
+
+if __name__ == "__main__":
+    main()
