@@ -66,9 +66,10 @@ impl Model {
         Ok(())
     }
 
-    /// The base embedding of one token `(hidden,)`: the same wherever the token appears.
+    /// The base embedding of one token `(hidden,)`: the same wherever the token appears (scaled
+    /// as the model scales its inputs, so it equals layer 0 of the hidden states).
     pub fn token_embedding(&self, id: u32) -> Result<Tensor> {
-        Ok(self.token_embedding_table().row(id)?.to_dtype(DType::F32)?)
+        Ok(self.embed_ids(&[id])?.flatten_all()?.to_dtype(DType::F32)?)
     }
 
     /// Tokenizes `text` (no special tokens) and returns its ids, token strings and base embeddings.
@@ -176,6 +177,10 @@ impl Model {
     pub fn contextual_embeddings_batch(&self, texts: &[&str], layer: Option<usize>) -> Result<Vec<Embeddings>> {
         let layer = layer.unwrap_or(self.config().decoder.num_hidden_layers);
         self.check_layer(layer)?;
+        if self.config().architecture == crate::Architecture::PaliGemma {
+            // A prefix-LM prompt attends both ways: padding would be seen, so run one by one.
+            return texts.iter().map(|t| self.contextual_embeddings(&[], t, Some(layer))).collect();
+        }
         let all: Vec<Vec<u32>> = texts.iter().map(|t| self.encode_for_embedding(t)).collect::<Result<_>>()?;
         let longest = all.iter().map(Vec::len).max().unwrap_or(0);
         let pad = self.tokenizer().special().pad.or(self.eos_ids().first().copied()).unwrap_or(0);
@@ -183,10 +188,6 @@ impl Model {
         for ids in &all {
             flat.extend(ids.iter().copied());
             flat.extend(std::iter::repeat_n(pad, longest - ids.len()));
-        }
-        if self.config().architecture == crate::Architecture::PaliGemma {
-            // A prefix-LM prompt attends both ways: padding would be seen, so run one by one.
-            return texts.iter().map(|t| self.contextual_embeddings(&[], t, Some(layer))).collect();
         }
         let ids = Tensor::from_vec(flat, (all.len(), longest), self.device())?;
         let embeds = self.embed_id_tensor(&ids)?;

@@ -542,7 +542,8 @@ fn text_roots(vb: &Weights) -> (Weights, &'static str) {
     (vb.pp("model"), "lm_head")
 }
 
-fn read_json_opt(path: &Path) -> Result<Option<serde_json::Value>> {
+/// A JSON file's contents, or `None` when the file does not exist; errors name the file.
+pub(crate) fn read_json_opt(path: &Path) -> Result<Option<serde_json::Value>> {
     if !path.exists() {
         return Ok(None);
     }

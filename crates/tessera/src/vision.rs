@@ -59,14 +59,7 @@ pub(crate) struct HfImageEncoder {
 /// transformers 5's `processor_config.json` with a nested `image_processor`, or the older flat
 /// `preprocessor_config.json` (with processor fields, if any, in a flat `processor_config.json`).
 fn processor_files(dir: &Path) -> Result<(Value, Value, std::path::PathBuf)> {
-    let read = |p: &Path| -> Result<Option<Value>> {
-        if !p.exists() {
-            return Ok(None);
-        }
-        let err = |reason: String| TesseraError::Config { path: p.to_path_buf(), reason };
-        let text = std::fs::read_to_string(p).map_err(|e| err(e.to_string()))?;
-        serde_json::from_str(&text).map(Some).map_err(|e| err(format!("invalid JSON: {e}")))
-    };
+    let read = crate::model::read_json_opt;
     let proc_path = dir.join("processor_config.json");
     let pre_path = dir.join("preprocessor_config.json");
     let processor = read(&proc_path)?.unwrap_or_else(|| Value::Object(Default::default()));
@@ -98,10 +91,8 @@ impl ImageEncoder {
         match spec {
             VisionSpec::Native { encoder, image_mean, image_std, resample } => {
                 let path = dir.join("preprocessor_config.json");
-                let preprocess = if path.exists() {
-                    let text = std::fs::read_to_string(&path)
-                        .map_err(|e| TesseraError::Config { path: path.clone(), reason: e.to_string() })?;
-                    serde_json::from_str(&text)
+                let preprocess = if let Some(json) = crate::model::read_json_opt(&path)? {
+                    serde_json::from_value(json)
                         .map_err(|e| TesseraError::Config { path: path.clone(), reason: e.to_string() })?
                 } else {
                     PreprocessConfig {

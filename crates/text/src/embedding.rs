@@ -39,12 +39,4 @@ impl TokenEmbedding {
         let rows = self.weight.index_select(&flat, 0)?;
         Ok(rows.reshape((b, t, self.hidden_size()))?)
     }
-
-    /// The embedding of one token, `(hidden,)`.
-    pub fn row(&self, id: u32) -> Result<Tensor> {
-        if id as usize >= self.vocab_size() {
-            return Err(TextError::TokenOutOfRange { id, vocab_size: self.vocab_size() });
-        }
-        Ok(self.weight.get(id as usize)?)
-    }
 }
