@@ -202,16 +202,18 @@ fn bad_input_gives_clear_errors() -> Result<()> {
         assert!(err.contains("chelsea.png") && err.contains(&format!("{n} image tokens")), "{name}: {err}");
         model.check_image_budget(&chelsea, n, "chelsea.png")?;
     }
-    // A checkpoint with a vision tensor missing.
-    let dir = scratch_copy("llava-tiny", "missing-vision")?;
-    let weights = candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu)?;
-    let kept: HashMap<String, Tensor> =
-        weights.into_iter().filter(|(k, _)| !k.contains("encoder.layers.0.self_attn.k_proj.weight")).collect();
-    let missing: Vec<&String> = kept.keys().filter(|k| k.contains("vision_tower")).take(1).collect();
-    ensure!(!missing.is_empty());
-    candle_core::safetensors::save(&kept, dir.join("model.safetensors"))?;
-    let err = load_err(&dir);
-    assert!(err.contains("encoder.layers.0.self_attn.k_proj.weight") && err.contains("missing"), "{err}");
+    // A checkpoint with a vision tensor missing, in each family.
+    for name in FAMILIES {
+        let dir = scratch_copy(name, &format!("missing-vision-{name}"))?;
+        let weights = candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu)?;
+        let n = weights.len();
+        let kept: HashMap<String, Tensor> =
+            weights.into_iter().filter(|(k, _)| !k.ends_with("encoder.layers.0.self_attn.k_proj.weight")).collect();
+        ensure!(kept.len() == n - 1, "{name}: exactly one vision tensor removed");
+        candle_core::safetensors::save(&kept, dir.join("model.safetensors"))?;
+        let err = load_err(&dir);
+        assert!(err.contains("encoder.layers.0.self_attn.k_proj.weight") && err.contains("missing"), "{name}: {err}");
+    }
     // A text model refuses images.
     let text = Model::load(common::fixtures().join("tiny/gemma").to_str().context("utf-8")?, &LoadOptions::default())?;
     let err = text.encode_prompt("hi", None, false, std::slice::from_ref(&chelsea)).unwrap_err().to_string();
@@ -302,6 +304,48 @@ fn real_smollm2_decoder_runs_through_the_idefics3_text_path() -> Result<()> {
         let a = llama.generate(&ids, &params, &mut |_| {})?;
         let b = idefics3.generate(&ids, &params, &mut |_| {})?;
         assert_eq!(a.generated_tokens, b.generated_tokens, "{text:?}: {:?} vs {:?}", a.text, b.text);
+    }
+    Ok(())
+}
+
+/// LLaVA/PaliGemma checkpoints name their tensors by the transformers version that saved them:
+/// `language_model.model.*` + `vision_tower.*` (transformers 5's save_pretrained, the tiny
+/// fixtures), `vision_tower.vision_model.*` (the Hub's llava-hf and google checkpoints), and
+/// `model.language_model.*` + `model.vision_tower.*` + `model.multi_modal_projector.*` +
+/// `lm_head.*` (the newer layout). All load to the same model.
+#[test]
+fn every_generation_of_tensor_names_loads() -> Result<()> {
+    type Rename = fn(&str) -> String;
+    let layouts: [(&str, Rename); 2] = [
+        ("hub", |k| k.replacen("vision_tower.", "vision_tower.vision_model.", 1)),
+        ("new", |k| {
+            if let Some(rest) = k.strip_prefix("language_model.model.") {
+                format!("model.language_model.{rest}")
+            } else if let Some(rest) = k.strip_prefix("language_model.") {
+                rest.to_string() // language_model.lm_head → lm_head
+            } else {
+                format!("model.{k}")
+            }
+        }),
+    ];
+    for name in ["llava-tiny", "paligemma-tiny"] {
+        let reference = load(name)?;
+        let (cases, _) = cases(name)?;
+        let case = cases.iter().find(|c| !c.images.is_empty()).context("a case with an image")?;
+        let ids = common::ids(&case.json["input_ids"]);
+        let logits = |m: &Model| -> Result<Tensor> {
+            let embeds = m.prompt_embeddings(&case.images, &ids)?;
+            Ok(m.logits(&m.forward_hidden(&embeds, &mut m.new_cache(), &mut Default::default())?)?)
+        };
+        let expected = logits(&reference)?;
+        for (layout, rename) in layouts {
+            let dir = scratch_copy(name, &format!("names-{layout}-{name}"))?;
+            let weights = candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu)?;
+            let renamed: HashMap<String, Tensor> = weights.into_iter().map(|(k, v)| (rename(&k), v)).collect();
+            candle_core::safetensors::save(&renamed, dir.join("model.safetensors"))?;
+            let model = Model::load(dir.to_str().context("utf-8")?, &LoadOptions::default())?;
+            assert_eq!(max_abs_diff(&logits(&model)?, &expected, "logits")?, 0.0, "{name} in the {layout} layout");
+        }
     }
     Ok(())
 }
