@@ -50,6 +50,42 @@ pub fn scaled_dot_product_attention(
     Ok((out, weights.reshape((b, heads, tq, tk))?))
 }
 
+/// Bytes of f32 scores one attention call may hold at once (all heads together).
+const SCORE_BYTES: usize = 64 << 20;
+
+/// Query rows per chunk so that `heads × rows × kv_len` f32 scores fit in [`SCORE_BYTES`].
+fn query_chunk(heads: usize, kv_len: usize) -> usize {
+    (SCORE_BYTES / 4 / (heads * kv_len).max(1)).max(1)
+}
+
+/// [`scaled_dot_product_attention`] over the queries `rows` at a time, the mask built per
+/// chunk, keeping only the output: a long prompt never holds its `T × T` scores of every
+/// head at once. `q` `(b, heads, tq, d)` follows `tk − tq` cached positions.
+pub fn attention_in_query_chunks(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: &AttentionMask,
+    scale: f64,
+    rows: usize,
+) -> Result<Tensor> {
+    let tq = q.dim(2)?;
+    let tk = k.dim(2)?;
+    let first = tk.saturating_sub(tq);
+    let rows = rows.max(1);
+    let mut outs = Vec::with_capacity(tq.div_ceil(rows));
+    for start in (0..tq).step_by(rows) {
+        let n = rows.min(tq - start);
+        let qc = if n == tq { q.clone() } else { q.narrow(2, start, n)? };
+        let bias = mask.bias_at(first + start, n, tk, DType::F32, q.device())?;
+        outs.push(scaled_dot_product_attention(&qc, k, v, bias.as_ref(), scale)?.0);
+    }
+    if outs.len() == 1 {
+        return Ok(outs.remove(0));
+    }
+    Ok(Tensor::cat(&outs, 2)?)
+}
+
 /// The obviously-correct twin: keys and values repeated per head, one head at a time.
 pub fn scaled_dot_product_attention_slow(
     q: &Tensor,
@@ -191,10 +227,16 @@ impl Attention {
             return Ok((self.o_proj.forward(&out)?, None));
         }
         let kv_len = k.dim(2)?;
-        let bias = input.mask.bias(t, kv_len, DType::F32, x.device())?;
-        let (out, weights) = scaled_dot_product_attention(&q, &k, &v, bias.as_ref(), self.scale)?;
+        let (out, weights) = if input.capture {
+            let bias = input.mask.bias(t, kv_len, DType::F32, x.device())?;
+            let (out, weights) = scaled_dot_product_attention(&q, &k, &v, bias.as_ref(), self.scale)?;
+            (out, Some(weights))
+        } else {
+            let rows = query_chunk(b * self.num_heads, kv_len);
+            (attention_in_query_chunks(&q, &k, &v, input.mask, self.scale, rows)?, None)
+        };
         let out = out.transpose(1, 2)?.reshape((b, t, self.num_heads * self.head_dim))?;
-        Ok((self.o_proj.forward(&out)?, input.capture.then_some(weights)))
+        Ok((self.o_proj.forward(&out)?, weights))
     }
 
     /// Flash-attention v2 on CUDA for f16/bf16 when the mask is causal (bottom-right aligned,

@@ -33,7 +33,20 @@ impl AttentionMask {
     /// The additive bias `(q_len, kv_len)` (0 where allowed, −∞ elsewhere) for `q_len` new
     /// queries following `kv_len − q_len` cached positions; `None` when nothing is masked.
     pub fn bias(&self, q_len: usize, kv_len: usize, dtype: DType, device: &Device) -> Result<Option<Tensor>> {
-        let offset = kv_len.saturating_sub(q_len);
+        self.bias_at(kv_len.saturating_sub(q_len), q_len, kv_len, dtype, device)
+    }
+
+    /// The additive bias `(q_len, kv_len)` for `q_len` queries at absolute positions
+    /// `first_q ..` (a slice of the rows of [`bias`](Self::bias)).
+    pub fn bias_at(
+        &self,
+        first_q: usize,
+        q_len: usize,
+        kv_len: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Option<Tensor>> {
+        let offset = first_q;
         let mut any_masked = false;
         let mut values = Vec::with_capacity(q_len * kv_len);
         for i in 0..q_len {

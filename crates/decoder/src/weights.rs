@@ -11,7 +11,8 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use candle_core::quantized::{gguf_file, QMatMul, QTensor};
+use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+use tessera_kernels::{QMatrix, QType};
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
 
@@ -210,6 +211,38 @@ impl Weights {
         })
     }
 
+    /// Reads a quantized matrix's blocks straight from the file for tessera's CPU kernels.
+    fn read_packed(
+        &self,
+        g: &GgufSource,
+        full: &str,
+        stored: &str,
+        qtype: QType,
+        rows: usize,
+        cols: usize,
+    ) -> Result<QMatrix> {
+        use std::io::{Read, Seek, SeekFrom};
+        let err = |reason: String| DecoderError::TensorData {
+            name: format!("{full} (`{stored}` in the GGUF)"),
+            source_desc: self.describe(),
+            reason,
+        };
+        let info = g.content.tensor_infos.get(stored).ok_or_else(|| self.missing(full))?;
+        if cols % qtype.block_elems() != 0 {
+            return Err(err(format!("{qtype} rows must be whole blocks of {}, got {cols}", qtype.block_elems())));
+        }
+        let len = rows
+            .checked_mul(cols / qtype.block_elems())
+            .and_then(|b| b.checked_mul(qtype.block_bytes()))
+            .ok_or_else(|| err(format!("{rows}×{cols} overflows")))?;
+        let mut data = vec![0u8; len];
+        let mut file = g.file.lock().map_err(|_| err("file lock poisoned".into()))?;
+        file.seek(SeekFrom::Start(g.content.tensor_data_offset + info.offset))
+            .and_then(|_| file.read_exact(&mut data))
+            .map_err(|e| err(e.to_string()))?;
+        QMatrix::new(qtype, rows, cols, data).map_err(|e| err(e.to_string()))
+    }
+
     /// Loads a dense tensor of the given shape in the working dtype.
     pub fn get(&self, shape: &[usize], name: &str) -> Result<Tensor> {
         self.get_with_dtype(shape, name, self.dtype)
@@ -247,6 +280,10 @@ impl Weights {
                 let stored = self.stored_name(&full).ok_or_else(|| self.missing(&full))?;
                 let info = g.content.tensor_infos.get(&stored).ok_or_else(|| self.missing(&full))?;
                 self.check_shape(&full, &[out_dim, in_dim], info.shape.dims())?;
+                if let (true, Some(qtype)) = (self.device.is_cpu(), kernel_type(info.ggml_dtype)) {
+                    let m = self.read_packed(g, &full, &stored, qtype, out_dim, in_dim)?;
+                    return Ok(MatrixWeight::Packed(Arc::new(m)));
+                }
                 let q = self.read_qtensor(g, &full, &stored)?;
                 return Ok(MatrixWeight::Quantized(Arc::new(q)));
             }
@@ -271,10 +308,27 @@ impl Weights {
     }
 }
 
-/// A weight matrix as loaded: dense, or quantized GGUF blocks.
+/// The kernel crate's name for a GGUF block type it multiplies on the CPU.
+fn kernel_type(t: GgmlDType) -> Option<QType> {
+    Some(match t {
+        GgmlDType::Q4_0 => QType::Q4_0,
+        GgmlDType::Q4_1 => QType::Q4_1,
+        GgmlDType::Q5_0 => QType::Q5_0,
+        GgmlDType::Q5_1 => QType::Q5_1,
+        GgmlDType::Q8_0 => QType::Q8_0,
+        GgmlDType::Q4K => QType::Q4K,
+        GgmlDType::Q5K => QType::Q5K,
+        GgmlDType::Q6K => QType::Q6K,
+        _ => return None,
+    })
+}
+
+/// A weight matrix as loaded: dense, quantized blocks for tessera's CPU kernels, or
+/// quantized blocks for Candle's (GPU backends, and block types the kernels lack).
 #[derive(Clone)]
 pub enum MatrixWeight {
     Dense(Tensor),
+    Packed(Arc<QMatrix>),
     Quantized(Arc<QTensor>),
 }
 
@@ -283,14 +337,10 @@ impl MatrixWeight {
     pub fn dense(&self, dtype: DType) -> Result<Tensor> {
         match self {
             Self::Dense(t) => Ok(t.to_dtype(dtype)?),
+            Self::Packed(m) => {
+                Ok(Tensor::from_vec(m.dequantize(), (m.rows(), m.cols()), &Device::Cpu)?.to_dtype(dtype)?)
+            }
             Self::Quantized(q) => Ok(q.dequantize(&q.device())?.to_dtype(dtype)?),
-        }
-    }
-
-    pub fn qmatmul(&self) -> Result<QMatMul> {
-        match self {
-            Self::Dense(t) => Ok(QMatMul::Tensor(t.clone())),
-            Self::Quantized(q) => Ok(QMatMul::from_arc(q.clone())?),
         }
     }
 }

@@ -71,6 +71,31 @@ fn grouped_attention_matches_slow_twin_for_mha_gqa_mqa() -> Result<()> {
 }
 
 #[test]
+fn attention_in_query_chunks_equals_one_pass_for_every_mask() -> Result<()> {
+    use tessera_decoder::attention::attention_in_query_chunks;
+    // 9 new queries after 4 cached positions, in chunks of 1, 2, 4 and all 9.
+    let q = random(&[1, 6, 9, 8], 5)?;
+    let k = random(&[1, 2, 13, 8], 6)?;
+    let v = random(&[1, 2, 13, 8], 7)?;
+    let masks = [
+        AttentionMask::Causal,
+        AttentionMask::Bidirectional,
+        AttentionMask::PrefixLm { prefix_len: 7 },
+        AttentionMask::SlidingWindow { window: 3 },
+    ];
+    for mask in masks {
+        let bias = mask.bias(9, 13, DType::F32, &Device::Cpu)?;
+        let (whole, _) = scaled_dot_product_attention(&q, &k, &v, bias.as_ref(), 0.3)?;
+        for rows in [1, 2, 4, 9] {
+            let chunked = attention_in_query_chunks(&q, &k, &v, &mask, 0.3, rows)?;
+            let diff = (&whole - chunked)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            assert!(diff < 1e-6, "{mask:?} in chunks of {rows}: diff {diff}");
+        }
+    }
+    Ok(())
+}
+
+#[test]
 fn causal_weights_are_rows_summing_to_one_and_zero_above_diagonal() -> Result<()> {
     let q = random(&[1, 2, 6, 4], 4)?;
     let k = random(&[1, 2, 6, 4], 5)?;

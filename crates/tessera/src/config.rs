@@ -313,7 +313,7 @@ impl ModelConfig {
                 scaling: RopeScaling::Default,
                 // llama.cpp permutes Llama's q/k rows for interleaved rotation; Qwen2 is stored as is.
                 style: match architecture {
-                    Architecture::Llama => RopeStyle::Interleaved,
+                    Architecture::Llama | Architecture::Mistral => RopeStyle::Interleaved,
                     _ => RopeStyle::Half,
                 },
             },

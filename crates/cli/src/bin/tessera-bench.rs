@@ -12,8 +12,12 @@ use tessera::{parse_dtype, DeviceChoice, LoadOptions, Model};
 #[derive(Parser)]
 #[command(about = "Measure prompt processing and generation speed of one model configuration")]
 struct Args {
-    #[arg(long)]
+    #[arg(long, required_unless_present = "read_bandwidth", default_value = "")]
     model: String,
+    /// Instead of a model, measure the memory-read bandwidth (GB/s) with `--threads` threads:
+    /// the roofline that decode speed is compared with.
+    #[arg(long)]
+    read_bandwidth: bool,
     /// f32/f16/bf16 (GGUF files are dequantized); default: as loaded (GGUF stays quantized).
     #[arg(long)]
     dtype: Option<String>,
@@ -27,6 +31,10 @@ struct Args {
     /// Tokens generated one at a time for the generation measurement.
     #[arg(long, default_value_t = 64)]
     gen_tokens: usize,
+    /// Tokens already in the KV cache (processed untimed) before each measurement, like
+    /// llama-bench's `-d`.
+    #[arg(long, default_value_t = 0)]
+    depth: usize,
     /// Timed repetitions (after one warm-up).
     #[arg(long, default_value_t = 3)]
     reps: usize,
@@ -38,6 +46,15 @@ struct Args {
 fn main() -> Result<()> {
     let args = Args::parse();
     std::env::set_var("RAYON_NUM_THREADS", args.threads.to_string());
+    if args.read_bandwidth {
+        let gbs = read_bandwidth(args.threads, args.reps.max(1));
+        if args.json {
+            println!("{}", serde_json::json!({ "threads": args.threads, "read_gb_s": gbs }));
+        } else {
+            println!("memory read bandwidth, {} threads: {gbs:.1} GB/s", args.threads);
+        }
+        return Ok(());
+    }
     let device = args.device.open()?;
     let dtype = args.dtype.as_deref().map(parse_dtype).transpose()?;
     let t0 = Instant::now();
@@ -47,19 +64,33 @@ fn main() -> Result<()> {
     // A prompt of real text, cut to the requested length.
     let text = "The history of the city begins with a small settlement on the river, where traders met to \
                 exchange salt, grain and cloth. Over the centuries it grew into a busy port. "
-        .repeat(1 + args.prompt_tokens / 16);
+        .repeat(1 + (args.prompt_tokens + args.depth) / 16);
     let mut prompt = model.tokenizer().encode(&text, false)?;
     prompt.truncate(args.prompt_tokens);
+
+    let mut context = model.tokenizer().encode(&text, false)?;
+    context.truncate(args.depth);
+    if context.len() < args.depth {
+        anyhow::bail!("--depth {}: the bench text has only {} tokens", args.depth, context.len());
+    }
 
     let mut pp = Vec::new();
     let mut tg = Vec::new();
     for rep in 0..=args.reps {
+        // Prompt processing: `prompt` after `depth` cached tokens.
         let mut cache = model.new_cache();
+        if !context.is_empty() {
+            model.forward_last(&context, &mut cache)?;
+        }
         let start = Instant::now();
         let logits = model.forward_last(&prompt, &mut cache)?;
         let _ = logits.to_vec1::<f32>()?;
         let pp_s = start.elapsed().as_secs_f64();
-        let mut next = prompt[prompt.len() - 1];
+        // Generation: one token at a time after `depth` cached tokens (at least one).
+        let mut cache = model.new_cache();
+        let first = if context.is_empty() { &prompt[..1] } else { &context[..] };
+        let logits: Vec<f32> = model.forward_last(first, &mut cache)?.to_vec1()?;
+        let mut next = tessera::sampling::argmax(&logits);
         let start = Instant::now();
         for _ in 0..args.gen_tokens {
             let logits: Vec<f32> = model.forward_last(&[next], &mut cache)?.to_vec1()?;
@@ -83,7 +114,7 @@ fn main() -> Result<()> {
             "{}",
             serde_json::json!({
                 "model": args.model, "weights": label, "threads": args.threads,
-                "prompt_tokens": prompt.len(), "gen_tokens": args.gen_tokens,
+                "prompt_tokens": prompt.len(), "gen_tokens": args.gen_tokens, "depth": args.depth,
                 "pp_tok_s": mean(&pp), "tg_tok_s": mean(&tg), "peak_rss_mib": peak_mib, "load_s": load_s,
             })
         );
@@ -99,6 +130,39 @@ fn main() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Best-of-`reps` read bandwidth over a 1 GiB buffer (far larger than any cache), each thread
+/// summing its own contiguous part.
+fn read_bandwidth(threads: usize, reps: usize) -> f64 {
+    let n = (1usize << 30) / 8;
+    let buf: Vec<u64> = (0..n as u64).collect();
+    let chunk = n.div_ceil(threads.max(1));
+    let mut best = 0f64;
+    for _ in 0..=reps {
+        let start = Instant::now();
+        let total: u64 = std::thread::scope(|s| {
+            let handles: Vec<_> = buf
+                .chunks(chunk)
+                .map(|part| {
+                    s.spawn(move || {
+                        // Eight independent sums so the adds do not serialise the loads.
+                        let mut acc = [0u64; 8];
+                        for c in part.chunks_exact(8) {
+                            for i in 0..8 {
+                                acc[i] = acc[i].wrapping_add(c[i]);
+                            }
+                        }
+                        acc.iter().fold(0u64, |a, b| a.wrapping_add(*b))
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap_or(0)).fold(0, u64::wrapping_add)
+        });
+        std::hint::black_box(total);
+        best = best.max((n * 8) as f64 / start.elapsed().as_secs_f64() / 1e9);
+    }
+    best
 }
 
 /// Peak resident memory (VmHWM) on Linux.

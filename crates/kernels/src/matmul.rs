@@ -1,0 +1,359 @@
+//! The matmul entry point: `out (m, rows) = x (m, cols) · Wᵀ` for a quantized `W (rows, cols)`.
+//!
+//! - **Few tokens** (decode): the activations are quantized once (`Q8`/`Q8_K`, as llama.cpp),
+//!   the weight rows are split into one contiguous range per pool thread, and each row is
+//!   dotted with every token's activations while it is in cache.
+//! - **Many tokens** (prefill): tiles of weight rows are dequantized into a per-thread f32
+//!   buffer that fits in L2 and multiplied with all the tokens by an f32 GEMM micro-kernel
+//!   (the `gemm` crate), so each weight block is read once per prompt, not once per token.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use crate::blocks::{dequantize, quantize_q8, quantize_q8k, ActKind, Q8Block, Q8KBlock, QType};
+use crate::error::{KernelError, Result};
+use crate::pool::ThreadPool;
+
+/// An instruction set the dot-product kernels can use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// Plain Rust, any CPU.
+    Portable,
+    /// x86-64 AVX2 + FMA + F16C.
+    Avx2,
+    /// x86-64 AVX-512 VNNI (`vpdpbusd` on 256-bit registers) with AVX2.
+    Avx512Vnni,
+    /// aarch64 NEON with the dotprod extension (`sdot`).
+    NeonDotprod,
+}
+
+impl Isa {
+    /// Every instruction set this CPU can run, the portable one first.
+    pub fn available() -> Vec<Isa> {
+        let mut v = vec![Isa::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if crate::x86::has_avx2() {
+                v.push(Isa::Avx2);
+            }
+            if crate::x86::has_vnni() {
+                v.push(Isa::Avx512Vnni);
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            if crate::neon::has_dotprod() {
+                v.push(Isa::NeonDotprod);
+            }
+        }
+        v
+    }
+
+    /// The fastest available set, or the one named by `TESSERA_KERNELS`
+    /// (`portable`, `avx2`, `avx512vnni`, `neon`) when this CPU has it. Detected once.
+    pub fn best() -> Isa {
+        static BEST: OnceLock<Isa> = OnceLock::new();
+        *BEST.get_or_init(|| {
+            let avail = Self::available();
+            let forced = std::env::var("TESSERA_KERNELS").ok().and_then(|v| Self::parse(&v));
+            match forced {
+                Some(f) if avail.contains(&f) => f,
+                _ => *avail.last().unwrap_or(&Isa::Portable),
+            }
+        })
+    }
+
+    pub fn parse(s: &str) -> Option<Isa> {
+        match s.to_ascii_lowercase().as_str() {
+            "portable" | "scalar" => Some(Isa::Portable),
+            "avx2" => Some(Isa::Avx2),
+            "avx512vnni" | "avx512" | "vnni" => Some(Isa::Avx512Vnni),
+            "neon" | "dotprod" => Some(Isa::NeonDotprod),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Portable => "portable",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512Vnni => "avx512vnni",
+            Isa::NeonDotprod => "neon-dotprod",
+        }
+    }
+}
+
+/// Dot of one weight row with one token's `Q8` activations.
+type RowFn = unsafe fn(&[u8], &[Q8Block]) -> f32;
+
+/// The SIMD row kernel of `t` on `isa`, if there is one.
+fn simd_row_fn(t: QType, isa: Isa) -> Option<RowFn> {
+    if t.activation() != ActKind::Q8 {
+        return None;
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => Some(crate::x86::row_fn(t, false)),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => Some(crate::x86::row_fn(t, true)),
+        #[cfg(target_arch = "aarch64")]
+        Isa::NeonDotprod => Some(crate::neon::row_fn(t)),
+        _ => None,
+    }
+}
+
+/// Dot of one weight row with one token's `Q8_K` activations.
+type RowKFn = unsafe fn(&[u8], &[Q8KBlock]) -> f32;
+
+/// The SIMD row kernel of the k-quant `t` on `isa`, if there is one.
+fn simd_row_k_fn(t: QType, isa: Isa) -> Option<RowKFn> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx512Vnni => crate::x86::row_k_fn(t),
+        #[cfg(target_arch = "aarch64")]
+        Isa::NeonDotprod => crate::neon::row_k_fn(t),
+        _ => {
+            let _ = t;
+            None
+        }
+    }
+}
+
+/// From this many tokens on, a matmul dequantizes weight tiles and runs the f32 GEMM.
+pub const GEMM_MIN_TOKENS: usize = 16;
+
+/// A quantized weight matrix `(rows, cols)`, rows of whole blocks, as stored in GGUF.
+#[derive(Clone)]
+pub struct QMatrix {
+    qtype: QType,
+    rows: usize,
+    cols: usize,
+    data: Vec<u8>,
+}
+
+impl std::fmt::Debug for QMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "QMatrix({}, {}×{})", self.qtype, self.rows, self.cols)
+    }
+}
+
+struct SendPtr<T>(*mut T);
+// SAFETY: used only to write disjoint elements of one output from the pool's threads.
+unsafe impl<T> Sync for SendPtr<T> {}
+unsafe impl<T> Send for SendPtr<T> {}
+
+thread_local! {
+    static ACT_Q8: RefCell<Vec<Q8Block>> = const { RefCell::new(Vec::new()) };
+    static ACT_Q8K: RefCell<Vec<Q8KBlock>> = const { RefCell::new(Vec::new()) };
+    static TILE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+impl QMatrix {
+    /// Wraps `data`: `rows` rows of `cols / block_elems` blocks of `qtype`.
+    pub fn new(qtype: QType, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self> {
+        if cols == 0 || cols % qtype.block_elems() != 0 {
+            return Err(KernelError::Shape(format!(
+                "{qtype} rows hold blocks of {} values, but a row has {cols}",
+                qtype.block_elems()
+            )));
+        }
+        let expected = rows
+            .checked_mul(cols / qtype.block_elems())
+            .and_then(|b| b.checked_mul(qtype.block_bytes()))
+            .ok_or_else(|| KernelError::Shape(format!("{rows}×{cols} {qtype} overflows")))?;
+        if data.len() != expected {
+            return Err(KernelError::Shape(format!(
+                "{rows}×{cols} {qtype} takes {expected} bytes, got {}",
+                data.len()
+            )));
+        }
+        Ok(Self { qtype, rows, cols, data })
+    }
+
+    pub fn qtype(&self) -> QType {
+        self.qtype
+    }
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    pub fn bytes(&self) -> &[u8] {
+        &self.data
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.cols / self.qtype.block_elems() * self.qtype.block_bytes()
+    }
+
+    fn row(&self, r: usize) -> &[u8] {
+        let rb = self.row_bytes();
+        &self.data[r * rb..(r + 1) * rb]
+    }
+
+    /// Rows `r0..r1` as f32, into `out` (`(r1 − r0) · cols` long).
+    pub fn dequantize_rows(&self, r0: usize, r1: usize, out: &mut [f32]) {
+        let rb = self.row_bytes();
+        dequantize(self.qtype, &self.data[r0 * rb..r1 * rb], out);
+    }
+
+    /// The whole matrix as f32, row-major.
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut out = vec![0f32; self.rows * self.cols];
+        self.dequantize_rows(0, self.rows, &mut out);
+        out
+    }
+
+    /// Whether one-token matmuls have a SIMD kernel on `isa` (else they run portable code).
+    pub fn has_simd_dot(&self, isa: Isa) -> bool {
+        simd_row_fn(self.qtype, isa).is_some() || simd_row_k_fn(self.qtype, isa).is_some()
+    }
+
+    /// `out (m, rows) = x (m, cols) · Wᵀ` on the global pool with the best instruction set.
+    pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+        self.matmul_with(Isa::best(), ThreadPool::global(), x, m, out)
+    }
+
+    /// [`matmul`](Self::matmul) with a chosen instruction set (which this CPU must have)
+    /// and pool.
+    pub fn matmul_with(&self, isa: Isa, pool: &ThreadPool, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+        if x.len() != m * self.cols || out.len() != m * self.rows {
+            return Err(KernelError::Shape(format!(
+                "matmul of {m} tokens: x has {} values (expected {}), out {} (expected {})",
+                x.len(),
+                m * self.cols,
+                out.len(),
+                m * self.rows
+            )));
+        }
+        if !Isa::available().contains(&isa) {
+            return Err(KernelError::Shape(format!("this CPU lacks the {} instructions", isa.name())));
+        }
+        if m == 0 {
+            return Ok(());
+        }
+        if m >= GEMM_MIN_TOKENS {
+            self.gemm(pool, x, m, out)
+        } else {
+            self.dots(isa, pool, x, m, out)
+        }
+    }
+
+    /// The few-token path: quantized activations, integer dot products.
+    fn dots(&self, isa: Isa, pool: &ThreadPool, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+        let nb = self.cols / self.qtype.block_elems();
+        let (rows, n) = (self.rows, pool.threads());
+        let per = rows.div_ceil(n);
+        let dst = SendPtr(out.as_mut_ptr());
+        let t = self.qtype;
+        match t.activation() {
+            ActKind::Q8 => ACT_Q8.with(|cell| {
+                let mut act = cell.borrow_mut();
+                act.resize(m * nb, Q8Block::default());
+                for (xr, ar) in x.chunks_exact(self.cols).zip(act.chunks_exact_mut(nb)) {
+                    quantize_q8(xr, ar);
+                }
+                let act = &act[..];
+                let simd = simd_row_fn(t, isa);
+                pool.run(&|part| {
+                    let dst = &dst;
+                    for r in part * per..((part + 1) * per).min(rows) {
+                        let w = self.row(r);
+                        for (tok, a) in act.chunks_exact(nb).enumerate() {
+                            // SAFETY: `simd` was chosen for an instruction set this CPU has
+                            // (checked in `matmul_with`); rows and blocks match in length.
+                            let v = match simd {
+                                Some(f) => unsafe { f(w, a) },
+                                None => crate::dot::dot_q8(t, w, a),
+                            };
+                            // SAFETY: (tok, r) is written by this part only; in bounds.
+                            unsafe { *dst.0.add(tok * rows + r) = v };
+                        }
+                    }
+                })
+            }),
+            ActKind::Q8K => ACT_Q8K.with(|cell| {
+                let mut act = cell.borrow_mut();
+                act.resize(m * nb, Q8KBlock::default());
+                for (xr, ar) in x.chunks_exact(self.cols).zip(act.chunks_exact_mut(nb)) {
+                    quantize_q8k(xr, ar);
+                }
+                let act = &act[..];
+                let simd = simd_row_k_fn(t, isa);
+                pool.run(&|part| {
+                    let dst = &dst;
+                    for r in part * per..((part + 1) * per).min(rows) {
+                        let w = self.row(r);
+                        for (tok, a) in act.chunks_exact(nb).enumerate() {
+                            // SAFETY: as above.
+                            let v = match simd {
+                                Some(f) => unsafe { f(w, a) },
+                                None => crate::dot::dot_q8k(t, w, a),
+                            };
+                            // SAFETY: (tok, r) is written by this part only; in bounds.
+                            unsafe { *dst.0.add(tok * rows + r) = v };
+                        }
+                    }
+                })
+            }),
+        }
+    }
+
+    /// Rows per dequantized tile: about 96 KiB of f32, a multiple of 8.
+    fn tile_rows(&self) -> usize {
+        ((96 * 1024 / 4 / self.cols) / 8 * 8).clamp(8, 256)
+    }
+
+    /// The many-token path: dequantized tiles × f32 GEMM.
+    fn gemm(&self, pool: &ThreadPool, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+        let (rows, cols) = (self.rows, self.cols);
+        let tr = self.tile_rows();
+        let tiles = rows.div_ceil(tr);
+        let next = AtomicUsize::new(0);
+        let dst = SendPtr(out.as_mut_ptr());
+        pool.run(&|_part| {
+            let dst = &dst;
+            TILE.with(|cell| {
+                let mut tile = cell.borrow_mut();
+                tile.resize(tr * cols, 0.0);
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= tiles {
+                        break;
+                    }
+                    let (r0, r1) = (i * tr, ((i + 1) * tr).min(rows));
+                    let w = &mut tile[..(r1 - r0) * cols];
+                    self.dequantize_rows(r0, r1, w);
+                    // SAFETY: dst (m, rows) row-major; this tile writes columns r0..r1 only,
+                    // which no other tile writes. lhs (m, cols) row-major; rhs (cols, r1 − r0)
+                    // is the tile read transposed (column stride `cols`).
+                    unsafe {
+                        gemm::gemm(
+                            m,
+                            r1 - r0,
+                            cols,
+                            dst.0.add(r0),
+                            1,
+                            rows as isize,
+                            false,
+                            x.as_ptr(),
+                            1,
+                            cols as isize,
+                            w.as_ptr(),
+                            cols as isize,
+                            1,
+                            0.0f32,
+                            1.0f32,
+                            false,
+                            false,
+                            false,
+                            gemm::Parallelism::None,
+                        );
+                    }
+                }
+            })
+        })
+    }
+}

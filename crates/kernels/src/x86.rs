@@ -1,0 +1,294 @@
+//! x86-64 dot products of 32-value blocks (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`) with `Q8`
+//! activations: AVX2 (`maddubs` + `madd`) and AVX-512 VNNI on 256-bit registers (`vpdpbusd`).
+//!
+//! Each block becomes 32 int8 weights in one register (ggml's `bytes_from_nibbles_32` and
+//! `bytes_from_bits_32`, `ggml-cpu/arch/x86/quants.c`); signed weights go through the sign
+//! trick (`|w| · sign(x, w)`) because both instructions take one unsigned operand.
+
+#![allow(unsafe_op_in_unsafe_fn)]
+
+use std::arch::x86_64::*;
+
+use crate::blocks::{Q8Block, QType};
+
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q5_0: u8 = 2;
+const Q5_1: u8 = 3;
+const Q8_0: u8 = 4;
+
+const fn code(t: QType) -> u8 {
+    match t {
+        QType::Q4_0 => Q4_0,
+        QType::Q4_1 => Q4_1,
+        QType::Q5_0 => Q5_0,
+        QType::Q5_1 => Q5_1,
+        _ => Q8_0,
+    }
+}
+
+#[inline(always)]
+unsafe fn f16_to_f32(p: *const u8) -> f32 {
+    let bits = u16::from_le_bytes([*p, *p.add(1)]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
+
+/// 16 bytes of nibbles → 32 bytes: low nibbles first, then high nibbles.
+#[inline(always)]
+unsafe fn bytes_from_nibbles(p: *const u8) -> __m256i {
+    let x = _mm_loadu_si128(p as *const __m128i);
+    let both = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
+    _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
+}
+
+/// 32 bits → 32 bytes of 0xFF (bit set) or 0x00.
+#[inline(always)]
+unsafe fn bytes_from_bits(p: *const u8) -> __m256i {
+    let x32 = i32::from_le_bytes([*p, *p.add(1), *p.add(2), *p.add(3)]);
+    let shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(x32), shuf);
+    let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
+}
+
+/// The block's 32 weights as int8 (signed for the symmetric types, 0..31 otherwise), its
+/// scale and its min.
+#[inline(always)]
+unsafe fn load_block<const T: u8>(b: *const u8) -> (__m256i, f32, f32) {
+    let d = f16_to_f32(b);
+    match T {
+        Q4_0 => (_mm256_sub_epi8(bytes_from_nibbles(b.add(2)), _mm256_set1_epi8(8)), d, 0.0),
+        Q4_1 => (bytes_from_nibbles(b.add(4)), d, f16_to_f32(b.add(2))),
+        Q5_0 => {
+            let hi = _mm256_andnot_si256(bytes_from_bits(b.add(2)), _mm256_set1_epi8(0xF0u8 as i8));
+            (_mm256_or_si256(bytes_from_nibbles(b.add(6)), hi), d, 0.0)
+        }
+        Q5_1 => {
+            let hi = _mm256_and_si256(bytes_from_bits(b.add(4)), _mm256_set1_epi8(0x10));
+            (_mm256_or_si256(bytes_from_nibbles(b.add(8)), hi), d, f16_to_f32(b.add(2)))
+        }
+        _ => (_mm256_loadu_si256(b.add(2) as *const __m256i), d, 0.0),
+    }
+}
+
+const fn signed(t: u8) -> bool {
+    matches!(t, Q4_0 | Q5_0 | Q8_0)
+}
+
+#[inline(always)]
+unsafe fn hsum(x: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// Eight int32 partial sums of `w · x` (AVX2: `maddubs` to int16 pairs, `madd` to int32).
+#[inline(always)]
+unsafe fn dot_avx2<const SIGNED: bool>(w: __m256i, x: __m256i) -> __m256i {
+    let p16 = if SIGNED {
+        _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+    } else {
+        _mm256_maddubs_epi16(w, x)
+    };
+    _mm256_madd_epi16(p16, _mm256_set1_epi16(1))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn row_avx2<const T: u8>(row: &[u8], act: &[Q8Block]) -> f32 {
+    let bb = match T {
+        Q4_0 => 18,
+        Q4_1 => 20,
+        Q5_0 => 22,
+        Q5_1 => 24,
+        _ => 34,
+    };
+    let n = act.len().min(row.len() / bb);
+    let p = row.as_ptr();
+    let mut acc = _mm256_setzero_ps();
+    let mut mins = 0f32;
+    for i in 0..n {
+        let (w, d, m) = load_block::<T>(p.add(i * bb));
+        let a = act.get_unchecked(i);
+        let x = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
+        let s = if signed(T) { dot_avx2::<true>(w, x) } else { dot_avx2::<false>(w, x) };
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(s), acc);
+        if !signed(T) {
+            mins += m * a.s;
+        }
+    }
+    hsum(acc) + mins
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn row_vnni<const T: u8>(row: &[u8], act: &[Q8Block]) -> f32 {
+    let bb = match T {
+        Q4_0 => 18,
+        Q4_1 => 20,
+        Q5_0 => 22,
+        Q5_1 => 24,
+        _ => 34,
+    };
+    let n = act.len().min(row.len() / bb);
+    let p = row.as_ptr();
+    let mut acc = _mm256_setzero_ps();
+    let mut mins = 0f32;
+    for i in 0..n {
+        let (w, d, m) = load_block::<T>(p.add(i * bb));
+        let a = act.get_unchecked(i);
+        let x = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
+        let zero = _mm256_setzero_si256();
+        let s = if signed(T) {
+            _mm256_dpbusd_epi32(zero, _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+        } else {
+            _mm256_dpbusd_epi32(zero, w, x)
+        };
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(s), acc);
+        if !signed(T) {
+            mins += m * a.s;
+        }
+    }
+    hsum(acc) + mins
+}
+
+pub(crate) fn has_avx2() -> bool {
+    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+}
+
+pub(crate) fn has_vnni() -> bool {
+    has_avx2()
+        && is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vnni")
+}
+
+/// The row kernel for `t` (a 32-value type). Callers check `has_avx2()` / `has_vnni()` first.
+pub(crate) fn row_fn(t: QType, vnni: bool) -> unsafe fn(&[u8], &[Q8Block]) -> f32 {
+    match (code(t), vnni) {
+        (Q4_0, false) => row_avx2::<Q4_0>,
+        (Q4_1, false) => row_avx2::<Q4_1>,
+        (Q5_0, false) => row_avx2::<Q5_0>,
+        (Q5_1, false) => row_avx2::<Q5_1>,
+        (_, false) => row_avx2::<Q8_0>,
+        (Q4_0, true) => row_vnni::<Q4_0>,
+        (Q4_1, true) => row_vnni::<Q4_1>,
+        (Q5_0, true) => row_vnni::<Q5_0>,
+        (Q5_1, true) => row_vnni::<Q5_1>,
+        (_, true) => row_vnni::<Q8_0>,
+    }
+}
+
+// ---- k-quants (256-value blocks) with Q8_K activations: AVX2 `maddubs` per 32 values, the
+// sub-block scales applied by `madd` on the int16 pairs, mins through the activation sums.
+
+use crate::blocks::{scale_min_k4, Q8KBlock};
+
+/// Σ over the 8 sub-blocks of 32 of `min[j] · (bsums[2j] + bsums[2j+1])`.
+#[inline(always)]
+fn mins_dot(mins: &[u8; 8], bsums: &[i16; 16]) -> i32 {
+    (0..8).map(|j| mins[j] as i32 * (bsums[2 * j] as i32 + bsums[2 * j + 1] as i32)).sum()
+}
+
+#[inline(always)]
+unsafe fn scales_mins_k4(sc: *const u8) -> ([u8; 8], [u8; 8]) {
+    let s = std::slice::from_raw_parts(sc, 12);
+    let (mut scales, mut mins) = ([0u8; 8], [0u8; 8]);
+    for j in 0..8 {
+        (scales[j], mins[j]) = scale_min_k4(j, s);
+    }
+    (scales, mins)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn row_q45k_avx2<const FIVE: bool>(row: &[u8], act: &[Q8KBlock]) -> f32 {
+    let bb = if FIVE { 176 } else { 144 };
+    let n = act.len().min(row.len() / bb);
+    let p = row.as_ptr();
+    let low4 = _mm256_set1_epi8(0x0F);
+    let one = _mm256_set1_epi8(1);
+    let mut acc = _mm256_setzero_ps();
+    let mut summ = 0f32;
+    for i in 0..n {
+        let b = p.add(i * bb);
+        let a = act.get_unchecked(i);
+        let d = f16_to_f32(b) * a.d;
+        let dmin = f16_to_f32(b.add(2)) * a.d;
+        let (scales, mins) = scales_mins_k4(b.add(4));
+        summ += dmin * mins_dot(&mins, &a.bsums) as f32;
+        let (qh, qs) = if FIVE { (_mm256_loadu_si256(b.add(16) as *const __m256i), b.add(48)) } else { (_mm256_setzero_si256(), b.add(16)) };
+        let y = a.qs.as_ptr();
+        let mut sumi = _mm256_setzero_si256();
+        for c in 0..4 {
+            let v = _mm256_loadu_si256(qs.add(32 * c) as *const __m256i);
+            let mut lo = _mm256_and_si256(v, low4);
+            let mut hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+            if FIVE {
+                let sh = _mm_cvtsi32_si128(2 * c as i32);
+                let sh1 = _mm_cvtsi32_si128(2 * c as i32 + 1);
+                let b0 = _mm256_and_si256(_mm256_srl_epi16(qh, sh), one);
+                let b1 = _mm256_and_si256(_mm256_srl_epi16(qh, sh1), one);
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(b0, 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(b1, 4));
+            }
+            let y0 = _mm256_loadu_si256(y.add(64 * c) as *const __m256i);
+            let y1 = _mm256_loadu_si256(y.add(64 * c + 32) as *const __m256i);
+            let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_set1_epi16(scales[2 * c] as i16));
+            let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_set1_epi16(scales[2 * c + 1] as i16));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum(acc) - summ
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn row_q6k_avx2(row: &[u8], act: &[Q8KBlock]) -> f32 {
+    let n = act.len().min(row.len() / 210);
+    let p = row.as_ptr();
+    let low4 = _mm256_set1_epi8(0x0F);
+    let three = _mm256_set1_epi8(3);
+    let m32 = _mm256_set1_epi8(32);
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..n {
+        let b = p.add(i * 210);
+        let a = act.get_unchecked(i);
+        let d = f16_to_f32(b.add(208)) * a.d;
+        let sc = b.add(192) as *const i8;
+        let mut sumi = _mm256_setzero_si256();
+        for h in 0..2 {
+            let ql0 = _mm256_loadu_si256(b.add(64 * h) as *const __m256i);
+            let ql1 = _mm256_loadu_si256(b.add(64 * h + 32) as *const __m256i);
+            let qh = _mm256_loadu_si256(b.add(128 + 32 * h) as *const __m256i);
+            let hb = |s: i32| -> __m256i {
+                let v = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(s)), three);
+                _mm256_slli_epi16(v, 4)
+            };
+            let v = [
+                _mm256_or_si256(_mm256_and_si256(ql0, low4), hb(0)),
+                _mm256_or_si256(_mm256_and_si256(ql1, low4), hb(2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), hb(4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), hb(6)),
+            ];
+            for (k, v) in v.iter().enumerate() {
+                let y = _mm256_loadu_si256(a.qs.as_ptr().add(128 * h + 32 * k) as *const __m256i);
+                let p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(*v, y), _mm256_maddubs_epi16(m32, y));
+                let s0 = *sc.add(8 * h + 2 * k) as i16;
+                let s1 = *sc.add(8 * h + 2 * k + 1) as i16;
+                let scale = _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, scale));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum(acc)
+}
+
+/// The row kernel of a k-quant type. Callers check `has_avx2()` first.
+pub(crate) fn row_k_fn(t: QType) -> Option<unsafe fn(&[u8], &[Q8KBlock]) -> f32> {
+    match t {
+        QType::Q4K => Some(row_q45k_avx2::<false>),
+        QType::Q5K => Some(row_q45k_avx2::<true>),
+        QType::Q6K => Some(row_q6k_avx2),
+        _ => None,
+    }
+}

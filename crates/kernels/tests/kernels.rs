@@ -1,0 +1,289 @@
+//! Every kernel against a dequantize-then-f64 reference, on random blocks (every bit pattern
+//! of the quantized bytes is a valid block, so the bytes are random and only the f16 scales
+//! are drawn from a sane range), on every instruction set this CPU has, with sizes that are
+//! not multiples of the tiles or the thread split.
+//!
+//! Tolerance: the dot-product path quantizes the activations to 8 bits per block, so its
+//! error is bounded by `Σ |w_j| · step_j / 2` (`step` = the block's activation scale) plus the
+//! f16 rounding of the scales (2⁻¹¹ relative); the GEMM path works in f32 and must agree
+//! with the reference to 1e-4 relative. SIMD and portable kernels compute the same integer
+//! sums, so they must agree to f32 rounding.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tessera_kernels::blocks::{dequantize, quantize_q8, quantize_q8k};
+use tessera_kernels::{ActKind, Isa, Q8Block, Q8KBlock, QMatrix, QType, ThreadPool};
+
+fn f16_bytes(v: f32) -> [u8; 2] {
+    half::f16::from_f32(v).to_bits().to_le_bytes()
+}
+
+/// Random bytes with valid scales (`d` ∈ ±[0.001, 0.05], `dmin` ∈ [0, 0.05]).
+fn random_matrix(t: QType, rows: usize, cols: usize, rng: &mut StdRng) -> QMatrix {
+    let nb = rows * cols / t.block_elems();
+    let bb = t.block_bytes();
+    let mut data = vec![0u8; nb * bb];
+    rng.fill(&mut data[..]);
+    for b in data.chunks_exact_mut(bb) {
+        let mut d = rng.random_range(0.001f32..0.05);
+        if rng.random_bool(0.3) {
+            d = -d;
+        }
+        let dmin = rng.random_range(0f32..0.05);
+        match t {
+            QType::Q6K => b[208..210].copy_from_slice(&f16_bytes(d)),
+            QType::Q4_1 | QType::Q5_1 | QType::Q4K | QType::Q5K => {
+                b[0..2].copy_from_slice(&f16_bytes(d));
+                b[2..4].copy_from_slice(&f16_bytes(dmin));
+            }
+            _ => b[0..2].copy_from_slice(&f16_bytes(d)),
+        }
+    }
+    QMatrix::new(t, rows, cols, data).expect("valid matrix")
+}
+
+fn random_x(m: usize, cols: usize, rng: &mut StdRng) -> Vec<f32> {
+    (0..m * cols).map(|_| rng.random_range(-2.0f32..2.0)).collect()
+}
+
+/// `x · Wᵀ` in f64 from the dequantized weights; per output the activation-quantization
+/// error bound of the dot-product path, and `Σ |w_j x_j|` (what f32 rounding scales with).
+/// For types with a min (`w = d·q − dmin·m`), the scaled and the min parts are summed apart
+/// and cancel, so their magnitudes count: `|d·q| ≤ |w| + |dmin·m|`, `|dmin·m| ≤ MIN_PART`.
+fn reference(w: &QMatrix, x: &[f32], m: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (rows, cols) = (w.rows(), w.cols());
+    let wf = w.dequantize();
+    let block = match w.qtype().activation() {
+        ActKind::Q8 => 32,
+        ActKind::Q8K => 256,
+    };
+    let mut out = vec![0f64; m * rows];
+    let mut bound = vec![0f64; m * rows];
+    let mut mags = vec![0f64; m * rows];
+    for t in 0..m {
+        let xr = &x[t * cols..(t + 1) * cols];
+        // The activation step of each block (Q8: max/127; Q8_K: max/127 too).
+        let steps: Vec<f64> =
+            xr.chunks(block).map(|c| c.iter().fold(0f32, |a, v| a.max(v.abs())) as f64 / 127.0).collect();
+        for r in 0..rows {
+            let wr = &wf[r * cols..(r + 1) * cols];
+            let mut s = 0f64;
+            let mut b = 0f64;
+            let mut mag = 0f64;
+            let mut xmag = 0f64;
+            let min_part = match w.qtype() {
+                QType::Q4_1 | QType::Q5_1 => MIN_PART_32,
+                QType::Q4K | QType::Q5K => MIN_PART_K,
+                _ => 0.0,
+            };
+            for j in 0..cols {
+                xmag += (xr[j] as f64).abs();
+                s += wr[j] as f64 * xr[j] as f64;
+                b += (wr[j] as f64).abs() * steps[j / block] * 0.5;
+                mag += ((wr[j] as f64).abs() + 2.0 * min_part) * (xr[j] as f64).abs();
+            }
+            out[t * rows + r] = s;
+            mags[t * rows + r] = mag;
+            // f16 scales: 2^-11 relative on each block's product, and on the stored
+            // `s = d · Σ q` that multiplies the block min (|min| < 0.05 here).
+            bound[t * rows + r] = 1.02 * b + 2.0 * mag * 2f64.powi(-11) + 0.05 * xmag * 2f64.powi(-10) + 1e-5;
+        }
+    }
+    (out, bound, mags)
+}
+
+/// Largest |min part| of a value: `m` (< 0.05) for Q4_1/Q5_1, `dmin · min` (< 0.05 · 63) for k-quants.
+const MIN_PART_32: f64 = 0.05;
+const MIN_PART_K: f64 = 0.05 * 63.0;
+
+fn sizes(t: QType) -> Vec<(usize, usize)> {
+    let be = t.block_elems();
+    // (rows, cols): rows not a multiple of the thread split or tile; cols of 1 and 3 blocks
+    // (for 32-value types, K not a multiple of 256), and a wide row.
+    vec![(1, be), (37, 3 * be), (130, 9 * be)]
+}
+
+#[test]
+fn dot_products_are_within_the_activation_quantization_bound_on_every_isa() {
+    let mut rng = StdRng::seed_from_u64(7);
+    for t in QType::ALL {
+        for (rows, cols) in sizes(t) {
+            let w = random_matrix(t, rows, cols, &mut rng);
+            for m in [1usize, 3, 7] {
+                let x = random_x(m, cols, &mut rng);
+                let (want, bound, _) = reference(&w, &x, m);
+                for isa in Isa::available() {
+                    for threads in [1usize, 2, 3] {
+                        let pool = ThreadPool::new(threads);
+                        let mut got = vec![0f32; m * rows];
+                        w.matmul_with(isa, &pool, &x, m, &mut got).expect("matmul");
+                        for i in 0..m * rows {
+                            let err = (got[i] as f64 - want[i]).abs();
+                            assert!(
+                                err <= bound[i],
+                                "{t} {rows}x{cols} m={m} {isa:?} threads={threads} out {i}: got {} want {} (err {err:.3e} > bound {:.3e})",
+                                got[i], want[i], bound[i]
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn simd_kernels_equal_the_portable_twin() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let pool = ThreadPool::new(2);
+    for t in QType::ALL {
+        let (rows, cols) = (45, 5 * t.block_elems());
+        let w = random_matrix(t, rows, cols, &mut rng);
+        for m in [1usize, 5] {
+            let x = random_x(m, cols, &mut rng);
+            let (_, _, mag) = reference(&w, &x, m);
+            let mut portable = vec![0f32; m * rows];
+            w.matmul_with(Isa::Portable, &pool, &x, m, &mut portable).expect("portable");
+            for isa in Isa::available() {
+                let mut got = vec![0f32; m * rows];
+                w.matmul_with(isa, &pool, &x, m, &mut got).expect("simd");
+                for i in 0..m * rows {
+                    // Same integer sums; only the f32 combination order differs (2⁻²⁴ ≈ 6e-8
+                    // relative to the magnitude of what is summed).
+                    let tol = 1e-7 * mag[i] + 1e-7;
+                    assert!(
+                        ((got[i] - portable[i]).abs() as f64) <= tol,
+                        "{t} {isa:?} m={m} out {i}: {} vs portable {}",
+                        got[i],
+                        portable[i]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gemm_path_equals_the_f32_reference() {
+    let mut rng = StdRng::seed_from_u64(3);
+    for t in QType::ALL {
+        for (rows, cols) in sizes(t) {
+            let w = random_matrix(t, rows, cols, &mut rng);
+            for m in [tessera_kernels::GEMM_MIN_TOKENS, 41] {
+                let x = random_x(m, cols, &mut rng);
+                let (want, _, mag) = reference(&w, &x, m);
+                for threads in [1usize, 2, 3] {
+                    let pool = ThreadPool::new(threads);
+                    let mut got = vec![0f32; m * rows];
+                    w.matmul_with(Isa::best(), &pool, &x, m, &mut got).expect("matmul");
+                    for i in 0..m * rows {
+                        // f32 sums of `cols` terms: rounding grows with Σ|w x| (terms cancel).
+                        let tol = 1e-6 * (cols as f64).sqrt() * mag[i] + 1e-6;
+                        assert!(
+                            (got[i] as f64 - want[i]).abs() <= tol,
+                            "{t} {rows}x{cols} m={m} threads={threads} out {i}: {} vs {}",
+                            got[i],
+                            want[i]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn dequantization_follows_the_ggml_formulas_on_hand_made_blocks() {
+    // Q4_0: d = 0.5, nibbles j and j+16 → (q − 8) · d.
+    let mut b = vec![0u8; 18];
+    b[0..2].copy_from_slice(&f16_bytes(0.5));
+    b[2] = 0x9F; // value 0: 0xF → 7·0.5 = 3.5; value 16: 0x9 → 1·0.5 = 0.5
+    let mut y = [0f32; 32];
+    dequantize(QType::Q4_0, &b, &mut y);
+    assert_eq!((y[0], y[16], y[1]), (3.5, 0.5, -4.0));
+
+    // Q5_1: d = 1, m = −2, value 0 has its fifth bit set: (0x3 | 0x10) − 2 = 17.
+    let mut b = vec![0u8; 24];
+    b[0..2].copy_from_slice(&f16_bytes(1.0));
+    b[2..4].copy_from_slice(&f16_bytes(-2.0));
+    b[4] = 0x01;
+    b[8] = 0x03;
+    let mut y = [0f32; 32];
+    dequantize(QType::Q5_1, &b, &mut y);
+    assert_eq!((y[0], y[1], y[16]), (17.0, -2.0, -2.0));
+
+    // Q6_K: d = 0.25, scale of sub-block 0 = 2; value 0 = ((ql & 0xF) | (qh & 3) << 4) − 32.
+    let mut b = vec![0u8; 210];
+    b[208..210].copy_from_slice(&f16_bytes(0.25));
+    b[192] = 2;
+    b[0] = 0x05;
+    b[128] = 0x03; // value 0 gets high bits 3: 0x35 − 32 = 21
+    let mut y = [0f32; 256];
+    dequantize(QType::Q6K, &b, &mut y);
+    assert_eq!(y[0], 0.25 * 2.0 * 21.0);
+}
+
+#[test]
+fn activation_quantizers_follow_llama_cpp() {
+    let x: Vec<f32> = (0..256).map(|i| ((i as f32) * 0.37).sin() * 3.0).collect();
+    let mut q8 = vec![Q8Block::default(); 8];
+    quantize_q8(&x, &mut q8);
+    for (b, xs) in q8.iter().zip(x.chunks(32)) {
+        let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
+        assert_eq!(b.d, half::f16::from_f32(amax / 127.0).to_f32());
+        assert!(b.qs.iter().any(|&q| q.unsigned_abs() == 127));
+        let sum: i32 = b.qs.iter().map(|&q| q as i32).sum();
+        assert_eq!(b.s, half::f16::from_f32(amax / 127.0 * sum as f32).to_f32());
+    }
+    let mut q8k = vec![Q8KBlock::default(); 1];
+    quantize_q8k(&x, &mut q8k);
+    let b = &q8k[0];
+    // The value of largest magnitude maps to −127; bsums are sums of 16.
+    let (imax, _) = x.iter().enumerate().fold((0, 0f32), |(bi, bv), (i, v)| if v.abs() > bv { (i, v.abs()) } else { (bi, bv) });
+    assert_eq!(b.qs[imax], -127);
+    for j in 0..16 {
+        assert_eq!(b.bsums[j], b.qs[16 * j..16 * j + 16].iter().map(|&q| q as i16).sum::<i16>());
+    }
+    for (q, v) in b.qs.iter().zip(&x) {
+        assert!((*q as f32 * b.d - v).abs() <= b.d.abs() * 0.5 + 1e-6);
+    }
+}
+
+#[test]
+fn bad_shapes_are_errors_not_panics() {
+    assert!(QMatrix::new(QType::Q4_0, 2, 48, vec![0; 2 * 18]).is_err(), "48 is not a multiple of 32");
+    assert!(QMatrix::new(QType::Q4_0, 2, 32, vec![0; 35]).is_err(), "wrong byte count");
+    let w = QMatrix::new(QType::Q8_0, 2, 32, vec![0; 2 * 34]).expect("valid");
+    let mut out = vec![0f32; 2];
+    assert!(w.matmul(&[0.0; 31], 1, &mut out).is_err(), "x too short");
+}
+
+#[test]
+fn the_pool_runs_every_part_once_and_reports_a_panic() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let pool = ThreadPool::new(3);
+    for _ in 0..200 {
+        let hits: Vec<AtomicUsize> = (0..3).map(|_| AtomicUsize::new(0)).collect();
+        pool.run(&|p| {
+            hits[p].fetch_add(1, Ordering::Relaxed);
+        })
+        .expect("run");
+        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+    }
+    let r = pool.run(&|p| {
+        if p == 1 {
+            panic!("boom");
+        }
+    });
+    assert!(r.is_err());
+    // Still usable afterwards.
+    pool.run(&|_| {}).expect("pool survives a panicking job");
+}
+
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn neon_dotprod_kernels_run_here() {
+    // Under `scripts/test_aarch64.sh` (qemu -cpu max) the dotprod path must be present, so
+    // the tests above execute it rather than only the portable twin.
+    assert!(Isa::available().contains(&Isa::NeonDotprod), "available: {:?}", Isa::available());
+}
