@@ -50,6 +50,72 @@ pub fn scaled_dot_product_attention(
     Ok((out, weights.reshape((b, heads, tq, tk))?))
 }
 
+/// Up to this many new queries (decode steps), CPU f32 attention runs fused in one pass
+/// (`tessera_kernels::attention`) instead of as matmuls over a score tensor.
+const FUSED_MAX_QUERIES: usize = 8;
+
+/// `softmax(q kᵀ · scale + mask) v` by `tessera-kernels` on the CPU: `q` `(b, heads, tq, d)`,
+/// `k`/`v` `(b, kv_heads, tk, d)` (a view of the cache: rows contiguous) → `(b, tq, heads·d)`.
+struct FusedAttention {
+    mask: AttentionMask,
+    scale: f32,
+}
+
+fn kv_layout(l: &candle_core::Layout, name: &str) -> candle_core::Result<tessera_kernels::attention::KvLayout> {
+    let st = l.stride();
+    if st.len() != 4 || st[3] != 1 {
+        candle_core::bail!("fused attention: {name} rows must be contiguous, strides {st:?}");
+    }
+    Ok(tessera_kernels::attention::KvLayout {
+        offset: l.start_offset(),
+        batch_stride: st[0],
+        head_stride: st[1],
+        row_stride: st[2],
+    })
+}
+
+impl candle_core::CustomOp3 for FusedAttention {
+    fn name(&self) -> &'static str {
+        "tessera-fused-attention"
+    }
+
+    fn cpu_fwd(
+        &self,
+        qs: &candle_core::CpuStorage,
+        ql: &candle_core::Layout,
+        ks: &candle_core::CpuStorage,
+        kl: &candle_core::Layout,
+        vs: &candle_core::CpuStorage,
+        vl: &candle_core::Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        use candle_core::CpuStorage::F32;
+        let (F32(q), F32(k), F32(v)) = (qs, ks, vs) else { candle_core::bail!("fused attention takes f32 tensors") };
+        let (b, heads, tq, d) = ql.shape().dims4()?;
+        let (_, kv_heads, tk, _) = kl.shape().dims4()?;
+        let q = match ql.contiguous_offsets() {
+            Some((start, end)) => &q[start..end],
+            None => candle_core::bail!("fused attention: q must be contiguous"),
+        };
+        let shape = tessera_kernels::attention::AttentionShape { batch: b, heads, kv_heads, tq, tk, head_dim: d };
+        let mut out = vec![0f32; b * tq * heads * d];
+        let mask = self.mask;
+        tessera_kernels::attention::attend(
+            tessera_kernels::ThreadPool::global(),
+            shape,
+            q,
+            k,
+            kv_layout(kl, "k")?,
+            v,
+            kv_layout(vl, "v")?,
+            self.scale,
+            &|qp, kp| mask.allows(qp, kp),
+            &mut out,
+        )
+        .map_err(candle_core::Error::wrap)?;
+        Ok((F32(out), candle_core::Shape::from((b, tq, heads * d))))
+    }
+}
+
 /// Bytes of f32 scores one attention call may hold at once (all heads together).
 const SCORE_BYTES: usize = 64 << 20;
 
@@ -188,8 +254,7 @@ pub struct Attention {
 impl Attention {
     pub fn new(cfg: &AttentionConfig, vb: &Weights) -> Result<Self> {
         cfg.validate()?;
-        let (h, q_out, kv_out) =
-            (cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
+        let (h, q_out, kv_out) = (cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
         Ok(Self {
             q_proj: vb.linear(h, q_out, cfg.qkv_bias, "q_proj")?,
             k_proj: vb.linear(h, kv_out, cfg.qkv_bias, "k_proj")?,
@@ -227,6 +292,11 @@ impl Attention {
             return Ok((self.o_proj.forward(&out)?, None));
         }
         let kv_len = k.dim(2)?;
+        if !input.capture && t <= FUSED_MAX_QUERIES && q.device().is_cpu() && q.dtype() == DType::F32 {
+            let op = FusedAttention { mask: *input.mask, scale: self.scale as f32 };
+            let out = q.apply_op3_no_bwd(&k, &v, &op)?; // (b, t, heads·d)
+            return Ok((self.o_proj.forward(&out)?, None));
+        }
         let (out, weights) = if input.capture {
             let bias = input.mask.bias(t, kv_len, DType::F32, x.device())?;
             let (out, weights) = scaled_dot_product_attention(&q, &k, &v, bias.as_ref(), self.scale)?;
@@ -253,7 +323,8 @@ impl Attention {
             return Ok(None);
         }
         // flash_attn takes (b, seq, heads, d).
-        let (q, k, v) = (q.transpose(1, 2)?.contiguous()?, k.transpose(1, 2)?.contiguous()?, v.transpose(1, 2)?.contiguous()?);
+        let (q, k, v) =
+            (q.transpose(1, 2)?.contiguous()?, k.transpose(1, 2)?.contiguous()?, v.transpose(1, 2)?.contiguous()?);
         Ok(Some(candle_flash_attn::flash_attn(&q, &k, &v, self.scale as f32, causal)?))
     }
 }

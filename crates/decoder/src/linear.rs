@@ -89,9 +89,7 @@ impl CustomOp1 for PackedMatMul {
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         let w = &self.0;
-        let CpuStorage::F32(data) = storage else {
-            candle_core::bail!("quantized matmul takes f32 activations")
-        };
+        let CpuStorage::F32(data) = storage else { candle_core::bail!("quantized matmul takes f32 activations") };
         let dims = layout.shape().dims();
         let k = dims.last().copied().unwrap_or(0);
         if k != w.cols() {

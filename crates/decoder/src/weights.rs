@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
-use tessera_kernels::{QMatrix, QType};
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
+use tessera_kernels::{QMatrix, QType};
 
 use crate::error::{DecoderError, Result};
 use crate::linear::Linear;
@@ -83,10 +83,8 @@ impl Weights {
         dtype: DType,
         device: &Device,
     ) -> Result<Self> {
-        let file = File::open(path).map_err(|e| DecoderError::WeightFile {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
+        let file = File::open(path)
+            .map_err(|e| DecoderError::WeightFile { path: path.to_path_buf(), reason: e.to_string() })?;
         Ok(Self {
             source: Arc::new(Source::Gguf(GgufSource {
                 path: path.to_path_buf(),
@@ -141,11 +139,9 @@ impl Weights {
     fn describe(&self) -> String {
         match &*self.source {
             Source::Safetensors { files, .. } if files.len() == 1 => files[0].display().to_string(),
-            Source::Safetensors { files, .. } => format!(
-                "{} ({} shards)",
-                files[0].parent().unwrap_or(Path::new(".")).display(),
-                files.len()
-            ),
+            Source::Safetensors { files, .. } => {
+                format!("{} ({} shards)", files[0].parent().unwrap_or(Path::new(".")).display(), files.len())
+            }
             Source::Gguf(g) => g.path.display().to_string(),
         }
     }
@@ -161,7 +157,9 @@ impl Weights {
     /// Whether the checkpoint holds `name` under this prefix.
     pub fn contains(&self, name: &str) -> bool {
         let full = self.full_name(name);
-        let Some(stored) = self.stored_name(&full) else { return false };
+        let Some(stored) = self.stored_name(&full) else {
+            return false;
+        };
         match &*self.source {
             Source::Safetensors { st, .. } => st.get(&stored).is_ok(),
             Source::Gguf(g) => g.content.tensor_infos.contains_key(&stored),
@@ -347,8 +345,8 @@ impl MatrixWeight {
 
 /// Parses a GGUF header, naming the file on failure.
 pub fn read_gguf(path: &Path) -> Result<gguf_file::Content> {
-    let mut file = File::open(path)
-        .map_err(|e| DecoderError::WeightFile { path: path.to_path_buf(), reason: e.to_string() })?;
+    let mut file =
+        File::open(path).map_err(|e| DecoderError::WeightFile { path: path.to_path_buf(), reason: e.to_string() })?;
     let content = gguf_file::Content::read(&mut file).map_err(|e| DecoderError::WeightFile {
         path: path.to_path_buf(),
         reason: format!("not a valid GGUF file: {e}"),
@@ -365,9 +363,7 @@ pub fn read_gguf(path: &Path) -> Result<gguf_file::Content> {
         if end > len {
             return Err(DecoderError::WeightFile {
                 path: path.to_path_buf(),
-                reason: format!(
-                    "truncated: tensor `{name}` ends at byte {end} but the file has {len} bytes"
-                ),
+                reason: format!("truncated: tensor `{name}` ends at byte {end} but the file has {len} bytes"),
             });
         }
     }
@@ -388,8 +384,8 @@ fn check_safetensors_file(path: &Path) -> Result<()> {
     }
     let mut header = vec![0u8; header_len as usize];
     file.read_exact(&mut header).map_err(|e| err(e.to_string()))?;
-    let header: HashMap<String, serde_json::Value> = serde_json::from_slice(&header)
-        .map_err(|e| err(format!("invalid safetensors header: {e}")))?;
+    let header: HashMap<String, serde_json::Value> =
+        serde_json::from_slice(&header).map_err(|e| err(format!("invalid safetensors header: {e}")))?;
     let data_len = len - 8 - header_len;
     for (name, entry) in header.iter().filter(|(k, _)| k.as_str() != "__metadata__") {
         let end = entry.get("data_offsets").and_then(|o| o.get(1)).and_then(|e| e.as_u64());

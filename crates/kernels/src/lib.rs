@@ -9,11 +9,13 @@
 //! - [`dot`]: portable integer dot products (the reference twins of the SIMD kernels);
 //! - `x86` (AVX2, AVX-512 VNNI) and `neon` (dotprod) row kernels, chosen at run time
 //!   ([`Isa::best`], overridable with `TESSERA_KERNELS`);
-//! - [`ThreadPool`]: a persistent pool, one part per thread per matmul.
+//! - [`ThreadPool`]: a persistent pool, one part per thread per matmul;
+//! - [`attention`]: fused attention for decode steps (scores, softmax and values in one pass).
 //!
 //! Arithmetic follows ggml (llama.cpp's `ggml/src/ggml-quants.c` and
 //! `ggml-cpu/arch/*/quants.c`), so logits agree with llama.cpp's on the same file.
 
+pub mod attention;
 pub mod blocks;
 pub mod dot;
 mod error;

@@ -103,6 +103,23 @@ fn simd_row_fn(t: QType, isa: Isa) -> Option<RowFn> {
     }
 }
 
+/// Dots of four weight rows with one token's `Q8` activations.
+type Rows4Fn = unsafe fn([&[u8]; 4], &[Q8Block]) -> [f32; 4];
+
+/// The four-row SIMD kernel of `t` on `isa`, if there is one.
+fn simd_rows4_fn(t: QType, isa: Isa) -> Option<Rows4Fn> {
+    if t.activation() != ActKind::Q8 {
+        return None;
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => Some(crate::x86::rows4_fn(t, false)),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => Some(crate::x86::rows4_fn(t, true)),
+        _ => None,
+    }
+}
+
 /// Dot of one weight row with one token's `Q8_K` activations.
 type RowKFn = unsafe fn(&[u8], &[Q8KBlock]) -> f32;
 
@@ -257,9 +274,26 @@ impl QMatrix {
                 }
                 let act = &act[..];
                 let simd = simd_row_fn(t, isa);
+                let simd4 = simd_rows4_fn(t, isa);
                 pool.run(&|part| {
                     let dst = &dst;
-                    for r in part * per..((part + 1) * per).min(rows) {
+                    let (start, end) = (part * per, ((part + 1) * per).min(rows));
+                    let mut r = start;
+                    if let Some(f4) = simd4 {
+                        while r + 4 <= end {
+                            let w = [self.row(r), self.row(r + 1), self.row(r + 2), self.row(r + 3)];
+                            for (tok, a) in act.chunks_exact(nb).enumerate() {
+                                // SAFETY: as below.
+                                let v = unsafe { f4(w, a) };
+                                for (j, v) in v.into_iter().enumerate() {
+                                    // SAFETY: (tok, r + j) is written by this part only; in bounds.
+                                    unsafe { *dst.0.add(tok * rows + r + j) = v };
+                                }
+                            }
+                            r += 4;
+                        }
+                    }
+                    for r in r..end {
                         let w = self.row(r);
                         for (tok, a) in act.chunks_exact(nb).enumerate() {
                             // SAFETY: `simd` was chosen for an instruction set this CPU has

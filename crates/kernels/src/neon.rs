@@ -139,7 +139,11 @@ unsafe fn row_q45k_neon<const FIVE: bool>(row: &[u8], act: &[Q8KBlock]) -> f32 {
         }
         let summ: i32 = (0..8).map(|j| mins[j] * (a.bsums[2 * j] as i32 + a.bsums[2 * j + 1] as i32)).sum();
         let qs = if FIVE { &b[48..176] } else { &b[16..144] };
-        let (qh0, qh1) = if FIVE { (vld1q_u8(b[16..].as_ptr()), vld1q_u8(b[32..].as_ptr())) } else { (vdupq_n_u8(0), vdupq_n_u8(0)) };
+        let (qh0, qh1) = if FIVE {
+            (vld1q_u8(b[16..].as_ptr()), vld1q_u8(b[32..].as_ptr()))
+        } else {
+            (vdupq_n_u8(0), vdupq_n_u8(0))
+        };
         let y = a.qs.as_ptr();
         let mut sumi = 0i32;
         for c in 0..4 {

@@ -151,6 +151,72 @@ unsafe fn row_vnni<const T: u8>(row: &[u8], act: &[Q8Block]) -> f32 {
     hsum(acc) + mins
 }
 
+/// Four rows against one token: the activations are loaded once per block and the four rows
+/// give four independent accumulation chains (one row alone is latency-bound on its `fmadd`).
+#[inline(always)]
+unsafe fn rows4_body<const T: u8, const VNNI: bool>(rows: [&[u8]; 4], act: &[Q8Block]) -> [f32; 4] {
+    let bb = match T {
+        Q4_0 => 18,
+        Q4_1 => 20,
+        Q5_0 => 22,
+        Q5_1 => 24,
+        _ => 34,
+    };
+    let n = rows.iter().fold(act.len(), |n, r| n.min(r.len() / bb));
+    let p = [rows[0].as_ptr(), rows[1].as_ptr(), rows[2].as_ptr(), rows[3].as_ptr()];
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut mins = [0f32; 4];
+    for i in 0..n {
+        let a = act.get_unchecked(i);
+        let x = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
+        for r in 0..4 {
+            // Four short interleaved streams defeat the hardware prefetcher on matrices that
+            // do not fit in cache (the LM head): fetch ~8 blocks ahead, and the next four rows.
+            _mm_prefetch::<_MM_HINT_T0>(p[r].add(i * bb + 8 * bb) as *const i8);
+            let (w, d, m) = load_block::<T>(p[r].add(i * bb));
+            let s = match (VNNI, signed(T)) {
+                (true, true) => {
+                    _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+                }
+                (true, false) => _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x),
+                (false, true) => dot_avx2::<true>(w, x),
+                (false, false) => dot_avx2::<false>(w, x),
+            };
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(s), acc[r]);
+            if !signed(T) {
+                mins[r] += m * a.s;
+            }
+        }
+    }
+    [hsum(acc[0]) + mins[0], hsum(acc[1]) + mins[1], hsum(acc[2]) + mins[2], hsum(acc[3]) + mins[3]]
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows4_avx2<const T: u8>(rows: [&[u8]; 4], act: &[Q8Block]) -> [f32; 4] {
+    rows4_body::<T, false>(rows, act)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn rows4_vnni<const T: u8>(rows: [&[u8]; 4], act: &[Q8Block]) -> [f32; 4] {
+    rows4_body::<T, true>(rows, act)
+}
+
+/// The four-row kernel for `t` (a 32-value type). Callers check `has_avx2()` / `has_vnni()`.
+pub(crate) fn rows4_fn(t: QType, vnni: bool) -> unsafe fn([&[u8]; 4], &[Q8Block]) -> [f32; 4] {
+    match (code(t), vnni) {
+        (Q4_0, false) => rows4_avx2::<Q4_0>,
+        (Q4_1, false) => rows4_avx2::<Q4_1>,
+        (Q5_0, false) => rows4_avx2::<Q5_0>,
+        (Q5_1, false) => rows4_avx2::<Q5_1>,
+        (_, false) => rows4_avx2::<Q8_0>,
+        (Q4_0, true) => rows4_vnni::<Q4_0>,
+        (Q4_1, true) => rows4_vnni::<Q4_1>,
+        (Q5_0, true) => rows4_vnni::<Q5_0>,
+        (Q5_1, true) => rows4_vnni::<Q5_1>,
+        (_, true) => rows4_vnni::<Q8_0>,
+    }
+}
+
 pub(crate) fn has_avx2() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
 }
@@ -215,7 +281,11 @@ unsafe fn row_q45k_avx2<const FIVE: bool>(row: &[u8], act: &[Q8KBlock]) -> f32 {
         let dmin = f16_to_f32(b.add(2)) * a.d;
         let (scales, mins) = scales_mins_k4(b.add(4));
         summ += dmin * mins_dot(&mins, &a.bsums) as f32;
-        let (qh, qs) = if FIVE { (_mm256_loadu_si256(b.add(16) as *const __m256i), b.add(48)) } else { (_mm256_setzero_si256(), b.add(16)) };
+        let (qh, qs) = if FIVE {
+            (_mm256_loadu_si256(b.add(16) as *const __m256i), b.add(48))
+        } else {
+            (_mm256_setzero_si256(), b.add(16))
+        };
         let y = a.qs.as_ptr();
         let mut sumi = _mm256_setzero_si256();
         for c in 0..4 {

@@ -239,7 +239,8 @@ fn activation_quantizers_follow_llama_cpp() {
     quantize_q8k(&x, &mut q8k);
     let b = &q8k[0];
     // The value of largest magnitude maps to −127; bsums are sums of 16.
-    let (imax, _) = x.iter().enumerate().fold((0, 0f32), |(bi, bv), (i, v)| if v.abs() > bv { (i, v.abs()) } else { (bi, bv) });
+    let (imax, _) =
+        x.iter().enumerate().fold((0, 0f32), |(bi, bv), (i, v)| if v.abs() > bv { (i, v.abs()) } else { (bi, bv) });
     assert_eq!(b.qs[imax], -127);
     for j in 0..16 {
         assert_eq!(b.bsums[j], b.qs[16 * j..16 * j + 16].iter().map(|&q| q as i16).sum::<i16>());

@@ -38,12 +38,8 @@ fn f32_greedy_ids_and_top5_logits_match_transformers() -> Result<()> {
         assert_eq!(prompt, common::ids(&entry["prompt_ids"]), "{name}: prompt ids");
         let expected = common::ids(&entry["greedy_ids"]);
         assert!(expected.len() >= 32);
-        let params = GenerateParams {
-            max_new_tokens: expected.len(),
-            ignore_eos: true,
-            logprobs: None,
-            ..Default::default()
-        };
+        let params =
+            GenerateParams { max_new_tokens: expected.len(), ignore_eos: true, logprobs: None, ..Default::default() };
         let out = model.generate(&prompt, &params, &mut |_| {})?;
         assert_eq!(out.generated_tokens, expected, "{name}: greedy ids");
 
