@@ -238,6 +238,7 @@ struct GenerateArgs {
 }
 
 fn main() {
+    tessera_kernels::keep_freed_memory();
     if let Err(e) = run() {
         eprintln!("error: {e:#}");
         std::process::exit(1);

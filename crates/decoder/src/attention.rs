@@ -140,9 +140,14 @@ pub fn attention_in_query_chunks(
     let first = tk.saturating_sub(tq);
     let rows = rows.max(1);
     let mut outs = Vec::with_capacity(tq.div_ceil(rows));
+    let fused = q.device().is_cpu() && q.dtype() == DType::F32;
     for start in (0..tq).step_by(rows) {
         let n = rows.min(tq - start);
         let qc = if n == tq { q.clone() } else { q.narrow(2, start, n)? };
+        if fused {
+            outs.push(fused_chunk(&qc, k, v, mask, scale, first + start)?);
+            continue;
+        }
         let bias = mask.bias_at(first + start, n, tk, DType::F32, q.device())?;
         outs.push(scaled_dot_product_attention(&qc, k, v, bias.as_ref(), scale)?.0);
     }
@@ -150,6 +155,62 @@ pub fn attention_in_query_chunks(
         return Ok(outs.remove(0));
     }
     Ok(Tensor::cat(&outs, 2)?)
+}
+
+/// One chunk of [`attention_in_query_chunks`] on the CPU in f32: the score matmul, then scale,
+/// mask and softmax fused in place (`tessera_kernels::attention::scale_mask_softmax`), then
+/// the value matmul. `q` `(b, heads, n, d)` holds the queries at positions `first_q ..`.
+fn fused_chunk(q: &Tensor, k: &Tensor, v: &Tensor, mask: &AttentionMask, scale: f64, first_q: usize) -> Result<Tensor> {
+    let (b, heads, n, d) = q.dims4()?;
+    let (_, kv_heads, tk, _) = k.dims4()?;
+    if kv_heads == 0 || heads % kv_heads != 0 {
+        return Err(DecoderError::Config(format!("{heads} query heads cannot share {kv_heads} kv heads")));
+    }
+    let groups = heads / kv_heads;
+    // (b, kv_heads, groups·n, d): the heads of one group become extra query rows.
+    let qg = q.contiguous()?.reshape((b, kv_heads, groups * n, d))?;
+    let scores = qg.matmul(&k.t()?)?.contiguous()?; // (b, kv_heads, groups·n, tk)
+    let op = ScaleMaskSoftmax { mask: *mask, scale: scale as f32, first_q, n };
+    let weights = scores.apply_op1_no_bwd(&op)?;
+    let out = weights.matmul(&v.contiguous_if_needed()?)?; // (b, kv_heads, groups·n, d)
+    Ok(out.reshape((b, heads, n, d))?)
+}
+
+/// In-place `softmax(scale · s + mask)` over score rows `(…, groups·n, tk)`; row `r` is query
+/// `first_q + r mod n`.
+struct ScaleMaskSoftmax {
+    mask: AttentionMask,
+    scale: f32,
+    first_q: usize,
+    n: usize,
+}
+
+impl candle_core::CustomOp1 for ScaleMaskSoftmax {
+    fn name(&self) -> &'static str {
+        "tessera-scale-mask-softmax"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s: &candle_core::CpuStorage,
+        l: &candle_core::Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let candle_core::CpuStorage::F32(data) = s else { candle_core::bail!("softmax takes f32 scores") };
+        let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("softmax takes contiguous scores") };
+        let tk = l.shape().dims().last().copied().unwrap_or(0);
+        let mut out = data[a..b].to_vec();
+        let (mask, first_q, n) = (self.mask, self.first_q, self.n.max(1));
+        tessera_kernels::attention::scale_mask_softmax(
+            tessera_kernels::ThreadPool::global(),
+            &mut out,
+            tk,
+            self.scale,
+            &|r| first_q + r % n,
+            &|qp, kp| mask.allows(qp, kp),
+        )
+        .map_err(candle_core::Error::wrap)?;
+        Ok((candle_core::CpuStorage::F32(out), l.shape().clone()))
+    }
 }
 
 /// The obviously-correct twin: keys and values repeated per head, one head at a time.

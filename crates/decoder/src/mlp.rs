@@ -29,9 +29,43 @@ impl GatedMlp {
 
     /// `x`: `(b, t, hidden)` → `(b, t, hidden)`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gate = self.act.apply(&self.gate_proj.forward(x)?)?;
+        let gate = self.gate_proj.forward(x)?;
         let up = self.up_proj.forward(x)?;
-        self.down_proj.forward(&(gate * up)?)
+        if self.act == Activation::Silu && gate.device().is_cpu() && gate.dtype() == candle_core::DType::F32 {
+            // One fused pass instead of silu, then a product (two temporaries).
+            return self.down_proj.forward(&gate.apply_op2_no_bwd(&up, &SiluMul)?);
+        }
+        self.down_proj.forward(&(self.act.apply(&gate)? * up)?)
+    }
+}
+
+/// `silu(gate) · up` by `tessera-kernels` on the CPU (f32, same shapes).
+struct SiluMul;
+
+impl candle_core::CustomOp2 for SiluMul {
+    fn name(&self) -> &'static str {
+        "tessera-silu-mul"
+    }
+
+    fn cpu_fwd(
+        &self,
+        gs: &candle_core::CpuStorage,
+        gl: &candle_core::Layout,
+        us: &candle_core::CpuStorage,
+        ul: &candle_core::Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        use candle_core::CpuStorage::F32;
+        let (F32(g), F32(u)) = (gs, us) else { candle_core::bail!("silu_mul takes f32 tensors") };
+        let (Some((g0, g1)), Some((u0, u1))) = (gl.contiguous_offsets(), ul.contiguous_offsets()) else {
+            candle_core::bail!("silu_mul takes contiguous tensors")
+        };
+        if gl.shape() != ul.shape() {
+            candle_core::bail!("silu_mul: gate {:?} and up {:?} differ", gl.shape(), ul.shape())
+        }
+        let mut out = vec![0f32; g1 - g0];
+        tessera_kernels::attention::silu_mul(tessera_kernels::ThreadPool::global(), &g[g0..g1], &u[u0..u1], &mut out)
+            .map_err(candle_core::Error::wrap)?;
+        Ok((F32(out), gl.shape().clone()))
     }
 }
 

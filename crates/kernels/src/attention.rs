@@ -148,3 +148,78 @@ pub fn exp(x: f32) -> f32 {
                 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
     p * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
+
+/// `silu(g) · u = g · σ(g) · u` elementwise into `out` (SwiGLU's gate), with the polynomial
+/// `exp`; split across the pool when large.
+pub fn silu_mul(pool: &ThreadPool, gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<()> {
+    if gate.len() != up.len() || gate.len() != out.len() {
+        return Err(KernelError::Shape(format!("silu_mul of {} × {} into {}", gate.len(), up.len(), out.len())));
+    }
+    let body = |g: &[f32], u: &[f32], o: &mut [f32]| {
+        for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
+            let sig = if g >= 0.0 {
+                1.0 / (1.0 + exp(-g))
+            } else {
+                let e = exp(g);
+                e / (1.0 + e)
+            };
+            *o = g * sig * u;
+        }
+    };
+    let n = gate.len();
+    let parts = pool.threads();
+    if n < 1 << 14 || parts == 1 {
+        body(gate, up, out);
+        return Ok(());
+    }
+    let per = n.div_ceil(parts);
+    let dst = SendPtr(out.as_mut_ptr());
+    pool.run(&|p| {
+        let dst = &dst;
+        let (a, b) = ((p * per).min(n), ((p + 1) * per).min(n));
+        // SAFETY: part p writes out[a..b] only.
+        let o = unsafe { std::slice::from_raw_parts_mut(dst.0.add(a), b - a) };
+        body(&gate[a..b], &up[a..b], o);
+    })
+}
+
+/// In place over `scores` (`rows × tk`, row-major): `softmax(scale · s + mask)` per row, where
+/// row `r` is the query at absolute position `q_pos(r)` and `visible(q, k)` the mask rule;
+/// invisible keys get weight 0. One pass per row instead of scale, mask, softmax as three
+/// tensors; rows split across the pool.
+pub fn scale_mask_softmax(
+    pool: &ThreadPool,
+    scores: &mut [f32],
+    tk: usize,
+    scale: f32,
+    q_pos: &(dyn Fn(usize) -> usize + Sync),
+    visible: &(dyn Fn(usize, usize) -> bool + Sync),
+) -> Result<()> {
+    if tk == 0 || scores.len() % tk != 0 {
+        return Err(KernelError::Shape(format!("softmax over rows of {tk} in {} values", scores.len())));
+    }
+    let rows = scores.len() / tk;
+    let parts = pool.threads();
+    let per = rows.div_ceil(parts);
+    let dst = SendPtr(scores.as_mut_ptr());
+    pool.run(&|p| {
+        let dst = &dst;
+        for r in (p * per).min(rows)..((p + 1) * per).min(rows) {
+            // SAFETY: part p owns rows p·per .. (p+1)·per.
+            let row = unsafe { std::slice::from_raw_parts_mut(dst.0.add(r * tk), tk) };
+            let qp = q_pos(r);
+            let mut max = f32::NEG_INFINITY;
+            for (j, s) in row.iter_mut().enumerate() {
+                *s = if visible(qp, j) { *s * scale } else { f32::NEG_INFINITY };
+                max = max.max(*s);
+            }
+            let mut total = 0f32;
+            for s in row.iter_mut() {
+                *s = if *s == f32::NEG_INFINITY { 0.0 } else { exp(*s - max) };
+                total += *s;
+            }
+            let inv = if total > 0.0 { 1.0 / total } else { 0.0 };
+            row.iter_mut().for_each(|s| *s *= inv);
+        }
+    })
+}

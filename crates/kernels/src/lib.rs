@@ -15,6 +15,7 @@
 //! Arithmetic follows ggml (llama.cpp's `ggml/src/ggml-quants.c` and
 //! `ggml-cpu/arch/*/quants.c`), so logits agree with llama.cpp's on the same file.
 
+mod alloc;
 pub mod attention;
 pub mod blocks;
 pub mod dot;
@@ -26,6 +27,7 @@ mod pool;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+pub use alloc::keep_freed_memory;
 pub use blocks::{ActKind, Q8Block, Q8KBlock, QType};
 pub use error::{KernelError, Result};
 pub use matmul::{Isa, QMatrix, GEMM_MIN_TOKENS};

@@ -67,3 +67,20 @@ fn fused_attention_equals_the_f64_reference_for_gqa_masks_and_cache_views() {
         }
     }
 }
+
+#[test]
+fn silu_mul_equals_the_f64_formula() {
+    use tessera_kernels::attention::silu_mul;
+    let n = 40_000; // above the size that is split across threads
+    let g: Vec<f32> = (0..n).map(|i| (i as f32 - 20_000.0) / 900.0).collect();
+    let u: Vec<f32> = (0..n).map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0).collect();
+    for threads in [1, 2, 3] {
+        let mut out = vec![0f32; n];
+        silu_mul(&ThreadPool::new(threads), &g, &u, &mut out).expect("silu_mul");
+        for i in 0..n {
+            let (x, y) = (g[i] as f64, u[i] as f64);
+            let want = x / (1.0 + (-x).exp()) * y;
+            assert!((out[i] as f64 - want).abs() <= 1e-6 * (1.0 + want.abs()), "{x}, {y}: {} vs {want}", out[i]);
+        }
+    }
+}

@@ -255,7 +255,7 @@ impl Model {
     /// The `k` tokens whose embeddings are most cosine-similar to `vector` `(hidden,)`,
     /// skipping `exclude`.
     pub fn nearest_tokens(&self, vector: &Tensor, k: usize, exclude: &[u32]) -> Result<Vec<Neighbour>> {
-        let table = self.token_embedding_table().weight().to_dtype(DType::F32)?; // (vocab, hidden)
+        let table = self.token_embedding_table().weight()?.to_dtype(DType::F32)?; // (vocab, hidden)
         let norms = table.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?; // (vocab, 1)
         let v = vector.to_dtype(DType::F32)?.flatten_all()?;
         let v = (&v / v.sqr()?.sum_all()?.sqrt()?.to_scalar::<f32>()? as f64)?;

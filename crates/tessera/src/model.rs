@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
+use tessera_decoder::weights::MatrixWeight;
 use tessera_decoder::{AttentionMask, Decoder, GgufMode, KvCache, Linear, Trace, Weights};
 use tessera_text::{ChatTemplate, ContentPart, Message, TokenEmbedding, Tokenizer};
 use tessera_vision::RgbImage;
@@ -152,7 +153,11 @@ impl Model {
         let d = &config.decoder;
         let (lm, head_name) = text_roots(&vb);
         let embed_weight = lm.pp("embed_tokens").matrix(config.vocab_size, d.hidden_size, "weight")?;
-        let embed = TokenEmbedding::new(embed_weight.dense(vb.dtype())?)?;
+        let embed = match &embed_weight {
+            // Quantized rows stay quantized: looked up row by row, and shared with a tied head.
+            MatrixWeight::Packed(m) => TokenEmbedding::packed(m.clone(), vb.dtype(), vb.device()),
+            other => TokenEmbedding::new(other.dense(vb.dtype())?)?,
+        };
         let decoder = Decoder::new(d, &lm)?;
         let lm_head = if config.tie_word_embeddings || !vb.contains(&format!("{head_name}.weight")) {
             Linear::new(embed_weight, None)?

@@ -1,31 +1,60 @@
-//! Token embeddings: the lookup from token ids to rows of the `(vocab, hidden)` matrix.
+//! Token embeddings: the lookup from token ids to rows of the `(vocab, hidden)` matrix, kept
+//! dense or — for GGUF checkpoints on the CPU — in its quantized blocks, dequantizing only the
+//! rows a prompt uses (the same blocks then serve as the tied LM head: one copy in memory).
 
-use candle_core::Tensor;
+use std::sync::Arc;
+
+use candle_core::{DType, Device, Tensor};
+use tessera_kernels::QMatrix;
 
 use crate::error::{Result, TextError};
 
 #[derive(Clone, Debug)]
 pub struct TokenEmbedding {
-    weight: Tensor,
+    table: Table,
+}
+
+#[derive(Clone, Debug)]
+enum Table {
+    Dense(Tensor),
+    /// Quantized rows; looked-up rows come out in `dtype` on `device`.
+    Packed { weight: Arc<QMatrix>, dtype: DType, device: Device },
 }
 
 impl TokenEmbedding {
     /// `weight`: `(vocab, hidden)`.
     pub fn new(weight: Tensor) -> Result<Self> {
         weight.dims2()?;
-        Ok(Self { weight })
+        Ok(Self { table: Table::Dense(weight) })
     }
 
-    pub fn weight(&self) -> &Tensor {
-        &self.weight
+    /// A quantized `(vocab, hidden)` table whose rows are dequantized to `dtype` on lookup.
+    pub fn packed(weight: Arc<QMatrix>, dtype: DType, device: &Device) -> Self {
+        Self { table: Table::Packed { weight, dtype, device: device.clone() } }
+    }
+
+    /// The whole table `(vocab, hidden)` (dequantized when it is kept quantized).
+    pub fn weight(&self) -> Result<Tensor> {
+        Ok(match &self.table {
+            Table::Dense(w) => w.clone(),
+            Table::Packed { weight, dtype, device } => {
+                Tensor::from_vec(weight.dequantize(), (weight.rows(), weight.cols()), device)?.to_dtype(*dtype)?
+            }
+        })
     }
 
     pub fn vocab_size(&self) -> usize {
-        self.weight.dims()[0]
+        match &self.table {
+            Table::Dense(w) => w.dims()[0],
+            Table::Packed { weight, .. } => weight.rows(),
+        }
     }
 
     pub fn hidden_size(&self) -> usize {
-        self.weight.dims()[1]
+        match &self.table {
+            Table::Dense(w) => w.dims()[1],
+            Table::Packed { weight, .. } => weight.cols(),
+        }
     }
 
     /// `ids`: `(b, t)` u32 → `(b, t, hidden)`. Every id is checked against the vocabulary.
@@ -33,10 +62,21 @@ impl TokenEmbedding {
         let (b, t) = ids.dims2()?;
         let flat = ids.flatten_all()?;
         let vocab = self.vocab_size();
-        if let Some(&bad) = flat.to_vec1::<u32>()?.iter().find(|&&i| i as usize >= vocab) {
+        let list = flat.to_vec1::<u32>()?;
+        if let Some(&bad) = list.iter().find(|&&i| i as usize >= vocab) {
             return Err(TextError::TokenOutOfRange { id: bad, vocab_size: vocab });
         }
-        let rows = self.weight.index_select(&flat, 0)?;
-        Ok(rows.reshape((b, t, self.hidden_size()))?)
+        let h = self.hidden_size();
+        let rows = match &self.table {
+            Table::Dense(w) => w.index_select(&flat, 0)?,
+            Table::Packed { weight, dtype, device } => {
+                let mut out = vec![0f32; list.len() * h];
+                for (&id, row) in list.iter().zip(out.chunks_exact_mut(h)) {
+                    weight.dequantize_rows(id as usize, id as usize + 1, row);
+                }
+                Tensor::from_vec(out, (list.len(), h), device)?.to_dtype(*dtype)?
+            }
+        };
+        Ok(rows.reshape((b, t, h))?)
     }
 }

@@ -45,6 +45,7 @@ struct Args {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    tessera_kernels::keep_freed_memory();
     std::env::set_var("RAYON_NUM_THREADS", args.threads.to_string());
     if args.read_bandwidth {
         let gbs = read_bandwidth(args.threads, args.reps.max(1));
