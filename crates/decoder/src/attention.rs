@@ -162,7 +162,7 @@ pub fn attention_in_query_chunks(
 /// the value matmul. `q` `(b, heads, n, d)` holds the queries at positions `first_q ..`.
 fn fused_chunk(q: &Tensor, k: &Tensor, v: &Tensor, mask: &AttentionMask, scale: f64, first_q: usize) -> Result<Tensor> {
     let (b, heads, n, d) = q.dims4()?;
-    let (_, kv_heads, tk, _) = k.dims4()?;
+    let (_, kv_heads, _, _) = k.dims4()?;
     if kv_heads == 0 || heads % kv_heads != 0 {
         return Err(DecoderError::Config(format!("{heads} query heads cannot share {kv_heads} kv heads")));
     }

@@ -93,11 +93,13 @@ pub struct Q8Block {
     pub qs: [i8; 32],
     pub d: f32,
     pub s: f32,
+    /// `Σ qs` as an integer (lets SIMD kernels use unsigned weights: `Σ (w+c)·q − c·Σ q`).
+    pub isum: i32,
 }
 
 impl Default for Q8Block {
     fn default() -> Self {
-        Self { qs: [0; 32], d: 0.0, s: 0.0 }
+        Self { qs: [0; 32], d: 0.0, s: 0.0, isum: 0 }
     }
 }
 
@@ -151,6 +153,7 @@ pub fn quantize_q8(x: &[f32], out: &mut [Q8Block]) {
         }
         y.d = round_f16(d);
         y.s = round_f16(d * sum as f32);
+        y.isum = sum;
     }
 }
 
