@@ -91,6 +91,16 @@ unsafe fn load_block_unsigned<const T: u8>(b: *const u8) -> (__m256i, i32) {
     }
 }
 
+const fn block_bytes(t: u8) -> usize {
+    match t {
+        Q4_0 => 18,
+        Q4_1 => 20,
+        Q5_0 => 22,
+        Q5_1 => 24,
+        _ => 34,
+    }
+}
+
 const fn signed(t: u8) -> bool {
     matches!(t, Q4_0 | Q5_0 | Q8_0)
 }
@@ -114,15 +124,10 @@ unsafe fn dot_avx2<const SIGNED: bool>(w: __m256i, x: __m256i) -> __m256i {
     _mm256_madd_epi16(p16, _mm256_set1_epi16(1))
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn row_avx2<const T: u8>(row: &[u8], act: &[Q8Block]) -> f32 {
-    let bb = match T {
-        Q4_0 => 18,
-        Q4_1 => 20,
-        Q5_0 => 22,
-        Q5_1 => 24,
-        _ => 34,
-    };
+/// One row against one token (the rows left over after the four-row kernel).
+#[inline(always)]
+unsafe fn row_body<const T: u8, const VNNI: bool>(row: &[u8], act: &[Q8Block]) -> f32 {
+    let bb = block_bytes(T);
     let n = act.len().min(row.len() / bb);
     let p = row.as_ptr();
     let mut acc = _mm256_setzero_ps();
@@ -131,37 +136,11 @@ unsafe fn row_avx2<const T: u8>(row: &[u8], act: &[Q8Block]) -> f32 {
         let (w, d, m) = load_block::<T>(p.add(i * bb));
         let a = act.get_unchecked(i);
         let x = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
-        let s = if signed(T) { dot_avx2::<true>(w, x) } else { dot_avx2::<false>(w, x) };
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(s), acc);
-        if !signed(T) {
-            mins += m * a.s;
-        }
-    }
-    hsum(acc) + mins
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-unsafe fn row_vnni<const T: u8>(row: &[u8], act: &[Q8Block]) -> f32 {
-    let bb = match T {
-        Q4_0 => 18,
-        Q4_1 => 20,
-        Q5_0 => 22,
-        Q5_1 => 24,
-        _ => 34,
-    };
-    let n = act.len().min(row.len() / bb);
-    let p = row.as_ptr();
-    let mut acc = _mm256_setzero_ps();
-    let mut mins = 0f32;
-    for i in 0..n {
-        let (w, d, m) = load_block::<T>(p.add(i * bb));
-        let a = act.get_unchecked(i);
-        let x = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
-        let zero = _mm256_setzero_si256();
-        let s = if signed(T) {
-            _mm256_dpbusd_epi32(zero, _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
-        } else {
-            _mm256_dpbusd_epi32(zero, w, x)
+        let s = match (VNNI, signed(T)) {
+            (true, true) => _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)),
+            (true, false) => _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x),
+            (false, true) => dot_avx2::<true>(w, x),
+            (false, false) => dot_avx2::<false>(w, x),
         };
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(s), acc);
         if !signed(T) {
@@ -171,18 +150,22 @@ unsafe fn row_vnni<const T: u8>(row: &[u8], act: &[Q8Block]) -> f32 {
     hsum(acc) + mins
 }
 
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn row_avx2<const T: u8>(row: &[u8], act: &[Q8Block]) -> f32 {
+    row_body::<T, false>(row, act)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn row_vnni<const T: u8>(row: &[u8], act: &[Q8Block]) -> f32 {
+    row_body::<T, true>(row, act)
+}
+
 /// Four rows against one token: the activations are loaded once per block, and the four
 /// rows' int32 sums are folded into one register (`hadd`) so that the scales of all four rows
 /// are applied by one conversion and one `fmadd` per block, not one per row.
 #[inline(always)]
 unsafe fn rows4_body<const T: u8, const VNNI: bool>(rows: [&[u8]; 4], act: &[Q8Block]) -> [f32; 4] {
-    let bb = match T {
-        Q4_0 => 18,
-        Q4_1 => 20,
-        Q5_0 => 22,
-        Q5_1 => 24,
-        _ => 34,
-    };
+    let bb = block_bytes(T);
     let n = rows.iter().fold(act.len(), |n, r| n.min(r.len() / bb));
     let p = [rows[0].as_ptr(), rows[1].as_ptr(), rows[2].as_ptr(), rows[3].as_ptr()];
     // Lanes (r0, r1, r2, r3, r0, r1, r2, r3): the low and high halves of each row's sum.
