@@ -129,12 +129,16 @@ fn gguf_chat_template_renders_like_apply_chat_template() -> Result<()> {
 /// top-1 id wherever llama.cpp's top-1/top-2 margin exceeds `MARGIN`, and llama.cpp's top-5
 /// logits reproduced within `LOGIT_TOL`, a guard against gross errors.
 ///
-/// The speed issue asks for a margin of 0.1; tessera does not meet that yet. Its logits differ
-/// from llama.cpp's by up to ~0.7 on this file, so a margin of 0.54 (step 15 of the second
-/// prompt) flips with the summation order of the portable kernel, while the SIMD kernels agree.
-/// Both engines give identical logits (1e-5) from the same weights in f32, so the difference is
-/// in the quantized-matmul arithmetic; its cause is not found yet. Until it is, this test holds
-/// what is true on every instruction set: agreement wherever the margin exceeds 1.0.
+/// The speed issue asks for a margin of 0.1; that is not reachable this way. Both engines give
+/// identical logits (within 1e-5) from the same weights in f32, and quantize activations with
+/// the same scheme, but each of the ~210 matmuls per token re-quantizes its input to 8 bits, so
+/// a difference in float summation order anywhere flips some roundings and grows through the
+/// layers: tessera against itself (portable kernel vs AVX-512 VNNI kernel, same file, same
+/// prompts) differs by up to 0.63 (median 0.10) over these 160 logits, as much as tessera
+/// against llama.cpp (up to 0.63, median 0.15). A 0.54 margin (step 15 of the second prompt)
+/// flips between tessera's own kernels. Only a bit-exact copy of ggml's summation order would
+/// agree at 0.1. So this test holds what is true on every instruction set: agreement wherever
+/// the margin exceeds 1.0, and no logit further than 1.0 from llama.cpp's.
 ///
 /// The reference runs llama.cpp with an f32 KV cache and without flash attention, as tessera
 /// does (with its default f16 cache llama.cpp's own greedy text changes at step 5). The logits
