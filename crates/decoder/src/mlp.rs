@@ -63,7 +63,7 @@ impl candle_core::CustomOp2 for SiluMul {
             candle_core::bail!("silu_mul: gate {:?} and up {:?} differ", gl.shape(), ul.shape())
         }
         let mut out = vec![0f32; g1 - g0];
-        tessera_kernels::attention::silu_mul(tessera_kernels::ThreadPool::global(), &g[g0..g1], &u[u0..u1], &mut out)
+        tessera_kernels::ops::silu_mul(tessera_kernels::ThreadPool::global(), &g[g0..g1], &u[u0..u1], &mut out)
             .map_err(candle_core::Error::wrap)?;
         Ok((F32(out), gl.shape().clone()))
     }

@@ -215,6 +215,7 @@ impl Weights {
         g: &GgufSource,
         full: &str,
         stored: &str,
+        offset: u64,
         qtype: QType,
         rows: usize,
         cols: usize,
@@ -225,17 +226,10 @@ impl Weights {
             source_desc: self.describe(),
             reason,
         };
-        let info = g.content.tensor_infos.get(stored).ok_or_else(|| self.missing(full))?;
-        if cols % qtype.block_elems() != 0 {
-            return Err(err(format!("{qtype} rows must be whole blocks of {}, got {cols}", qtype.block_elems())));
-        }
-        let len = rows
-            .checked_mul(cols / qtype.block_elems())
-            .and_then(|b| b.checked_mul(qtype.block_bytes()))
-            .ok_or_else(|| err(format!("{rows}×{cols} overflows")))?;
+        let len = QMatrix::byte_len(qtype, rows, cols).map_err(|e| err(e.to_string()))?;
         let mut data = vec![0u8; len];
         let mut file = g.file.lock().map_err(|_| err("file lock poisoned".into()))?;
-        file.seek(SeekFrom::Start(g.content.tensor_data_offset + info.offset))
+        file.seek(SeekFrom::Start(g.content.tensor_data_offset + offset))
             .and_then(|_| file.read_exact(&mut data))
             .map_err(|e| err(e.to_string()))?;
         QMatrix::new(qtype, rows, cols, data).map_err(|e| err(e.to_string()))
@@ -279,7 +273,7 @@ impl Weights {
                 let info = g.content.tensor_infos.get(&stored).ok_or_else(|| self.missing(&full))?;
                 self.check_shape(&full, &[out_dim, in_dim], info.shape.dims())?;
                 if let (true, Some(qtype)) = (self.device.is_cpu(), kernel_type(info.ggml_dtype)) {
-                    let m = self.read_packed(g, &full, &stored, qtype, out_dim, in_dim)?;
+                    let m = self.read_packed(g, &full, &stored, info.offset, qtype, out_dim, in_dim)?;
                     return Ok(MatrixWeight::Packed(Arc::new(m)));
                 }
                 let q = self.read_qtensor(g, &full, &stored)?;

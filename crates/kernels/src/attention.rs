@@ -1,11 +1,11 @@
 //! Fused attention for a few query rows (decode): for each head, `softmax(q·kᵀ·scale + mask)·v`
 //! in one pass over the cached keys and values, with no score tensor, no mask tensor and no
 //! allocation per step; heads are split across the pool. Plain Rust: the dot products keep 8
-//! independent partial sums so the compiler vectorises them, and `exp` is a polynomial that
-//! vectorises (relative error < 2e-7).
+//! independent partial sums so the compiler vectorises them, and `exp` is [`crate::ops::exp`].
 
 use crate::error::{KernelError, Result};
-use crate::pool::ThreadPool;
+use crate::ops::exp;
+use crate::pool::{SendPtr, ThreadPool};
 
 /// Where each head's keys (or values) are: row `j` of kv-head `h` of batch `b` starts at
 /// `offset + b·batch_stride + h·head_stride + j·row_stride`; a row holds `d` contiguous values.
@@ -29,10 +29,6 @@ pub struct AttentionShape {
     pub tk: usize,
     pub head_dim: usize,
 }
-
-struct SendPtr(*mut f32);
-// SAFETY: each (batch, head) writes its own part of the output.
-unsafe impl Sync for SendPtr {}
 
 /// `out` `(batch, tq, heads, head_dim)` ← attention of `q` `(batch, heads, tq, head_dim)`
 /// (contiguous) over `k`, `v`; `visible(q_pos, k_pos)` says which keys each query sees.
@@ -128,59 +124,6 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
         }
     }
     s.iter().sum::<f32>() + tail
-}
-
-/// `eᵡ` for x ≤ 0 (softmax arguments), relative error < 2e-7; 0 below −87.
-#[inline]
-pub fn exp(x: f32) -> f32 {
-    if x < -87.0 {
-        return 0.0;
-    }
-    // eˣ = 2ⁿ · e^r, n = round(x / ln 2), |r| ≤ ln2 / 2; e^r by its Taylor polynomial to r⁷.
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    const MAGIC: f32 = 12582912.0; // 1.5 · 2²³: adding it rounds to an integer (no libm call)
-    let n = (x * std::f32::consts::LOG2_E + MAGIC) - MAGIC;
-    let r = (x - n * LN2_HI) - n * LN2_LO;
-    let p = 1.0
-        + r * (1.0
-            + r * (0.5
-                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
-    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
-}
-
-/// `silu(g) · u = g · σ(g) · u` elementwise into `out` (SwiGLU's gate), with the polynomial
-/// `exp`; split across the pool when large.
-pub fn silu_mul(pool: &ThreadPool, gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<()> {
-    if gate.len() != up.len() || gate.len() != out.len() {
-        return Err(KernelError::Shape(format!("silu_mul of {} × {} into {}", gate.len(), up.len(), out.len())));
-    }
-    let body = |g: &[f32], u: &[f32], o: &mut [f32]| {
-        for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
-            let sig = if g >= 0.0 {
-                1.0 / (1.0 + exp(-g))
-            } else {
-                let e = exp(g);
-                e / (1.0 + e)
-            };
-            *o = g * sig * u;
-        }
-    };
-    let n = gate.len();
-    let parts = pool.threads();
-    if n < 1 << 14 || parts == 1 {
-        body(gate, up, out);
-        return Ok(());
-    }
-    let per = n.div_ceil(parts);
-    let dst = SendPtr(out.as_mut_ptr());
-    pool.run(&|p| {
-        let dst = &dst;
-        let (a, b) = ((p * per).min(n), ((p + 1) * per).min(n));
-        // SAFETY: part p writes out[a..b] only.
-        let o = unsafe { std::slice::from_raw_parts_mut(dst.0.add(a), b - a) };
-        body(&gate[a..b], &up[a..b], o);
-    })
 }
 
 /// In place over `scores` (`rows × tk`, row-major): `softmax(scale · s + mask)` per row, where

@@ -10,7 +10,8 @@
 //! - `x86` (AVX2, AVX-512 VNNI) and `neon` (dotprod) row kernels, chosen at run time
 //!   ([`Isa::best`], overridable with `TESSERA_KERNELS`);
 //! - [`ThreadPool`]: a persistent pool, one part per thread per matmul;
-//! - [`attention`]: fused attention for decode steps (scores, softmax and values in one pass).
+//! - [`attention`]: fused attention for decode steps (scores, softmax and values in one pass),
+//!   and [`ops`]: the polynomial `exp` and SwiGLU's `silu(gate)·up`.
 //!
 //! Arithmetic follows ggml (llama.cpp's `ggml/src/ggml-quants.c` and
 //! `ggml-cpu/arch/*/quants.c`), so logits agree with llama.cpp's on the same file.
@@ -19,6 +20,7 @@ mod alloc;
 pub mod attention;
 pub mod blocks;
 pub mod dot;
+pub mod ops;
 mod error;
 mod matmul;
 #[cfg(target_arch = "aarch64")]

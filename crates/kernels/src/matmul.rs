@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 use crate::blocks::{dequantize, quantize_q8, quantize_q8k, ActKind, Q8Block, Q8KBlock, QType};
 use crate::error::{KernelError, Result};
-use crate::pool::ThreadPool;
+use crate::pool::{SendPtr, ThreadPool};
 
 /// An instruction set the dot-product kernels can use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +31,16 @@ pub enum Isa {
 impl Isa {
     /// Every instruction set this CPU can run, the portable one first.
     pub fn available() -> Vec<Isa> {
+        Self::detected().to_vec()
+    }
+
+    /// [`available`](Self::available), detected once (matmuls check it on every call).
+    fn detected() -> &'static [Isa] {
+        static DETECTED: OnceLock<Vec<Isa>> = OnceLock::new();
+        DETECTED.get_or_init(Self::detect)
+    }
+
+    fn detect() -> Vec<Isa> {
         let mut v = vec![Isa::Portable];
         #[cfg(target_arch = "x86_64")]
         {
@@ -55,7 +65,7 @@ impl Isa {
     pub fn best() -> Isa {
         static BEST: OnceLock<Isa> = OnceLock::new();
         *BEST.get_or_init(|| {
-            let avail = Self::available();
+            let avail = Self::detected();
             let forced = std::env::var("TESSERA_KERNELS").ok().and_then(|v| Self::parse(&v));
             match forced {
                 Some(f) if avail.contains(&f) => f,
@@ -155,11 +165,6 @@ impl std::fmt::Debug for QMatrix {
     }
 }
 
-struct SendPtr<T>(*mut T);
-// SAFETY: used only to write disjoint elements of one output from the pool's threads.
-unsafe impl<T> Sync for SendPtr<T> {}
-unsafe impl<T> Send for SendPtr<T> {}
-
 thread_local! {
     static ACT_Q8: RefCell<Vec<Q8Block>> = const { RefCell::new(Vec::new()) };
     static ACT_Q8K: RefCell<Vec<Q8KBlock>> = const { RefCell::new(Vec::new()) };
@@ -169,16 +174,7 @@ thread_local! {
 impl QMatrix {
     /// Wraps `data`: `rows` rows of `cols / block_elems` blocks of `qtype`.
     pub fn new(qtype: QType, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self> {
-        if cols == 0 || cols % qtype.block_elems() != 0 {
-            return Err(KernelError::Shape(format!(
-                "{qtype} rows hold blocks of {} values, but a row has {cols}",
-                qtype.block_elems()
-            )));
-        }
-        let expected = rows
-            .checked_mul(cols / qtype.block_elems())
-            .and_then(|b| b.checked_mul(qtype.block_bytes()))
-            .ok_or_else(|| KernelError::Shape(format!("{rows}×{cols} {qtype} overflows")))?;
+        let expected = Self::byte_len(qtype, rows, cols)?;
         if data.len() != expected {
             return Err(KernelError::Shape(format!(
                 "{rows}×{cols} {qtype} takes {expected} bytes, got {}",
@@ -186,6 +182,20 @@ impl QMatrix {
             )));
         }
         Ok(Self { qtype, rows, cols, data })
+    }
+
+    /// The bytes a `(rows, cols)` matrix of `qtype` takes; an error when a row is not whole
+    /// blocks or the size overflows.
+    pub fn byte_len(qtype: QType, rows: usize, cols: usize) -> Result<usize> {
+        if cols == 0 || cols % qtype.block_elems() != 0 {
+            return Err(KernelError::Shape(format!(
+                "{qtype} rows hold blocks of {} values, but a row has {cols}",
+                qtype.block_elems()
+            )));
+        }
+        rows.checked_mul(cols / qtype.block_elems())
+            .and_then(|b| b.checked_mul(qtype.block_bytes()))
+            .ok_or_else(|| KernelError::Shape(format!("{rows}×{cols} {qtype} overflows")))
     }
 
     pub fn qtype(&self) -> QType {
@@ -223,11 +233,6 @@ impl QMatrix {
         out
     }
 
-    /// Whether one-token matmuls have a SIMD kernel on `isa` (else they run portable code).
-    pub fn has_simd_dot(&self, isa: Isa) -> bool {
-        simd_row_fn(self.qtype, isa).is_some() || simd_row_k_fn(self.qtype, isa).is_some()
-    }
-
     /// `out (m, rows) = x (m, cols) · Wᵀ` on the global pool with the best instruction set.
     pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
         self.matmul_with(Isa::best(), ThreadPool::global(), x, m, out)
@@ -245,7 +250,7 @@ impl QMatrix {
                 m * self.rows
             )));
         }
-        if !Isa::available().contains(&isa) {
+        if !Isa::detected().contains(&isa) {
             return Err(KernelError::Shape(format!("this CPU lacks the {} instructions", isa.name())));
         }
         if m == 0 {
@@ -293,19 +298,12 @@ impl QMatrix {
                             r += 4;
                         }
                     }
-                    for r in r..end {
-                        let w = self.row(r);
-                        for (tok, a) in act.chunks_exact(nb).enumerate() {
-                            // SAFETY: `simd` was chosen for an instruction set this CPU has
-                            // (checked in `matmul_with`); rows and blocks match in length.
-                            let v = match simd {
-                                Some(f) => unsafe { f(w, a) },
-                                None => crate::dot::dot_q8(t, w, a),
-                            };
-                            // SAFETY: (tok, r) is written by this part only; in bounds.
-                            unsafe { *dst.0.add(tok * rows + r) = v };
-                        }
-                    }
+                    // SAFETY: `simd` was chosen for an instruction set this CPU has (checked in
+                    // `matmul_with`); rows and blocks match in length.
+                    self.dot_rows(r..end, act, nb, dst, |w, a| match simd {
+                        Some(f) => unsafe { f(w, a) },
+                        None => crate::dot::dot_q8(t, w, a),
+                    });
                 })
             }),
             ActKind::Q8K => ACT_Q8K.with(|cell| {
@@ -317,21 +315,32 @@ impl QMatrix {
                 let act = &act[..];
                 let simd = simd_row_k_fn(t, isa);
                 pool.run(&|part| {
-                    let dst = &dst;
-                    for r in part * per..((part + 1) * per).min(rows) {
-                        let w = self.row(r);
-                        for (tok, a) in act.chunks_exact(nb).enumerate() {
-                            // SAFETY: as above.
-                            let v = match simd {
-                                Some(f) => unsafe { f(w, a) },
-                                None => crate::dot::dot_q8k(t, w, a),
-                            };
-                            // SAFETY: (tok, r) is written by this part only; in bounds.
-                            unsafe { *dst.0.add(tok * rows + r) = v };
-                        }
-                    }
+                    // SAFETY: as above.
+                    self.dot_rows(part * per..((part + 1) * per).min(rows), act, nb, &dst, |w, a| match simd {
+                        Some(f) => unsafe { f(w, a) },
+                        None => crate::dot::dot_q8k(t, w, a),
+                    });
                 })
             }),
+        }
+    }
+
+    /// `dst (m, rows)[tok, r] = dot(row r, token tok's activations)` for the rows `range`, which
+    /// only the calling pool part writes.
+    fn dot_rows<A>(
+        &self,
+        range: std::ops::Range<usize>,
+        act: &[A],
+        nb: usize,
+        dst: &SendPtr<f32>,
+        dot: impl Fn(&[u8], &[A]) -> f32,
+    ) {
+        for r in range {
+            let w = self.row(r);
+            for (tok, a) in act.chunks_exact(nb).enumerate() {
+                // SAFETY: (tok, r) is in bounds of the (m, rows) output and written by this part only.
+                unsafe { *dst.0.add(tok * self.rows + r) = dot(w, a) };
+            }
         }
     }
 

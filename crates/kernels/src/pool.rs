@@ -32,6 +32,12 @@ struct Shared {
 unsafe impl Sync for Shared {}
 unsafe impl Send for Shared {}
 
+/// A pointer into one output that the pool's parts write, each its own disjoint elements.
+pub(crate) struct SendPtr<T>(pub(crate) *mut T);
+// SAFETY: shared only for writes to disjoint elements, which every user states at the write.
+unsafe impl<T> Sync for SendPtr<T> {}
+unsafe impl<T> Send for SendPtr<T> {}
+
 /// The pool. [`ThreadPool::global`] is the one the matmuls use.
 pub struct ThreadPool {
     n: usize,

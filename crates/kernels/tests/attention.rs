@@ -2,7 +2,8 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tessera_kernels::attention::{attend, exp, AttentionShape, KvLayout};
+use tessera_kernels::attention::{attend, AttentionShape, KvLayout};
+use tessera_kernels::ops::exp;
 use tessera_kernels::ThreadPool;
 
 #[test]
@@ -70,7 +71,7 @@ fn fused_attention_equals_the_f64_reference_for_gqa_masks_and_cache_views() {
 
 #[test]
 fn silu_mul_equals_the_f64_formula() {
-    use tessera_kernels::attention::silu_mul;
+    use tessera_kernels::ops::silu_mul;
     let n = 40_000; // above the size that is split across threads
     let g: Vec<f32> = (0..n).map(|i| (i as f32 - 20_000.0) / 900.0).collect();
     let u: Vec<f32> = (0..n).map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0).collect();
