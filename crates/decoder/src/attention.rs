@@ -205,8 +205,7 @@ impl candle_core::CustomOp1 for ScaleMaskSoftmax {
             &mut out,
             tk,
             self.scale,
-            &|r| first_q + r % n,
-            &|qp, kp| mask.allows(qp, kp),
+            &|r| mask.visible_keys(first_q + r % n, tk),
         )
         .map_err(candle_core::Error::wrap)?;
         Ok((candle_core::CpuStorage::F32(out), l.shape().clone()))

@@ -30,6 +30,19 @@ impl AttentionMask {
         }
     }
 
+    /// The keys the query at absolute position `q` sees among `0..kv_len`: always one range
+    /// (the same answer as [`allows`](Self::allows), which the tests check).
+    pub fn visible_keys(&self, q: usize, kv_len: usize) -> std::ops::Range<usize> {
+        let r = match *self {
+            Self::Causal => 0..q.saturating_add(1),
+            Self::Bidirectional => 0..kv_len,
+            Self::PrefixLm { prefix_len } if q < prefix_len => 0..prefix_len,
+            Self::PrefixLm { .. } => 0..q.saturating_add(1),
+            Self::SlidingWindow { window } => q.saturating_add(1).saturating_sub(window)..q.saturating_add(1),
+        };
+        r.start.min(kv_len)..r.end.min(kv_len)
+    }
+
     /// The additive bias `(q_len, kv_len)` (0 where allowed, −∞ elsewhere) for `q_len` new
     /// queries following `kv_len − q_len` cached positions; `None` when nothing is masked.
     pub fn bias(&self, q_len: usize, kv_len: usize, dtype: DType, device: &Device) -> Result<Option<Tensor>> {

@@ -125,6 +125,29 @@ fn masks_state_their_intent() {
 }
 
 #[test]
+fn visible_key_ranges_are_exactly_the_allowed_keys() {
+    let masks = [
+        AttentionMask::Causal,
+        AttentionMask::Bidirectional,
+        AttentionMask::PrefixLm { prefix_len: 4 },
+        AttentionMask::PrefixLm { prefix_len: 0 },
+        AttentionMask::SlidingWindow { window: 3 },
+        AttentionMask::SlidingWindow { window: 1 },
+    ];
+    for m in masks {
+        for kv_len in [1usize, 5, 9] {
+            for q in 0..kv_len + 2 {
+                let r = m.visible_keys(q, kv_len);
+                for k in 0..kv_len {
+                    assert_eq!(r.contains(&k), m.allows(q, k), "{m:?} q={q} k={k} kv_len={kv_len}: {r:?}");
+                }
+                assert!(r.end <= kv_len, "{m:?} q={q}: {r:?} past {kv_len}");
+            }
+        }
+    }
+}
+
+#[test]
 fn causal_bias_respects_the_cache_offset() -> Result<()> {
     // Two new queries after three cached positions see keys 0..=3 and 0..=4.
     let b = AttentionMask::Causal.bias(2, 5, DType::F32, &Device::Cpu)?.expect("masked");

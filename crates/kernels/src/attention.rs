@@ -127,16 +127,15 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// In place over `scores` (`rows × tk`, row-major): `softmax(scale · s + mask)` per row, where
-/// row `r` is the query at absolute position `q_pos(r)` and `visible(q, k)` the mask rule;
-/// invisible keys get weight 0. One pass per row instead of scale, mask, softmax as three
-/// tensors; rows split across the pool.
+/// row `r` sees the keys `visible(r)` (a range: every mask rule of a decoder is one) and the
+/// others get weight 0. One pass per row instead of scale, mask, softmax as three tensors;
+/// rows split across the pool.
 pub fn scale_mask_softmax(
     pool: &ThreadPool,
     scores: &mut [f32],
     tk: usize,
     scale: f32,
-    q_pos: &(dyn Fn(usize) -> usize + Sync),
-    visible: &(dyn Fn(usize, usize) -> bool + Sync),
+    visible: &(dyn Fn(usize) -> std::ops::Range<usize> + Sync),
 ) -> Result<()> {
     if tk == 0 || scores.len() % tk != 0 {
         return Err(KernelError::Shape(format!("softmax over rows of {tk} in {} values", scores.len())));
@@ -150,19 +149,48 @@ pub fn scale_mask_softmax(
         for r in (p * per).min(rows)..((p + 1) * per).min(rows) {
             // SAFETY: part p owns rows p·per .. (p+1)·per.
             let row = unsafe { std::slice::from_raw_parts_mut(dst.0.add(r * tk), tk) };
-            let qp = q_pos(r);
-            let mut max = f32::NEG_INFINITY;
-            for (j, s) in row.iter_mut().enumerate() {
-                *s = if visible(qp, j) { *s * scale } else { f32::NEG_INFINITY };
-                max = max.max(*s);
-            }
-            let mut total = 0f32;
-            for s in row.iter_mut() {
-                *s = if *s == f32::NEG_INFINITY { 0.0 } else { exp(*s - max) };
-                total += *s;
-            }
-            let inv = if total > 0.0 { 1.0 / total } else { 0.0 };
-            row.iter_mut().for_each(|s| *s *= inv);
+            let vis = visible(r);
+            let (lo, hi) = (vis.start.min(tk), vis.end.min(tk).max(vis.start.min(tk)));
+            row[..lo].fill(0.0);
+            row[hi..].fill(0.0);
+            crate::ops::wide(|| softmax_in_place(&mut row[lo..hi], scale));
         }
     })
+}
+
+/// `softmax(scale · s)` over `s` in place (all zeros when `s` is empty), eight lanes at a time.
+#[inline(always)]
+fn softmax_in_place(s: &mut [f32], scale: f32) {
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let mut chunks = s.chunks_exact_mut(8);
+    for c in &mut chunks {
+        for l in 0..8 {
+            c[l] *= scale;
+            lanes[l] = lanes[l].max(c[l]);
+        }
+    }
+    let mut max = lanes.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    for v in chunks.into_remainder() {
+        *v *= scale;
+        max = max.max(*v);
+    }
+    if max == f32::NEG_INFINITY {
+        s.fill(0.0);
+        return;
+    }
+    let mut sums = [0f32; 8];
+    let mut chunks = s.chunks_exact_mut(8);
+    for c in &mut chunks {
+        for l in 0..8 {
+            c[l] = crate::ops::exp(c[l] - max);
+            sums[l] += c[l];
+        }
+    }
+    let mut total: f32 = sums.iter().sum();
+    for v in chunks.into_remainder() {
+        *v = crate::ops::exp(*v - max);
+        total += *v;
+    }
+    let inv = if total > 0.0 { 1.0 / total } else { 0.0 };
+    s.iter_mut().for_each(|v| *v *= inv);
 }

@@ -20,11 +20,12 @@ mod alloc;
 pub mod attention;
 pub mod blocks;
 pub mod dot;
-pub mod ops;
 mod error;
+mod igemm;
 mod matmul;
 #[cfg(target_arch = "aarch64")]
 mod neon;
+pub mod ops;
 mod pool;
 #[cfg(target_arch = "x86_64")]
 mod x86;

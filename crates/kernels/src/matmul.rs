@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 
 use crate::blocks::{dequantize, quantize_q8, quantize_q8k, ActKind, Q8Block, Q8KBlock, QType};
 use crate::error::{KernelError, Result};
+use crate::igemm::{granule, Acts, Panel, PANEL_ROWS};
 use crate::pool::{SendPtr, ThreadPool};
 
 /// An instruction set the dot-product kernels can use.
@@ -150,6 +151,10 @@ fn simd_row_k_fn(t: QType, isa: Isa) -> Option<RowKFn> {
 /// From this many tokens on, a matmul dequantizes weight tiles and runs the f32 GEMM.
 pub const GEMM_MIN_TOKENS: usize = 16;
 
+/// The int8 GEMM multiplies at most this many tokens per packing of the weights, so their
+/// quantized activations stay in L2.
+const IGEMM_CHUNK: usize = 512;
+
 /// A quantized weight matrix `(rows, cols)`, rows of whole blocks, as stored in GGUF.
 #[derive(Clone)]
 pub struct QMatrix {
@@ -169,6 +174,8 @@ thread_local! {
     static ACT_Q8: RefCell<Vec<Q8Block>> = const { RefCell::new(Vec::new()) };
     static ACT_Q8K: RefCell<Vec<Q8KBlock>> = const { RefCell::new(Vec::new()) };
     static TILE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static PANEL: RefCell<Panel> = RefCell::new(Panel::default());
+    static ACTS: RefCell<Acts> = RefCell::new(Acts::default());
 }
 
 impl QMatrix {
@@ -257,6 +264,12 @@ impl QMatrix {
             return Ok(());
         }
         if m >= GEMM_MIN_TOKENS {
+            if isa == Isa::Avx512Vnni {
+                for (xc, oc) in x.chunks(IGEMM_CHUNK * self.cols).zip(out.chunks_mut(IGEMM_CHUNK * self.rows)) {
+                    self.igemm(pool, xc, xc.len() / self.cols, oc)?;
+                }
+                return Ok(());
+            }
             self.gemm(pool, x, m, out)
         } else {
             self.dots(isa, pool, x, m, out)
@@ -342,6 +355,57 @@ impl QMatrix {
                 unsafe { *dst.0.add(tok * self.rows + r) = dot(w, a) };
             }
         }
+    }
+
+    /// The many-token path on AVX-512 VNNI: the activations quantized to int8 once, then per
+    /// panel of 16 weight rows (shared out among the pool's threads) the panel repacked and
+    /// multiplied with every token by the int8 micro-kernel (`igemm.rs`).
+    #[cfg(target_arch = "x86_64")]
+    fn igemm(&self, pool: &ThreadPool, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+        use crate::x86::{igemm_tile, unpack_unsigned_fn, IGEMM_MR};
+        let (rows, cols, t) = (self.rows, self.cols, self.qtype);
+        let g = granule(t);
+        let fast = (t.block_elems() == 32).then(|| unpack_unsigned_fn(t));
+        ACTS.with(|cell| {
+            let mut acts = cell.borrow_mut();
+            acts.quantize(pool, x, m, cols, g)?;
+            let acts = &*acts;
+            let panels = rows.div_ceil(PANEL_ROWS);
+            let next = AtomicUsize::new(0);
+            let dst = SendPtr(out.as_mut_ptr());
+            let rb = self.row_bytes();
+            pool.run(&|_part| {
+                let dst = &dst;
+                PANEL.with(|pc| {
+                    let mut panel = pc.borrow_mut();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= panels {
+                            break;
+                        }
+                        let (r0, r1) = (i * PANEL_ROWS, ((i + 1) * PANEL_ROWS).min(rows));
+                        panel.pack(t, &self.data[r0 * rb..r1 * rb], r1 - r0, cols, fast);
+                        let mut t0 = 0;
+                        while t0 < m {
+                            let mr = IGEMM_MR.min(m - t0);
+                            // SAFETY: `igemm` runs only when `matmul_with` found AVX-512 VNNI;
+                            // panel and activations use granule `g` and `cols`; the writes are
+                            // tokens t0..t0+mr × columns r0..r1 of the (m, rows) output, which
+                            // only this panel writes.
+                            unsafe {
+                                igemm_tile(&panel, acts, cols, g, t0, mr, dst.0.add(t0 * rows + r0), rows, r1 - r0)
+                            };
+                            t0 += mr;
+                        }
+                    }
+                })
+            })
+        })
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn igemm(&self, pool: &ThreadPool, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+        self.gemm(pool, x, m, out)
     }
 
     /// Rows per dequantized tile: about 96 KiB of f32, a multiple of 8.

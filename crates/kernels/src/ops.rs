@@ -4,23 +4,49 @@
 use crate::error::{KernelError, Result};
 use crate::pool::{SendPtr, ThreadPool};
 
-/// `eᵡ` for x ≤ 0 (softmax arguments), relative error < 2e-7; 0 below −87.
-#[inline]
+/// `eᵡ` for x ≤ 0 (softmax arguments), relative error < 2e-7; 0 below −87. Branch-free, so
+/// loops over it vectorise.
+#[inline(always)]
 pub fn exp(x: f32) -> f32 {
-    if x < -87.0 {
-        return 0.0;
-    }
     // eˣ = 2ⁿ · e^r, n = round(x / ln 2), |r| ≤ ln2 / 2; e^r by its Taylor polynomial to r⁷.
     const LN2_HI: f32 = 0.693_145_75;
     const LN2_LO: f32 = 1.428_606_8e-6;
     const MAGIC: f32 = 12582912.0; // 1.5 · 2²³: adding it rounds to an integer (no libm call)
-    let n = (x * std::f32::consts::LOG2_E + MAGIC) - MAGIC;
-    let r = (x - n * LN2_HI) - n * LN2_LO;
+    let xc = x.max(-87.0);
+    let t = xc * std::f32::consts::LOG2_E + MAGIC;
+    let n = t - MAGIC;
+    // The integer n sits in t's low mantissa bits.
+    let ni = t.to_bits() as i32 - MAGIC.to_bits() as i32;
+    let r = (xc - n * LN2_HI) - n * LN2_LO;
     let p = 1.0
         + r * (1.0
             + r * (0.5
                 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
-    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    let v = p * f32::from_bits(((ni + 127) as u32) << 23);
+    if x < -87.0 {
+        0.0
+    } else {
+        v
+    }
+}
+
+/// Runs `f` compiled for AVX2 + FMA when the kernels use them (the workspace is built for
+/// baseline x86-64, whose vectors are SSE2's four lanes): elementwise loops inlined into `f`
+/// then vectorise eight lanes wide.
+#[inline(always)]
+pub(crate) fn wide<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        if matches!(crate::Isa::best(), crate::Isa::Avx2 | crate::Isa::Avx512Vnni) {
+            // SAFETY: `Isa::best` only names instruction sets this CPU has.
+            return unsafe { avx2(f) };
+        }
+    }
+    f()
 }
 
 /// `silu(g) · u = g · σ(g) · u` elementwise into `out` (SwiGLU's gate), with the polynomial
@@ -30,15 +56,14 @@ pub fn silu_mul(pool: &ThreadPool, gate: &[f32], up: &[f32], out: &mut [f32]) ->
         return Err(KernelError::Shape(format!("silu_mul of {} × {} into {}", gate.len(), up.len(), out.len())));
     }
     let body = |g: &[f32], u: &[f32], o: &mut [f32]| {
-        for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
-            let sig = if g >= 0.0 {
-                1.0 / (1.0 + exp(-g))
-            } else {
-                let e = exp(g);
-                e / (1.0 + e)
-            };
-            *o = g * sig * u;
-        }
+        wide(|| {
+            for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
+                // σ(g) = 1 / (1 + e⁻ᵍ) for g ≥ 0, eᵍ / (1 + eᵍ) below: e^{−|g|} never overflows.
+                let e = exp(-g.abs());
+                let num = if g >= 0.0 { 1.0 } else { e };
+                *o = g * (num / (1.0 + e)) * u;
+            }
+        })
     };
     let n = gate.len();
     let parts = pool.threads();
@@ -56,4 +81,3 @@ pub fn silu_mul(pool: &ThreadPool, gate: &[f32], up: &[f32], out: &mut [f32]) ->
         body(&gate[a..b], &up[a..b], o);
     })
 }
-

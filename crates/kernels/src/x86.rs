@@ -391,3 +391,124 @@ pub(crate) fn row_k_fn(t: QType) -> Option<unsafe fn(&[u8], &[Q8KBlock]) -> f32>
         _ => None,
     }
 }
+
+// ---- The int8 prefill GEMM's packing and micro-kernel (AVX-512 VNNI): one panel of 16 weight rows ×
+// `MR` tokens. See `igemm.rs` for the layout.
+
+use crate::igemm::{Acts, Panel, PANEL_ROWS};
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack_unsigned<const T: u8>(b: *const u8, out: &mut [u8; 256]) -> (f32, f32) {
+    let (u, _) = load_block_unsigned::<T>(b);
+    _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, u);
+    let m = if matches!(T, Q4_1 | Q5_1) { f16_to_f32(b.add(2)) } else { 0.0 };
+    (f16_to_f32(b), m)
+}
+
+/// The AVX2 unpacker of a 32-value type `t` for `Panel::pack` (the same unsigned bytes and
+/// biases as `igemm::bias`). Callers check `has_avx2()`.
+pub(crate) fn unpack_unsigned_fn(t: QType) -> crate::igemm::Unpack32Fn {
+    match code(t) {
+        Q4_0 => unpack_unsigned::<Q4_0>,
+        Q4_1 => unpack_unsigned::<Q4_1>,
+        Q5_0 => unpack_unsigned::<Q5_0>,
+        Q5_1 => unpack_unsigned::<Q5_1>,
+        _ => unpack_unsigned::<Q8_0>,
+    }
+}
+
+/// Tokens per micro-kernel call: `MR` int32 and `MR` f32 accumulators stay in registers.
+pub(crate) const IGEMM_MR: usize = 8;
+
+#[inline(always)]
+unsafe fn igemm_body<const MR: usize, const G: usize>(
+    p: &Panel,
+    a: &Acts,
+    cols: usize,
+    t0: usize,
+    out: *mut f32,
+    ldo: usize,
+    nvalid: usize,
+) {
+    let ngran = cols / G;
+    let (u, dw, c) = (p.u.as_ptr(), p.dw.as_ptr(), p.c.as_ptr());
+    let aq = a.q.as_ptr().add(t0 * cols);
+    let (ad, asum) = (a.d.as_ptr().add(t0 * ngran), a.s.as_ptr().add(t0 * ngran));
+    let mut facc = [_mm512_setzero_ps(); MR];
+    for g in 0..ngran {
+        let mut iacc = [_mm512_setzero_si512(); MR];
+        let ug = u.add(g * G * PANEL_ROWS);
+        let ag = aq.add(g * G);
+        for s in 0..G / 4 {
+            let w = _mm512_loadu_si512(ug.add(s * 64) as *const _);
+            for (t, acc) in iacc.iter_mut().enumerate() {
+                let x = _mm512_set1_epi32((ag.add(t * cols + 4 * s) as *const i32).read_unaligned());
+                *acc = _mm512_dpbusd_epi32(*acc, w, x);
+            }
+        }
+        let dwv = _mm512_loadu_ps(dw.add(g * PANEL_ROWS));
+        let cv = _mm512_loadu_ps(c.add(g * PANEL_ROWS));
+        for t in 0..MR {
+            let scale = _mm512_mul_ps(dwv, _mm512_set1_ps(*ad.add(t * ngran + g)));
+            facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[t]), scale, facc[t]);
+            facc[t] = _mm512_fmadd_ps(cv, _mm512_set1_ps(*asum.add(t * ngran + g)), facc[t]);
+        }
+    }
+    let mask: __mmask16 = if nvalid >= PANEL_ROWS { 0xFFFF } else { (1u16 << nvalid) - 1 };
+    for (t, acc) in facc.iter().enumerate() {
+        _mm512_mask_storeu_ps(out.add(t * ldo), mask, *acc);
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn igemm_tile_g<const MR: usize, const G: usize>(
+    p: &Panel,
+    a: &Acts,
+    cols: usize,
+    t0: usize,
+    out: *mut f32,
+    ldo: usize,
+    nvalid: usize,
+) {
+    igemm_body::<MR, G>(p, a, cols, t0, out, ldo, nvalid)
+}
+
+/// Tokens `t0 .. t0 + mr` (`mr ≤ IGEMM_MR`) × the panel's first `nvalid` rows into
+/// `out[t · ldo + r]` (`out` points at token `t0`, the panel's first row), for granules of `g`.
+///
+/// # Safety
+/// The CPU has AVX-512 VNNI (`has_vnni()`); `p` was packed and `a` quantized with granule `g`
+/// for rows of `cols` values; `a` holds tokens up to `t0 + mr`; `out` is valid for those
+/// writes.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn igemm_tile(
+    p: &Panel,
+    a: &Acts,
+    cols: usize,
+    g: usize,
+    t0: usize,
+    mr: usize,
+    out: *mut f32,
+    ldo: usize,
+    nvalid: usize,
+) {
+    macro_rules! go {
+        ($g:literal) => {
+            match mr {
+                8 => igemm_tile_g::<8, $g>(p, a, cols, t0, out, ldo, nvalid),
+                7 => igemm_tile_g::<7, $g>(p, a, cols, t0, out, ldo, nvalid),
+                6 => igemm_tile_g::<6, $g>(p, a, cols, t0, out, ldo, nvalid),
+                5 => igemm_tile_g::<5, $g>(p, a, cols, t0, out, ldo, nvalid),
+                4 => igemm_tile_g::<4, $g>(p, a, cols, t0, out, ldo, nvalid),
+                3 => igemm_tile_g::<3, $g>(p, a, cols, t0, out, ldo, nvalid),
+                2 => igemm_tile_g::<2, $g>(p, a, cols, t0, out, ldo, nvalid),
+                _ => igemm_tile_g::<1, $g>(p, a, cols, t0, out, ldo, nvalid),
+            }
+        };
+    }
+    if g == 16 {
+        go!(16)
+    } else {
+        go!(32)
+    }
+}

@@ -109,7 +109,9 @@ fn dot_products_are_within_the_activation_quantization_bound_on_every_isa() {
     for t in QType::ALL {
         for (rows, cols) in sizes(t) {
             let w = random_matrix(t, rows, cols, &mut rng);
-            for m in [1usize, 3, 7] {
+            // Decode sizes, and prefill sizes (the int8 GEMM on AVX-512 VNNI: tokens not a
+            // multiple of its 8-token tile).
+            for m in [1usize, 3, 7, tessera_kernels::GEMM_MIN_TOKENS, 29] {
                 let x = random_x(m, cols, &mut rng);
                 let (want, bound, _) = reference(&w, &x, m);
                 for isa in Isa::available() {
@@ -164,7 +166,7 @@ fn simd_kernels_equal_the_portable_twin() {
 }
 
 #[test]
-fn gemm_path_equals_the_f32_reference() {
+fn f32_gemm_path_equals_the_f32_reference() {
     let mut rng = StdRng::seed_from_u64(3);
     for t in QType::ALL {
         for (rows, cols) in sizes(t) {
@@ -172,16 +174,21 @@ fn gemm_path_equals_the_f32_reference() {
             for m in [tessera_kernels::GEMM_MIN_TOKENS, 41] {
                 let x = random_x(m, cols, &mut rng);
                 let (want, _, mag) = reference(&w, &x, m);
-                for threads in [1usize, 2, 3] {
+                // Every set but AVX-512 VNNI prefills with dequantized tiles and an f32 GEMM.
+                for (isa, threads) in Isa::available()
+                    .into_iter()
+                    .filter(|&i| i != Isa::Avx512Vnni)
+                    .flat_map(|i| [1usize, 2, 3].map(|n| (i, n)))
+                {
                     let pool = ThreadPool::new(threads);
                     let mut got = vec![0f32; m * rows];
-                    w.matmul_with(Isa::best(), &pool, &x, m, &mut got).expect("matmul");
+                    w.matmul_with(isa, &pool, &x, m, &mut got).expect("matmul");
                     for i in 0..m * rows {
                         // f32 sums of `cols` terms: rounding grows with Σ|w x| (terms cancel).
                         let tol = 1e-6 * (cols as f64).sqrt() * mag[i] + 1e-6;
                         assert!(
                             (got[i] as f64 - want[i]).abs() <= tol,
-                            "{t} {rows}x{cols} m={m} threads={threads} out {i}: {} vs {}",
+                            "{t} {rows}x{cols} m={m} {isa:?} threads={threads} out {i}: {} vs {}",
                             got[i],
                             want[i]
                         );
