@@ -26,6 +26,7 @@ mod matmul;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 pub mod ops;
+mod panels;
 mod pool;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -33,5 +34,5 @@ mod x86;
 pub use alloc::keep_freed_memory;
 pub use blocks::{ActKind, Q8Block, Q8KBlock, QType};
 pub use error::{KernelError, Result};
-pub use matmul::{Isa, QMatrix, GEMM_MIN_TOKENS};
+pub use matmul::{Isa, Layout, QMatrix, GEMM_MIN_TOKENS};
 pub use pool::{default_threads, ThreadPool, MAX_THREADS};

@@ -14,6 +14,7 @@ use std::sync::OnceLock;
 use crate::blocks::{dequantize, quantize_q8, quantize_q8k, ActKind, Q8Block, Q8KBlock, QType};
 use crate::error::{KernelError, Result};
 use crate::igemm::{granule, Acts, Panel, PANEL_ROWS};
+use crate::panels;
 use crate::pool::{SendPtr, ThreadPool};
 
 /// An instruction set the dot-product kernels can use.
@@ -155,12 +156,35 @@ pub const GEMM_MIN_TOKENS: usize = 16;
 /// quantized activations stay in L2.
 const IGEMM_CHUNK: usize = 512;
 
-/// A quantized weight matrix `(rows, cols)`, rows of whole blocks, as stored in GGUF.
+/// How a [`QMatrix`] keeps its blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Row after row of blocks, as stored in GGUF.
+    Rows,
+    /// 16 rows interleaved per block (`Q4_0` and `Q8_0`; see `panels.rs`): the layout the
+    /// AVX-512 VNNI kernels read fastest.
+    Panels,
+}
+
+impl Layout {
+    /// The layout a matrix of `t` gets on this CPU: panels where its kernels use them.
+    pub fn preferred(t: QType) -> Layout {
+        if Isa::best() == Isa::Avx512Vnni && panels::has_panels(t) {
+            Layout::Panels
+        } else {
+            Layout::Rows
+        }
+    }
+}
+
+/// A quantized weight matrix `(rows, cols)`, rows of whole blocks (as stored in GGUF), kept in
+/// the [`Layout`] its kernels read fastest.
 #[derive(Clone)]
 pub struct QMatrix {
     qtype: QType,
     rows: usize,
     cols: usize,
+    layout: Layout,
     data: Vec<u8>,
 }
 
@@ -179,8 +203,14 @@ thread_local! {
 }
 
 impl QMatrix {
-    /// Wraps `data`: `rows` rows of `cols / block_elems` blocks of `qtype`.
+    /// Takes `data`: `rows` rows of `cols / block_elems` blocks of `qtype` (GGUF's layout),
+    /// repacked into the [preferred](Layout::preferred) layout.
     pub fn new(qtype: QType, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self> {
+        Self::with_layout(qtype, rows, cols, data, Layout::preferred(qtype))
+    }
+
+    /// [`new`](Self::new) with a chosen layout (an error for panels of a type without them).
+    pub fn with_layout(qtype: QType, rows: usize, cols: usize, data: Vec<u8>, layout: Layout) -> Result<Self> {
         let expected = Self::byte_len(qtype, rows, cols)?;
         if data.len() != expected {
             return Err(KernelError::Shape(format!(
@@ -188,7 +218,12 @@ impl QMatrix {
                 data.len()
             )));
         }
-        Ok(Self { qtype, rows, cols, data })
+        let data = match layout {
+            Layout::Rows => data,
+            Layout::Panels if panels::has_panels(qtype) => panels::repack(qtype, rows, cols, &data),
+            Layout::Panels => return Err(KernelError::Shape(format!("{qtype} has no panel layout"))),
+        };
+        Ok(Self { qtype, rows, cols, layout, data })
     }
 
     /// The bytes a `(rows, cols)` matrix of `qtype` takes; an error when a row is not whole
@@ -214,6 +249,10 @@ impl QMatrix {
     pub fn cols(&self) -> usize {
         self.cols
     }
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+    /// The stored bytes (in [`layout`](Self::layout)).
     pub fn bytes(&self) -> &[u8] {
         &self.data
     }
@@ -229,8 +268,13 @@ impl QMatrix {
 
     /// Rows `r0..r1` as f32, into `out` (`(r1 − r0) · cols` long).
     pub fn dequantize_rows(&self, r0: usize, r1: usize, out: &mut [f32]) {
-        let rb = self.row_bytes();
-        dequantize(self.qtype, &self.data[r0 * rb..r1 * rb], out);
+        match self.layout {
+            Layout::Rows => {
+                let rb = self.row_bytes();
+                dequantize(self.qtype, &self.data[r0 * rb..r1 * rb], out);
+            }
+            Layout::Panels => panels::dequantize_rows(self.qtype, self.cols, &self.data, r0, r1, out),
+        }
     }
 
     /// The whole matrix as f32, row-major.
@@ -263,6 +307,10 @@ impl QMatrix {
         if m == 0 {
             return Ok(());
         }
+        if self.layout == Layout::Panels && isa != Isa::Avx512Vnni {
+            // Only the VNNI kernels read panels; other sets (forced in tests) use the f32 path.
+            return self.gemm(pool, x, m, out);
+        }
         if m >= GEMM_MIN_TOKENS {
             if isa == Isa::Avx512Vnni {
                 for (xc, oc) in x.chunks(IGEMM_CHUNK * self.cols).zip(out.chunks_mut(IGEMM_CHUNK * self.rows)) {
@@ -278,6 +326,9 @@ impl QMatrix {
 
     /// The few-token path: quantized activations, integer dot products.
     fn dots(&self, isa: Isa, pool: &ThreadPool, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+        if self.layout == Layout::Panels {
+            return self.panel_dots(pool, x, m, out);
+        }
         let nb = self.cols / self.qtype.block_elems();
         let (rows, n) = (self.rows, pool.threads());
         let per = rows.div_ceil(n);
@@ -338,6 +389,50 @@ impl QMatrix {
         }
     }
 
+    /// The few-token path over panels (AVX-512 VNNI only): `Q8` activations, panels split
+    /// into one contiguous range per pool thread.
+    #[cfg(target_arch = "x86_64")]
+    fn panel_dots(&self, pool: &ThreadPool, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+        let (rows, nb) = (self.rows, self.cols / 32);
+        let np = rows.div_ceil(PANEL_ROWS);
+        let (cb, per) = (panels::chunk_bytes(self.qtype), np.div_ceil(pool.threads()));
+        let kernel = crate::x86::panel_dots_fn(self.qtype);
+        let dst = SendPtr(out.as_mut_ptr());
+        ACT_Q8.with(|cell| {
+            let mut act = cell.borrow_mut();
+            act.resize(m * nb, Q8Block::default());
+            for (xr, ar) in x.chunks_exact(self.cols).zip(act.chunks_exact_mut(nb)) {
+                quantize_q8(xr, ar);
+            }
+            let act = &act[..];
+            pool.run(&|part| {
+                let dst = &dst;
+                for p in (part * per).min(np)..((part + 1) * per).min(np) {
+                    let r0 = p * PANEL_ROWS;
+                    // SAFETY: only `matmul_with` on AVX-512 VNNI reaches panels' dots; panel p
+                    // holds nb chunks; the writes are tokens 0..m × rows r0..r0+nvalid of the
+                    // (m, rows) output, which only this part writes.
+                    unsafe {
+                        kernel(
+                            self.data.as_ptr().add(p * nb * cb),
+                            nb,
+                            act,
+                            m,
+                            dst.0.add(r0),
+                            rows,
+                            (rows - r0).min(PANEL_ROWS),
+                        )
+                    };
+                }
+            })
+        })
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn panel_dots(&self, pool: &ThreadPool, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+        self.gemm(pool, x, m, out)
+    }
+
     /// `dst (m, rows)[tok, r] = dot(row r, token tok's activations)` for the rows `range`, which
     /// only the calling pool part writes.
     fn dot_rows<A>(
@@ -384,7 +479,13 @@ impl QMatrix {
                             break;
                         }
                         let (r0, r1) = (i * PANEL_ROWS, ((i + 1) * PANEL_ROWS).min(rows));
-                        panel.pack(t, &self.data[r0 * rb..r1 * rb], r1 - r0, cols, fast);
+                        match self.layout {
+                            Layout::Rows => panel.pack(t, &self.data[r0 * rb..r1 * rb], r1 - r0, cols, fast),
+                            Layout::Panels => {
+                                let pb = (cols / 32) * panels::chunk_bytes(t);
+                                panels::load(t, &self.data[i * pb..(i + 1) * pb], cols / 32, &mut panel)
+                            }
+                        }
                         let mut t0 = 0;
                         while t0 < m {
                             let mr = IGEMM_MR.min(m - t0);

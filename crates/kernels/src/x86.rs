@@ -512,3 +512,73 @@ pub(crate) unsafe fn igemm_tile(
         go!(32)
     }
 }
+
+// ---- Decode over the panel layout (`panels.rs`): 16 rows per register, one token at a time.
+
+/// How many chunks ahead the panel decode kernel prefetches.
+const PANEL_PREFETCH: usize = 4;
+
+/// 16 rows (one panel, `nb` chunks at `panel`) × `m` tokens (`act`, `nb` blocks each) into
+/// `out[t · ldo + r]` for the first `nvalid` rows.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn panel_dots_vnni<const T: u8>(
+    panel: *const u8,
+    nb: usize,
+    act: &[Q8Block],
+    m: usize,
+    out: *mut f32,
+    ldo: usize,
+    nvalid: usize,
+) {
+    let cb = 16 * block_bytes(T);
+    let (bias, nib) = if T == Q8_0 { (128, false) } else { (8, true) };
+    let low = _mm512_set1_epi8(0x0F);
+    let mask: __mmask16 = if nvalid >= 16 { 0xFFFF } else { (1u16 << nvalid) - 1 };
+    for t in 0..m {
+        let a = act.as_ptr().add(t * nb);
+        let mut acc = _mm512_setzero_ps();
+        for b in 0..nb {
+            let chunk = panel.add(b * cb);
+            // The next chunks stream in while this one is multiplied.
+            let mut line = 0;
+            while line < cb {
+                _mm_prefetch::<_MM_HINT_T0>(chunk.add(PANEL_PREFETCH * cb + line) as *const i8);
+                line += 64;
+            }
+            let ab = &*a.add(b);
+            let x = ab.qs.as_ptr();
+            let xs = |s: usize| _mm512_set1_epi32((x.add(4 * s) as *const i32).read_unaligned());
+            let vals = chunk.add(32);
+            let (mut i0, mut i1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+            if nib {
+                for s in 0..4 {
+                    let raw = _mm512_loadu_si512(vals.add(64 * s) as *const _);
+                    let lo = _mm512_and_si512(raw, low);
+                    // A 32-bit shift moves each byte's high nibble down (the next byte's low
+                    // nibble lands above it and is masked off).
+                    let hi = _mm512_and_si512(_mm512_srli_epi32::<4>(raw), low);
+                    i0 = _mm512_dpbusd_epi32(i0, lo, xs(s));
+                    i1 = _mm512_dpbusd_epi32(i1, hi, xs(s + 4));
+                }
+            } else {
+                for s in (0..8).step_by(2) {
+                    i0 = _mm512_dpbusd_epi32(i0, _mm512_loadu_si512(vals.add(64 * s) as *const _), xs(s));
+                    i1 = _mm512_dpbusd_epi32(i1, _mm512_loadu_si512(vals.add(64 * s + 64) as *const _), xs(s + 1));
+                }
+            }
+            // Σ u·x − bias · Σ x: the signed dot of each row.
+            let i = _mm512_sub_epi32(_mm512_add_epi32(i0, i1), _mm512_set1_epi32(bias * ab.isum));
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(chunk as *const __m256i));
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(d, _mm512_set1_ps(ab.d)), acc);
+        }
+        _mm512_mask_storeu_ps(out.add(t * ldo), mask, acc);
+    }
+}
+
+/// The panel decode kernel of `t` (`Q4_0` or `Q8_0`). Callers check `has_vnni()`.
+pub(crate) fn panel_dots_fn(t: QType) -> unsafe fn(*const u8, usize, &[Q8Block], usize, *mut f32, usize, usize) {
+    match code(t) {
+        Q4_0 => panel_dots_vnni::<Q4_0>,
+        _ => panel_dots_vnni::<Q8_0>,
+    }
+}

@@ -12,14 +12,29 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tessera_kernels::blocks::{dequantize, quantize_q8, quantize_q8k};
-use tessera_kernels::{ActKind, Isa, Q8Block, Q8KBlock, QMatrix, QType, ThreadPool};
+use tessera_kernels::{ActKind, Isa, Layout, Q8Block, Q8KBlock, QMatrix, QType, ThreadPool};
 
 fn f16_bytes(v: f32) -> [u8; 2] {
     half::f16::from_f32(v).to_bits().to_le_bytes()
 }
 
-/// Random bytes with valid scales (`d` ∈ ±[0.001, 0.05], `dmin` ∈ [0, 0.05]).
+/// Random bytes with valid scales (`d` ∈ ±[0.001, 0.05], `dmin` ∈ [0, 0.05]), in GGUF's row
+/// layout.
 fn random_matrix(t: QType, rows: usize, cols: usize, rng: &mut StdRng) -> QMatrix {
+    let data = random_blocks(t, rows, cols, rng);
+    QMatrix::with_layout(t, rows, cols, data, Layout::Rows).expect("valid matrix")
+}
+
+/// The same matrix in every layout its type has (rows, and panels for Q4_0/Q8_0).
+fn in_every_layout(w: &QMatrix) -> Vec<QMatrix> {
+    let rows_bytes = w.bytes().to_vec();
+    [Layout::Rows, Layout::Panels]
+        .into_iter()
+        .filter_map(|l| QMatrix::with_layout(w.qtype(), w.rows(), w.cols(), rows_bytes.clone(), l).ok())
+        .collect()
+}
+
+fn random_blocks(t: QType, rows: usize, cols: usize, rng: &mut StdRng) -> Vec<u8> {
     let nb = rows * cols / t.block_elems();
     let bb = t.block_bytes();
     let mut data = vec![0u8; nb * bb];
@@ -39,7 +54,7 @@ fn random_matrix(t: QType, rows: usize, cols: usize, rng: &mut StdRng) -> QMatri
             _ => b[0..2].copy_from_slice(&f16_bytes(d)),
         }
     }
-    QMatrix::new(t, rows, cols, data).expect("valid matrix")
+    data
 }
 
 fn random_x(m: usize, cols: usize, rng: &mut StdRng) -> Vec<f32> {
@@ -108,30 +123,51 @@ fn dot_products_are_within_the_activation_quantization_bound_on_every_isa() {
     let mut rng = StdRng::seed_from_u64(7);
     for t in QType::ALL {
         for (rows, cols) in sizes(t) {
-            let w = random_matrix(t, rows, cols, &mut rng);
-            // Decode sizes, and prefill sizes (the int8 GEMM on AVX-512 VNNI: tokens not a
-            // multiple of its 8-token tile).
-            for m in [1usize, 3, 7, tessera_kernels::GEMM_MIN_TOKENS, 29] {
-                let x = random_x(m, cols, &mut rng);
-                let (want, bound, _) = reference(&w, &x, m);
-                for isa in Isa::available() {
-                    for threads in [1usize, 2, 3] {
-                        let pool = ThreadPool::new(threads);
-                        let mut got = vec![0f32; m * rows];
-                        w.matmul_with(isa, &pool, &x, m, &mut got).expect("matmul");
-                        for i in 0..m * rows {
-                            let err = (got[i] as f64 - want[i]).abs();
-                            assert!(
+            let w0 = random_matrix(t, rows, cols, &mut rng);
+            for w in in_every_layout(&w0) {
+                // Decode sizes, and prefill sizes (the int8 GEMM on AVX-512 VNNI: tokens not a
+                // multiple of its 8-token tile).
+                for m in [1usize, 3, 7, tessera_kernels::GEMM_MIN_TOKENS, 29] {
+                    let x = random_x(m, cols, &mut rng);
+                    let (want, bound, _) = reference(&w, &x, m);
+                    for isa in Isa::available() {
+                        for threads in [1usize, 2, 3] {
+                            let pool = ThreadPool::new(threads);
+                            let mut got = vec![0f32; m * rows];
+                            w.matmul_with(isa, &pool, &x, m, &mut got).expect("matmul");
+                            for i in 0..m * rows {
+                                let err = (got[i] as f64 - want[i]).abs();
+                                assert!(
                                 err <= bound[i],
-                                "{t} {rows}x{cols} m={m} {isa:?} threads={threads} out {i}: got {} want {} (err {err:.3e} > bound {:.3e})",
-                                got[i], want[i], bound[i]
+                                "{t} {:?} {rows}x{cols} m={m} {isa:?} threads={threads} out {i}: got {} want {} (err {err:.3e} > bound {:.3e})",
+                                w.layout(), got[i], want[i], bound[i]
                             );
+                            }
                         }
                     }
                 }
             }
         }
     }
+}
+
+#[test]
+fn panels_hold_exactly_the_rows_values() {
+    let mut rng = StdRng::seed_from_u64(5);
+    for t in [QType::Q4_0, QType::Q8_0] {
+        for (rows, cols) in [(1usize, 32usize), (17, 96), (48, 64)] {
+            let w = random_matrix(t, rows, cols, &mut rng);
+            let p = QMatrix::with_layout(t, rows, cols, w.bytes().to_vec(), Layout::Panels).expect("panels");
+            assert_eq!(p.dequantize(), w.dequantize(), "{t} {rows}x{cols}");
+            // Any row range, not only whole panels.
+            let mut part = vec![0f32; 3 * cols];
+            p.dequantize_rows(rows.saturating_sub(3), rows, &mut part[..3.min(rows) * cols]);
+            let all = w.dequantize();
+            let lo = rows.saturating_sub(3) * cols;
+            assert_eq!(&part[..3.min(rows) * cols], &all[lo..rows * cols]);
+        }
+    }
+    assert!(QMatrix::with_layout(QType::Q4_1, 1, 32, vec![0; 20], Layout::Panels).is_err(), "Q4_1 has no panels");
 }
 
 #[test]
@@ -170,28 +206,31 @@ fn f32_gemm_path_equals_the_f32_reference() {
     let mut rng = StdRng::seed_from_u64(3);
     for t in QType::ALL {
         for (rows, cols) in sizes(t) {
-            let w = random_matrix(t, rows, cols, &mut rng);
-            for m in [tessera_kernels::GEMM_MIN_TOKENS, 41] {
-                let x = random_x(m, cols, &mut rng);
-                let (want, _, mag) = reference(&w, &x, m);
-                // Every set but AVX-512 VNNI prefills with dequantized tiles and an f32 GEMM.
-                for (isa, threads) in Isa::available()
-                    .into_iter()
-                    .filter(|&i| i != Isa::Avx512Vnni)
-                    .flat_map(|i| [1usize, 2, 3].map(|n| (i, n)))
-                {
-                    let pool = ThreadPool::new(threads);
-                    let mut got = vec![0f32; m * rows];
-                    w.matmul_with(isa, &pool, &x, m, &mut got).expect("matmul");
-                    for i in 0..m * rows {
-                        // f32 sums of `cols` terms: rounding grows with Σ|w x| (terms cancel).
-                        let tol = 1e-6 * (cols as f64).sqrt() * mag[i] + 1e-6;
-                        assert!(
-                            (got[i] as f64 - want[i]).abs() <= tol,
-                            "{t} {rows}x{cols} m={m} {isa:?} threads={threads} out {i}: {} vs {}",
-                            got[i],
-                            want[i]
-                        );
+            let w0 = random_matrix(t, rows, cols, &mut rng);
+            for w in in_every_layout(&w0) {
+                for m in [tessera_kernels::GEMM_MIN_TOKENS, 41] {
+                    let x = random_x(m, cols, &mut rng);
+                    let (want, _, mag) = reference(&w, &x, m);
+                    // Every set but AVX-512 VNNI prefills with dequantized tiles and an f32 GEMM.
+                    for (isa, threads) in Isa::available()
+                        .into_iter()
+                        .filter(|&i| i != Isa::Avx512Vnni)
+                        .flat_map(|i| [1usize, 2, 3].map(|n| (i, n)))
+                    {
+                        let pool = ThreadPool::new(threads);
+                        let mut got = vec![0f32; m * rows];
+                        w.matmul_with(isa, &pool, &x, m, &mut got).expect("matmul");
+                        for i in 0..m * rows {
+                            // f32 sums of `cols` terms: rounding grows with Σ|w x| (terms cancel).
+                            let tol = 1e-6 * (cols as f64).sqrt() * mag[i] + 1e-6;
+                            assert!(
+                                (got[i] as f64 - want[i]).abs() <= tol,
+                                "{t} {:?} {rows}x{cols} m={m} {isa:?} threads={threads} out {i}: {} vs {}",
+                                w.layout(),
+                                got[i],
+                                want[i]
+                            );
+                        }
                     }
                 }
             }
