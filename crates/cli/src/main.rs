@@ -7,9 +7,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use tessera::{
-    parse_dtype, DeviceChoice, GenerateParams, GenerationOutput, LoadOptions, Model, SamplingParams,
-};
+use tessera::{parse_dtype, DeviceChoice, GenerateParams, GenerationOutput, LoadOptions, Model, SamplingParams};
 
 /// `println!` that ends the process quietly when stdout is closed (e.g. piped into `head`).
 macro_rules! out {
@@ -181,6 +179,11 @@ struct ModelArgs {
     /// CPU threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Quantize the vision tower's and connector's matrices to 8 bits (Q8_0) on loading: on
+    /// the CPU, images encode about twice as fast, but the image features (and possibly the
+    /// answers) no longer match transformers' f32 exactly.
+    #[arg(long)]
+    vision_int8: bool,
 }
 
 #[derive(Args)]
@@ -279,7 +282,7 @@ fn load(args: &ModelArgs) -> Result<(Model, f64)> {
         }
     };
     let start = Instant::now();
-    let model = Model::load(&spec, &LoadOptions { device, dtype })
+    let model = Model::load(&spec, &LoadOptions { device, dtype, vision_q8_0: args.vision_int8 })
         .with_context(|| format!("loading model `{spec}`"))?;
     Ok((model, start.elapsed().as_secs_f64()))
 }
@@ -306,11 +309,8 @@ fn generate(args: GenerateArgs) -> Result<()> {
             );
         }
     }
-    let images = args
-        .image
-        .iter()
-        .map(|p| tessera::load_image(p, args.max_image_pixels))
-        .collect::<Result<Vec<_>, _>>()?;
+    let images =
+        args.image.iter().map(|p| tessera::load_image(p, args.max_image_pixels)).collect::<Result<Vec<_>, _>>()?;
     let gen = model.generation_config();
     let sample_by_default = gen.do_sample.unwrap_or(false);
     let sampling = SamplingParams {
@@ -365,11 +365,8 @@ fn print_json(out: &GenerationOutput, load_s: f64) -> Result<()> {
 
 fn report_timings(out: &GenerationOutput, load_s: f64) {
     let t = &out.timings;
-    let gen_rate = if out.generated_tokens.len() > 1 {
-        format!("{:.1} tok/s", t.generated_tokens_per_s)
-    } else {
-        "-".to_string()
-    };
+    let gen_rate =
+        if out.generated_tokens.len() > 1 { format!("{:.1} tok/s", t.generated_tokens_per_s) } else { "-".to_string() };
     eprintln!(
         "load {load_s:.2}s | prompt {} tokens, {:.1} tok/s | generated {} tokens, {gen_rate} | finish: {:?}",
         out.prompt_tokens.len() + out.image_tokens,
@@ -404,10 +401,7 @@ fn info(args: ModelArgs) -> Result<()> {
         },
         d.head_dim
     );
-    out!(
-        "rope:           theta {}, scaling {:?}, layout {:?}",
-        d.rope.theta, d.rope.scaling, d.rope.style
-    );
+    out!("rope:           theta {}, scaling {:?}, layout {:?}", d.rope.theta, d.rope.scaling, d.rope.style);
     out!("context:        {} tokens", d.max_position_embeddings);
     out!("vocabulary:     {} (tied embeddings: {})", c.vocab_size, c.tie_word_embeddings);
     out!(
@@ -418,10 +412,7 @@ fn info(args: ModelArgs) -> Result<()> {
     out!("device:         {:?}", model.device());
     out!("tokenizer:      {}", i.tokenizer_source);
     out!("eos ids:        {:?}", model.eos_ids());
-    out!(
-        "chat template:  {}",
-        i.chat_template_source.as_deref().unwrap_or("none (use --raw)")
-    );
+    out!("chat template:  {}", i.chat_template_source.as_deref().unwrap_or("none (use --raw)"));
     match model.vision_description() {
         Some(v) if model.max_images() == usize::MAX => out!("vision:         {v}; several images per prompt"),
         Some(v) => out!("vision:         {v}; at most {} image(s) per prompt", model.max_images()),
@@ -433,8 +424,8 @@ fn info(args: ModelArgs) -> Result<()> {
 
 fn eval(args: EvalArgs) -> Result<()> {
     let (model, _) = load(&args.model)?;
-    let text = std::fs::read_to_string(&args.questions)
-        .with_context(|| format!("reading {}", args.questions.display()))?;
+    let text =
+        std::fs::read_to_string(&args.questions).with_context(|| format!("reading {}", args.questions.display()))?;
     let base = args.questions.parent().map(PathBuf::from).unwrap_or_default();
     let mut per_task: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
     let params = GenerateParams { max_new_tokens: 32, capture_attention: args.attention, ..Default::default() };
@@ -470,7 +461,9 @@ fn eval(args: EvalArgs) -> Result<()> {
     if args.json {
         let tasks: serde_json::Map<String, serde_json::Value> = per_task
             .iter()
-            .map(|(t, (ok, n))| (t.clone(), serde_json::json!({"correct": ok, "total": n, "accuracy": *ok as f64 / *n as f64})))
+            .map(|(t, (ok, n))| {
+                (t.clone(), serde_json::json!({"correct": ok, "total": n, "accuracy": *ok as f64 / *n as f64}))
+            })
             .collect();
         let attention: serde_json::Map<String, serde_json::Value> = shares
             .iter()
@@ -547,7 +540,9 @@ fn embed(args: EmbedArgs) -> Result<()> {
 /// Writes a 2-D f32 tensor as .npy or .safetensors (by extension).
 fn write_tensor(path: &std::path::Path, t: &tessera::Tensor) -> Result<()> {
     match path.extension().and_then(|e| e.to_str()) {
-        Some("safetensors") => t.save_safetensors("embeddings", path).with_context(|| format!("writing {}", path.display())),
+        Some("safetensors") => {
+            t.save_safetensors("embeddings", path).with_context(|| format!("writing {}", path.display()))
+        }
         Some("npy") => {
             let shape = t.dims().iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
             let shape = if t.rank() == 1 { format!("{shape},") } else { shape };
@@ -587,7 +582,10 @@ fn analogy(args: AnalogyArgs) -> Result<()> {
 fn explain(args: ExplainArgs) -> Result<()> {
     let (model, _) = load(&args.model)?;
     if model.max_images() == 0 {
-        bail!("model `{}` takes no images; explain needs a vision-language model", model.info().source.path().display());
+        bail!(
+            "model `{}` takes no images; explain needs a vision-language model",
+            model.info().source.path().display()
+        );
     }
     let image = tessera::load_image(&args.image, tessera::DEFAULT_MAX_PIXELS)?;
     let (view, rows, cols) = model.model_view(&image)?;
@@ -643,8 +641,13 @@ fn explain(args: ExplainArgs) -> Result<()> {
         "tokens": records, "average_picture": average,
     });
     let path = args.out.join("attention.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&json)?).with_context(|| format!("writing {}", path.display()))?;
-    eprintln!("wrote pictures and {} to {}", path.file_name().unwrap_or_default().to_string_lossy(), args.out.display());
+    std::fs::write(&path, serde_json::to_string_pretty(&json)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    eprintln!(
+        "wrote pictures and {} to {}",
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        args.out.display()
+    );
     for line in table {
         out!("{line}");
     }

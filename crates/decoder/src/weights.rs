@@ -47,6 +47,9 @@ pub struct Weights {
     prefix: String,
     dtype: DType,
     device: Device,
+    /// Dense f32 matrices read through this handle are quantized to this type on the CPU
+    /// ([`with_quantized_matrices`](Self::with_quantized_matrices)).
+    quantize: Option<QType>,
 }
 
 impl Weights {
@@ -64,6 +67,7 @@ impl Weights {
         Ok(Self {
             source: Arc::new(Source::Safetensors { files: files.to_vec(), st }),
             prefix: String::new(),
+            quantize: None,
             dtype,
             device: device.clone(),
         })
@@ -93,6 +97,7 @@ impl Weights {
                 mode,
             })),
             prefix: String::new(),
+            quantize: None,
             dtype,
             device: device.clone(),
         })
@@ -102,7 +107,13 @@ impl Weights {
     pub fn pp(&self, name: impl ToString) -> Self {
         let name = name.to_string();
         let prefix = if self.prefix.is_empty() { name } else { format!("{}.{name}", self.prefix) };
-        Self { source: self.source.clone(), prefix, dtype: self.dtype, device: self.device.clone() }
+        Self {
+            source: self.source.clone(),
+            prefix,
+            dtype: self.dtype,
+            device: self.device.clone(),
+            quantize: self.quantize,
+        }
     }
 
     pub fn dtype(&self) -> DType {
@@ -114,6 +125,13 @@ impl Weights {
     }
 
     /// The same view with another working dtype.
+    /// A handle whose dense matrices ([`matrix`](Self::matrix), [`linear`](Self::linear)) are
+    /// quantized to `Q8_0` on loading when the device is the CPU and rows are whole blocks, so
+    /// their matmuls run on the int8 kernels (`tessera-kernels`); other tensors are unchanged.
+    pub fn with_q8_0_matrices(&self) -> Self {
+        Self { quantize: Some(QType::Q8_0), ..self.clone() }
+    }
+
     pub fn with_dtype(&self, dtype: DType) -> Self {
         Self { dtype, ..self.clone() }
     }
@@ -279,6 +297,18 @@ impl Weights {
                 let q = self.read_qtensor(g, &full, &stored)?;
                 return Ok(MatrixWeight::Quantized(Arc::new(q)));
             }
+        }
+        if let (Some(QType::Q8_0), true, 0) = (self.quantize, self.device.is_cpu(), in_dim % 32) {
+            let full = self.full_name(name);
+            let dense = self.get_with_dtype(&[out_dim, in_dim], name, DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+            let mut blocks = vec![0u8; dense.len() / 32 * QType::Q8_0.block_bytes()];
+            tessera_kernels::blocks::quantize_q8_0_blocks(&dense, &mut blocks);
+            let m = QMatrix::new(QType::Q8_0, out_dim, in_dim, blocks).map_err(|e| DecoderError::TensorData {
+                name: full.clone(),
+                source_desc: self.describe(),
+                reason: e.to_string(),
+            })?;
+            return Ok(MatrixWeight::Packed(Arc::new(m)));
         }
         Ok(MatrixWeight::Dense(self.get(&[out_dim, in_dim], name)?))
     }

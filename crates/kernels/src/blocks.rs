@@ -157,6 +157,22 @@ pub fn quantize_q8(x: &[f32], out: &mut [Q8Block]) {
     }
 }
 
+/// Quantizes weights `x` (a multiple of 32 long) into GGUF `Q8_0` blocks (`out`: 34 bytes per
+/// 32 values), as ggml's `quantize_row_q8_0_ref`: `d = max|x| / 127` stored as f16, values
+/// rounded half away from zero.
+pub fn quantize_q8_0_blocks(x: &[f32], out: &mut [u8]) {
+    debug_assert_eq!(x.len() / 32 * 34, out.len());
+    for (xs, y) in x.chunks_exact(32).zip(out.chunks_exact_mut(34)) {
+        let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        y[..2].copy_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
+        for (q, &v) in y[2..].iter_mut().zip(xs) {
+            *q = (v * id).round() as i8 as u8;
+        }
+    }
+}
+
 /// Quantizes `x` (a multiple of 256 long) into `Q8_K` blocks, as ggml's
 /// `quantize_row_q8_K_ref`: the scale maps the value of largest magnitude to −127.
 pub fn quantize_q8k(x: &[f32], out: &mut [Q8KBlock]) {

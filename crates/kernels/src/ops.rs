@@ -49,26 +49,50 @@ pub(crate) fn wide<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// `σ(z)` with the polynomial `exp`: `1 / (1 + e⁻ᶻ)` for z ≥ 0, `eᶻ / (1 + eᶻ)` below, so
+/// `e^{−|z|}` never overflows. Branch-free.
+#[inline(always)]
+fn sigmoid(z: f32) -> f32 {
+    let e = exp(-z.abs());
+    let num = if z >= 0.0 { 1.0 } else { e };
+    num / (1.0 + e)
+}
+
 /// `silu(g) · u = g · σ(g) · u` elementwise into `out` (SwiGLU's gate), with the polynomial
 /// `exp`; split across the pool when large.
 pub fn silu_mul(pool: &ThreadPool, gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<()> {
     if gate.len() != up.len() || gate.len() != out.len() {
         return Err(KernelError::Shape(format!("silu_mul of {} × {} into {}", gate.len(), up.len(), out.len())));
     }
-    let body = |g: &[f32], u: &[f32], o: &mut [f32]| {
-        wide(|| {
-            for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
-                // σ(g) = 1 / (1 + e⁻ᵍ) for g ≥ 0, eᵍ / (1 + eᵍ) below: e^{−|g|} never overflows.
-                let e = exp(-g.abs());
-                let num = if g >= 0.0 { 1.0 } else { e };
-                *o = g * (num / (1.0 + e)) * u;
-            }
-        })
-    };
-    let n = gate.len();
+    par_chunks(pool, out, &|a, o| {
+        for ((o, &g), &u) in o.iter_mut().zip(&gate[a..]).zip(&up[a..]) {
+            *o = g * sigmoid(g) * u;
+        }
+    })
+}
+
+/// The tanh approximation of GELU (`gelu_pytorch_tanh`), `½x(1 + tanh(√(2/π)(x + 0.044715x³)))`,
+/// elementwise into `out`, computed as `x · σ(2·√(2/π)(x + 0.044715x³))` (the same function:
+/// `1 + tanh(v) = 2σ(2v)`) with the polynomial `exp` instead of libm's `tanhf`.
+pub fn gelu_tanh(pool: &ThreadPool, x: &[f32], out: &mut [f32]) -> Result<()> {
+    if x.len() != out.len() {
+        return Err(KernelError::Shape(format!("gelu of {} values into {}", x.len(), out.len())));
+    }
+    const K: f32 = 2.0 * 0.797_884_6; // 2·√(2/π)
+    par_chunks(pool, out, &|a, o| {
+        for (o, &v) in o.iter_mut().zip(&x[a..]) {
+            *o = v * sigmoid(K * (v + 0.044715 * v * v * v));
+        }
+    })
+}
+
+/// Runs `body(start, out[start..end])` over `out` in one chunk per pool thread when it is
+/// large (one chunk otherwise), each chunk compiled eight lanes wide ([`wide`]).
+fn par_chunks<F: Fn(usize, &mut [f32]) + Sync>(pool: &ThreadPool, out: &mut [f32], body: &F) -> Result<()> {
+    let n = out.len();
     let parts = pool.threads();
     if n < 1 << 14 || parts == 1 {
-        body(gate, up, out);
+        wide(|| body(0, out));
         return Ok(());
     }
     let per = n.div_ceil(parts);
@@ -78,6 +102,6 @@ pub fn silu_mul(pool: &ThreadPool, gate: &[f32], up: &[f32], out: &mut [f32]) ->
         let (a, b) = ((p * per).min(n), ((p + 1) * per).min(n));
         // SAFETY: part p writes out[a..b] only.
         let o = unsafe { std::slice::from_raw_parts_mut(dst.0.add(a), b - a) };
-        body(&gate[a..b], &up[a..b], o);
+        wide(|| body(a, o));
     })
 }

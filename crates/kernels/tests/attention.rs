@@ -85,3 +85,20 @@ fn silu_mul_equals_the_f64_formula() {
         }
     }
 }
+
+#[test]
+fn gelu_tanh_equals_the_f64_formula() {
+    use tessera_kernels::ops::gelu_tanh;
+    let n = 40_000; // above the size that is split across threads
+    let x: Vec<f32> = (0..n).map(|i| (i as f32 - 20_000.0) / 1500.0).collect();
+    for threads in [1, 2, 3] {
+        let mut out = vec![0f32; n];
+        gelu_tanh(&ThreadPool::new(threads), &x, &mut out).expect("gelu");
+        for i in 0..n {
+            let v = x[i] as f64;
+            let want = 0.5 * v * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v.powi(3))).tanh());
+            // f32 evaluation: a few ulps of the result, or of 1e-7 near the zero crossing.
+            assert!((out[i] as f64 - want).abs() <= 1e-6 * want.abs() + 1e-7, "{v}: {} vs {want}", out[i]);
+        }
+    }
+}

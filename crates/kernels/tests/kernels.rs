@@ -334,3 +334,20 @@ fn neon_dotprod_kernels_run_here() {
     // the tests above execute it rather than only the portable twin.
     assert!(Isa::available().contains(&Isa::NeonDotprod), "available: {:?}", Isa::available());
 }
+
+#[test]
+fn weights_quantized_to_q8_0_round_to_the_nearest_step() {
+    let mut rng = StdRng::seed_from_u64(9);
+    let x = random_x(3, 64, &mut rng);
+    let mut blocks = vec![0u8; x.len() / 32 * 34];
+    tessera_kernels::blocks::quantize_q8_0_blocks(&x, &mut blocks);
+    let mut back = vec![0f32; x.len()];
+    dequantize(QType::Q8_0, &blocks, &mut back);
+    for (c, (xs, ys)) in x.chunks(32).zip(back.chunks(32)).enumerate() {
+        let d = xs.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+        for (v, y) in xs.iter().zip(ys) {
+            // Half a step, plus the f16 rounding of the scale (2⁻¹¹ of up to 127 steps).
+            assert!((v - y).abs() <= d * (0.5 + 127.0 / 2048.0), "block {c}: {v} came back as {y}");
+        }
+    }
+}

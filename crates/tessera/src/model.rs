@@ -27,11 +27,15 @@ pub struct LoadOptions {
     /// The working dtype. `None`: f32 on CPU, bf16 on GPUs; GGUF files stay quantized.
     /// `Some(_)` with a GGUF file dequantizes every tensor to that dtype.
     pub dtype: Option<DType>,
+    /// Quantize the vision tower's and connector's f32 matrices to `Q8_0` on loading (CPU
+    /// only): image encoding runs on the int8 kernels, ~2× faster, at the price of the weights'
+    /// and activations' 8-bit rounding (outputs no longer match transformers' f32 exactly).
+    pub vision_q8_0: bool,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        Self { device: Device::Cpu, dtype: None }
+        Self { device: Device::Cpu, dtype: None, vision_q8_0: false }
     }
 }
 
@@ -102,7 +106,8 @@ impl Model {
                     crate::config::VisionSpec::Hf(v) => tokenizer.id_to_token(v.image_token_id),
                     _ => None,
                 };
-                Some(ImageEncoder::load(spec, dir, &vb, config.decoder.hidden_size, image_token)?)
+                let vision_vb = if opts.vision_q8_0 { vb.with_q8_0_matrices() } else { vb.clone() };
+                Some(ImageEncoder::load(spec, dir, &vision_vb, config.decoder.hidden_size, image_token)?)
             }
             None => None,
         };
@@ -122,10 +127,7 @@ impl Model {
             }
             _ => None,
         };
-        let quantization = content
-            .tensor_infos
-            .get("blk.0.attn_q.weight")
-            .map(|t| format!("{:?}", t.ggml_dtype));
+        let quantization = content.tensor_infos.get("blk.0.attn_q.weight").map(|t| format!("{:?}", t.ggml_dtype));
         let (mode, dtype) = match opts.dtype {
             Some(dt) => (GgufMode::Dequantized, dt),
             None => (GgufMode::Quantized, DType::F32),
@@ -286,7 +288,12 @@ impl Model {
             // A text model's chat template carries all its special tokens; a processor adds the
             // tokenizer's unless the text already starts with BOS.
             let add = placeholder.is_some()
-                && !self.tokenizer.special().bos_token.as_deref().is_some_and(|b| !b.is_empty() && rendered.starts_with(b));
+                && !self
+                    .tokenizer
+                    .special()
+                    .bos_token
+                    .as_deref()
+                    .is_some_and(|b| !b.is_empty() && rendered.starts_with(b));
             (rendered, add)
         };
         let expanded = match (&placeholder, self.image_encoder.as_ref()) {
@@ -385,7 +392,8 @@ impl Model {
         match self.image_encoder.as_ref().and_then(|e| e.image_token_id()) {
             Some(id) => ids.iter().enumerate().filter(|(_, &t)| t == id).map(|(i, _)| i).collect(),
             None => {
-                let n: usize = self.image_encoder.as_ref().map(|e| images.iter().map(|i| e.tokens_for(i)).sum()).unwrap_or(0);
+                let n: usize =
+                    self.image_encoder.as_ref().map(|e| images.iter().map(|i| e.tokens_for(i)).sum()).unwrap_or(0);
                 (0..n).collect()
             }
         }
@@ -394,7 +402,9 @@ impl Model {
     /// The length of the sequence `images` and `ids` make.
     pub fn sequence_len(&self, images: &[RgbImage], ids: &[u32]) -> usize {
         match self.image_encoder.as_ref() {
-            Some(e) if e.image_token_id().is_none() => images.iter().map(|i| e.tokens_for(i)).sum::<usize>() + ids.len(),
+            Some(e) if e.image_token_id().is_none() => {
+                images.iter().map(|i| e.tokens_for(i)).sum::<usize>() + ids.len()
+            }
             _ => ids.len(),
         }
     }
@@ -560,9 +570,5 @@ pub(crate) fn read_json_opt(path: &Path) -> Result<Option<serde_json::Value>> {
 fn template_source(dir: &Path) -> String {
     let candidates: [PathBuf; 3] =
         [dir.join("chat_template.jinja"), dir.join("chat_template.json"), dir.join("tokenizer_config.json")];
-    candidates
-        .iter()
-        .find(|p| p.exists())
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|| dir.display().to_string())
+    candidates.iter().find(|p| p.exists()).map(|p| p.display().to_string()).unwrap_or_else(|| dir.display().to_string())
 }

@@ -59,7 +59,8 @@ fn main() -> Result<()> {
     let device = args.device.open()?;
     let dtype = args.dtype.as_deref().map(parse_dtype).transpose()?;
     let t0 = Instant::now();
-    let model = Model::load(&args.model, &LoadOptions { device, dtype }).context("loading model")?;
+    let model =
+        Model::load(&args.model, &LoadOptions { device, dtype, ..Default::default() }).context("loading model")?;
     let load_s = t0.elapsed().as_secs_f64();
 
     // A prompt of real text, cut to the requested length.
