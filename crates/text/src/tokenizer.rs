@@ -51,6 +51,9 @@ impl SpecialTokens {
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     special: SpecialTokens,
+    /// `inner.get_vocab_size(true)`, which builds the whole vocabulary map on every call: read
+    /// once here, not on every decode.
+    vocab_size: usize,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -67,7 +70,8 @@ impl Tokenizer {
         }
         let inner = tokenizers::Tokenizer::from_file(path)
             .map_err(|e| TextError::TokenizerFile { path: path.to_path_buf(), reason: e.to_string() })?;
-        Ok(Self { inner, special: SpecialTokens::default() })
+        let vocab_size = inner.get_vocab_size(true);
+        Ok(Self { inner, special: SpecialTokens::default(), vocab_size })
     }
 
     /// Builds the tokenizer a GGUF file describes (`tokenizer.ggml.model == "gpt2"`: byte-level BPE).
@@ -162,7 +166,8 @@ impl Tokenizer {
             eos_token: name(eos),
             pad: get_id("tokenizer.ggml.padding_token_id"),
         };
-        Ok(Self { inner, special })
+        let vocab_size = inner.get_vocab_size(true);
+        Ok(Self { inner, special, vocab_size })
     }
 
     /// Replaces the special tokens (e.g. with those of `tokenizer_config.json`).
@@ -204,7 +209,7 @@ impl Tokenizer {
 
     /// Vocabulary size including added tokens.
     pub fn vocab_size(&self) -> usize {
-        self.inner.get_vocab_size(true)
+        self.vocab_size
     }
 }
 
