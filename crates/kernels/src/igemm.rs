@@ -22,8 +22,8 @@ use crate::blocks::{unpack32, unpack_k, QType};
 use crate::error::Result;
 use crate::pool::{SendPtr, ThreadPool};
 
-/// Weight rows per panel: the 16 int32 lanes of a 512-bit register.
-pub(crate) const PANEL_ROWS: usize = 16;
+pub(crate) use crate::panels::PANEL_ROWS;
+
 
 /// The granule of `t`: the longest run of values that share one `dw` and `c`.
 pub(crate) const fn granule(t: QType) -> usize {

@@ -21,6 +21,7 @@ pub mod attention;
 pub mod blocks;
 pub mod dot;
 mod error;
+#[cfg(target_arch = "x86_64")]
 mod igemm;
 mod matmul;
 #[cfg(target_arch = "aarch64")]

@@ -13,8 +13,11 @@ use std::sync::OnceLock;
 
 use crate::blocks::{dequantize, quantize_q8, quantize_q8k, ActKind, Q8Block, Q8KBlock, QType};
 use crate::error::{KernelError, Result};
-use crate::igemm::{granule, Acts, Panel, PANEL_ROWS};
+#[cfg(target_arch = "x86_64")]
+use crate::igemm::{granule, Acts, Panel};
 use crate::panels;
+#[cfg(target_arch = "x86_64")]
+use crate::panels::PANEL_ROWS;
 use crate::pool::{SendPtr, ThreadPool};
 
 /// An instruction set the dot-product kernels can use.
@@ -198,7 +201,9 @@ thread_local! {
     static ACT_Q8: RefCell<Vec<Q8Block>> = const { RefCell::new(Vec::new()) };
     static ACT_Q8K: RefCell<Vec<Q8KBlock>> = const { RefCell::new(Vec::new()) };
     static TILE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    #[cfg(target_arch = "x86_64")]
     static PANEL: RefCell<Panel> = RefCell::new(Panel::default());
+    #[cfg(target_arch = "x86_64")]
     static ACTS: RefCell<Acts> = RefCell::new(Acts::default());
 }
 

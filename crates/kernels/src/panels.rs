@@ -18,7 +18,9 @@
 use half::f16;
 
 use crate::blocks::{unpack32, QType};
-use crate::igemm::{Panel, PANEL_ROWS};
+
+/// Weight rows per panel: the 16 int32 lanes of a 512-bit register.
+pub(crate) const PANEL_ROWS: usize = 16;
 
 /// Whether `t` has a panel layout.
 pub(crate) const fn has_panels(t: QType) -> bool {
@@ -99,7 +101,8 @@ pub(crate) fn dequantize_rows(t: QType, cols: usize, data: &[u8], r0: usize, r1:
 }
 
 /// Loads panel `p` (its `nb` chunks in `data`) into the int8 GEMM's `Panel`.
-pub(crate) fn load(t: QType, panel: &[u8], nb: usize, into: &mut Panel) {
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn load(t: QType, panel: &[u8], nb: usize, into: &mut crate::igemm::Panel) {
     let cb = chunk_bytes(t);
     into.u.resize(nb * 32 * PANEL_ROWS, 0);
     into.dw.resize(nb * PANEL_ROWS, 0.0);
