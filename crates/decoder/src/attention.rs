@@ -141,6 +141,9 @@ pub fn attention_in_query_chunks(
     let rows = rows.max(1);
     let mut outs = Vec::with_capacity(tq.div_ceil(rows));
     let fused = q.device().is_cpu() && q.dtype() == DType::F32;
+    // Where later queries see more keys (causal masks), smaller chunks let each one multiply
+    // only the keys its queries see: a causal prompt of T tokens does about half of T² work.
+    let rows = if fused && *mask != AttentionMask::Bidirectional { rows.min(CAUSAL_CHUNK_ROWS) } else { rows };
     for start in (0..tq).step_by(rows) {
         let n = rows.min(tq - start);
         let qc = if n == tq { q.clone() } else { q.narrow(2, start, n)? };
@@ -157,32 +160,48 @@ pub fn attention_in_query_chunks(
     Ok(Tensor::cat(&outs, 2)?)
 }
 
-/// One chunk of [`attention_in_query_chunks`] on the CPU in f32: the score matmul, then scale,
-/// mask and softmax fused in place (`tessera_kernels::attention::scale_mask_softmax`), then
-/// the value matmul. `q` `(b, heads, n, d)` holds the queries at positions `first_q ..`.
+/// Query rows per chunk of the fused CPU path under masks whose visible keys grow with the
+/// query (causal, sliding window, prefix-LM).
+const CAUSAL_CHUNK_ROWS: usize = 128;
+
+/// One chunk of [`attention_in_query_chunks`] on the CPU in f32: the score matmul over the keys
+/// some query of the chunk sees, then scale, mask and softmax fused in place
+/// (`tessera_kernels::attention::scale_mask_softmax`), then the value matmul. `q`
+/// `(b, heads, n, d)` holds the queries at positions `first_q ..`.
 fn fused_chunk(q: &Tensor, k: &Tensor, v: &Tensor, mask: &AttentionMask, scale: f64, first_q: usize) -> Result<Tensor> {
     let (b, heads, n, d) = q.dims4()?;
-    let (_, kv_heads, _, _) = k.dims4()?;
+    let (_, kv_heads, tk, _) = k.dims4()?;
     if kv_heads == 0 || heads % kv_heads != 0 {
         return Err(DecoderError::Config(format!("{heads} query heads cannot share {kv_heads} kv heads")));
     }
+    // Every mask's visible range only moves forward with the query, so the chunk's keys are
+    // from its first query's start to its last query's end.
+    let (lo, hi) = (mask.visible_keys(first_q, tk).start, mask.visible_keys(first_q + n.max(1) - 1, tk).end);
+    let (lo, hi) = (lo.min(hi), hi);
+    let (k, v) = if (lo, hi) == (0, tk) {
+        (k.clone(), v.clone())
+    } else {
+        (k.narrow(2, lo, hi - lo)?, v.narrow(2, lo, hi - lo)?)
+    };
     let groups = heads / kv_heads;
     // (b, kv_heads, groups·n, d): the heads of one group become extra query rows.
     let qg = q.contiguous()?.reshape((b, kv_heads, groups * n, d))?;
-    let scores = qg.matmul(&k.t()?)?.contiguous()?; // (b, kv_heads, groups·n, tk)
-    let op = ScaleMaskSoftmax { mask: *mask, scale: scale as f32, first_q, n };
+    let scores = qg.matmul(&k.t()?)?.contiguous()?; // (b, kv_heads, groups·n, hi − lo)
+    let op = ScaleMaskSoftmax { mask: *mask, scale: scale as f32, first_q, n, keys: lo, tk };
     let weights = scores.apply_op1_no_bwd(&op)?;
     let out = weights.matmul(&v.contiguous_if_needed()?)?; // (b, kv_heads, groups·n, d)
     Ok(out.reshape((b, heads, n, d))?)
 }
 
 /// In-place `softmax(scale · s + mask)` over score rows `(…, groups·n, tk)`; row `r` is query
-/// `first_q + r mod n`.
+/// `first_q + r mod n`; the score columns are the keys `keys ..` of `tk`.
 struct ScaleMaskSoftmax {
     mask: AttentionMask,
     scale: f32,
     first_q: usize,
     n: usize,
+    keys: usize,
+    tk: usize,
 }
 
 impl candle_core::CustomOp1 for ScaleMaskSoftmax {
@@ -197,15 +216,18 @@ impl candle_core::CustomOp1 for ScaleMaskSoftmax {
     ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
         let candle_core::CpuStorage::F32(data) = s else { candle_core::bail!("softmax takes f32 scores") };
         let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("softmax takes contiguous scores") };
-        let tk = l.shape().dims().last().copied().unwrap_or(0);
+        let cols = l.shape().dims().last().copied().unwrap_or(0);
         let mut out = data[a..b].to_vec();
-        let (mask, first_q, n) = (self.mask, self.first_q, self.n.max(1));
+        let (mask, first_q, n, keys, tk) = (self.mask, self.first_q, self.n.max(1), self.keys, self.tk);
         tessera_kernels::attention::scale_mask_softmax(
             tessera_kernels::ThreadPool::global(),
             &mut out,
-            tk,
+            cols,
             self.scale,
-            &|r| mask.visible_keys(first_q + r % n, tk),
+            &|r| {
+                let vis = mask.visible_keys(first_q + r % n, tk);
+                vis.start.saturating_sub(keys)..vis.end.saturating_sub(keys)
+            },
         )
         .map_err(candle_core::Error::wrap)?;
         Ok((candle_core::CpuStorage::F32(out), l.shape().clone()))

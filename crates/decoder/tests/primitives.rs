@@ -92,6 +92,18 @@ fn attention_in_query_chunks_equals_one_pass_for_every_mask() -> Result<()> {
             assert!(diff < 1e-6, "{mask:?} in chunks of {rows}: diff {diff}");
         }
     }
+    // A prompt longer than the CPU path's causal chunk (128 rows): chunks that each multiply
+    // only the keys their queries see, after 10 cached positions.
+    let q = random(&[1, 4, 300, 8], 8)?;
+    let k = random(&[1, 2, 310, 8], 9)?;
+    let v = random(&[1, 2, 310, 8], 10)?;
+    for mask in [AttentionMask::Causal, AttentionMask::SlidingWindow { window: 50 }, AttentionMask::PrefixLm { prefix_len: 200 }] {
+        let bias = mask.bias(300, 310, DType::F32, &Device::Cpu)?;
+        let (whole, _) = scaled_dot_product_attention(&q, &k, &v, bias.as_ref(), 0.3)?;
+        let chunked = attention_in_query_chunks(&q, &k, &v, &mask, 0.3, 1000)?;
+        let diff = (&whole - chunked)?.abs()?.max_all()?.to_scalar::<f32>()?;
+        assert!(diff < 1e-5, "{mask:?} over 300 queries: diff {diff}");
+    }
     Ok(())
 }
 
