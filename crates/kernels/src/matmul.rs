@@ -164,7 +164,7 @@ const IGEMM_CHUNK: usize = 512;
 pub enum Layout {
     /// Row after row of blocks, as stored in GGUF.
     Rows,
-    /// 16 rows interleaved per block (`Q4_0` and `Q8_0`; see `panels.rs`): the layout the
+    /// 16 rows interleaved per block (the 32-value types; see `panels.rs`): the layout the
     /// AVX-512 VNNI kernels read fastest.
     Panels,
 }

@@ -1,14 +1,18 @@
-//! The row-interleaved ("panel") layout that `Q4_0` and `Q8_0` matrices are stored in on
-//! CPUs with AVX-512 VNNI (llama.cpp repacks these types too).
+//! The row-interleaved ("panel") layout that the 32-value types (`Q4_0`, `Q4_1`, `Q5_0`,
+//! `Q5_1`, `Q8_0`) are stored in on CPUs with AVX-512 VNNI (llama.cpp repacks too).
 //!
 //! Rows are grouped in panels of 16 (the 16 int32 lanes of a 512-bit register; the last
 //! panel padded with zero rows). Per panel, per block of 32 values, one chunk of exactly the
 //! bytes the 16 rows' GGUF blocks take:
-//! - 16 f16 scales `d`, row by row (32 bytes);
-//! - the unsigned values `u = q + bias`, four consecutive values of each row per 32-bit lane:
+//! - the header: 16 f16 scales `d`, row by row, then for `Q4_1`/`Q5_1` 16 f16 mins `m`;
+//! - the unsigned values `u = q + bias` (value = `d·(u − bias) + m`), four consecutive values
+//!   of each row per 32-bit lane:
 //!   - `Q8_0` (bias 128): 8 steps × 16 rows × 4 bytes;
-//!   - `Q4_0` (bias 8): 4 × 16 rows × 4 bytes, the low nibbles holding steps 0–3 and the high
-//!     nibbles steps 4–7.
+//!   - the 4- and 5-bit types: 4 × 16 rows × 4 bytes of nibbles, the low nibbles holding
+//!     steps 0–3 and the high nibbles steps 4–7 (`Q4_0` bias 8, `Q4_1` 0);
+//! - for `Q5_0` (bias 16) / `Q5_1` (0), the fifth bits: per step a 64-bit mask whose bit
+//!   `4·row + k` is the fifth bit of that row's value `4·step + k` (one `vpmovm`-style masked
+//!   move puts them in place).
 //!
 //! One `vpdpbusd` then multiplies four values of all 16 rows with four activations broadcast
 //! to every lane, and each lane accumulates its own row: no horizontal sums, and a decode
@@ -22,9 +26,9 @@ use crate::blocks::{unpack32, QType};
 /// Weight rows per panel: the 16 int32 lanes of a 512-bit register.
 pub(crate) const PANEL_ROWS: usize = 16;
 
-/// Whether `t` has a panel layout.
+/// Whether `t` has a panel layout (the 32-value types).
 pub(crate) const fn has_panels(t: QType) -> bool {
-    matches!(t, QType::Q4_0 | QType::Q8_0)
+    matches!(t, QType::Q4_0 | QType::Q4_1 | QType::Q5_0 | QType::Q5_1 | QType::Q8_0)
 }
 
 /// Bytes of one panel's chunk for one block (the 16 rows' GGUF blocks).
@@ -32,11 +36,37 @@ pub(crate) const fn chunk_bytes(t: QType) -> usize {
     PANEL_ROWS * t.block_bytes()
 }
 
+/// Whether `t`'s blocks carry a min (`Q4_1`, `Q5_1`).
+pub(crate) const fn has_min(t: QType) -> bool {
+    matches!(t, QType::Q4_1 | QType::Q5_1)
+}
+
+/// Whether `t`'s values have a fifth bit (`Q5_0`, `Q5_1`).
+pub(crate) const fn has_fifth_bit(t: QType) -> bool {
+    matches!(t, QType::Q5_0 | QType::Q5_1)
+}
+
+/// Bytes of a chunk's header (scales, and mins).
+pub(crate) const fn header_bytes(t: QType) -> usize {
+    if has_min(t) {
+        4 * PANEL_ROWS
+    } else {
+        2 * PANEL_ROWS
+    }
+}
+
+/// Offset of a chunk's fifth-bit masks (after the header and 256 bytes of nibbles).
+pub(crate) const fn fifth_bits_at(t: QType) -> usize {
+    header_bytes(t) + 8 * PANEL_ROWS * 2
+}
+
 /// The unsigned bias of `t`'s values.
-const fn bias(t: QType) -> i32 {
+pub(crate) const fn bias(t: QType) -> i32 {
     match t {
         QType::Q4_0 => 8,
-        _ => 128,
+        QType::Q5_0 => 16,
+        QType::Q8_0 => 128,
+        _ => 0,
     }
 }
 
@@ -47,21 +77,30 @@ pub(crate) fn byte_len(t: QType, rows: usize, cols: usize) -> usize {
 
 /// Repacks GGUF rows (`data`, `rows × cols` of `t`) into panels.
 pub(crate) fn repack(t: QType, rows: usize, cols: usize, data: &[u8]) -> Vec<u8> {
-    let (nb, bb, cb) = (cols / 32, t.block_bytes(), chunk_bytes(t));
+    let (nb, bb, cb, hdr) = (cols / 32, t.block_bytes(), chunk_bytes(t), header_bytes(t));
     let mut out = vec![0u8; byte_len(t, rows, cols)];
     for r in 0..rows {
         let (p, lane) = (r / PANEL_ROWS, r % PANEL_ROWS);
         for b in 0..nb {
-            let v = unpack32(t, &data[(r * nb + b) * bb..(r * nb + b + 1) * bb]);
+            let block = &data[(r * nb + b) * bb..(r * nb + b + 1) * bb];
+            let v = unpack32(t, block);
             let chunk = &mut out[(p * nb + b) * cb..(p * nb + b + 1) * cb];
-            chunk[2 * lane..2 * lane + 2].copy_from_slice(&data[(r * nb + b) * bb..(r * nb + b) * bb + 2]);
+            // d (and m): the block's own f16 bytes.
+            chunk[2 * lane..2 * lane + 2].copy_from_slice(&block[..2]);
+            if has_min(t) {
+                chunk[2 * PANEL_ROWS + 2 * lane..2 * PANEL_ROWS + 2 * lane + 2].copy_from_slice(&block[2..4]);
+            }
             let u = v.q.map(|q| (q as i32 + bias(t)) as u8);
-            let vals = &mut chunk[32..];
-            for j in 0..32 {
+            for (j, &u) in u.iter().enumerate() {
                 let (step, k) = (j / 4, j % 4);
-                match t {
-                    QType::Q8_0 => vals[(step * PANEL_ROWS + lane) * 4 + k] = u[j],
-                    _ => vals[((step % 4) * PANEL_ROWS + lane) * 4 + k] |= u[j] << (4 * (step / 4)),
+                if t == QType::Q8_0 {
+                    chunk[hdr + (step * PANEL_ROWS + lane) * 4 + k] = u;
+                    continue;
+                }
+                chunk[hdr + ((step % 4) * PANEL_ROWS + lane) * 4 + k] |= (u & 0x0F) << (4 * (step / 4));
+                if has_fifth_bit(t) && u & 0x10 != 0 {
+                    let bit = 4 * lane + k;
+                    chunk[fifth_bits_at(t) + 8 * step + bit / 8] |= 1 << (bit % 8);
                 }
             }
         }
@@ -71,18 +110,23 @@ pub(crate) fn repack(t: QType, rows: usize, cols: usize, data: &[u8]) -> Vec<u8>
 
 /// The unsigned values of row `lane` of one chunk (the block's 32 values in order).
 fn chunk_values(t: QType, chunk: &[u8], lane: usize) -> [u8; 32] {
-    let vals = &chunk[32..];
+    let hdr = header_bytes(t);
     std::array::from_fn(|j| {
         let (step, k) = (j / 4, j % 4);
-        match t {
-            QType::Q8_0 => vals[(step * PANEL_ROWS + lane) * 4 + k],
-            _ => (vals[((step % 4) * PANEL_ROWS + lane) * 4 + k] >> (4 * (step / 4))) & 0x0F,
+        if t == QType::Q8_0 {
+            return chunk[hdr + (step * PANEL_ROWS + lane) * 4 + k];
         }
+        let nib = (chunk[hdr + ((step % 4) * PANEL_ROWS + lane) * 4 + k] >> (4 * (step / 4))) & 0x0F;
+        let bit = 4 * lane + k;
+        let fifth = has_fifth_bit(t) && chunk[fifth_bits_at(t) + 8 * step + bit / 8] & (1 << (bit % 8)) != 0;
+        nib | if fifth { 0x10 } else { 0 }
     })
 }
 
-fn chunk_scale(chunk: &[u8], lane: usize) -> f32 {
-    f16::from_bits(u16::from_le_bytes([chunk[2 * lane], chunk[2 * lane + 1]])).to_f32()
+/// Row `lane`'s scale and min (0 for the types without one) in one chunk.
+fn chunk_scale_min(t: QType, chunk: &[u8], lane: usize) -> (f32, f32) {
+    let f = |at: usize| f16::from_bits(u16::from_le_bytes([chunk[at], chunk[at + 1]])).to_f32();
+    (f(2 * lane), if has_min(t) { f(2 * PANEL_ROWS + 2 * lane) } else { 0.0 })
 }
 
 /// Rows `r0..r1` as f32 into `out`, from panels.
@@ -92,35 +136,44 @@ pub(crate) fn dequantize_rows(t: QType, cols: usize, data: &[u8], r0: usize, r1:
         let (p, lane) = (r / PANEL_ROWS, r % PANEL_ROWS);
         for (b, y) in y.chunks_exact_mut(32).enumerate() {
             let chunk = &data[(p * nb + b) * cb..(p * nb + b + 1) * cb];
-            let d = chunk_scale(chunk, lane);
+            let (d, m) = chunk_scale_min(t, chunk, lane);
             for (y, u) in y.iter_mut().zip(chunk_values(t, chunk, lane)) {
-                *y = d * (u as i32 - bias(t)) as f32;
+                *y = d * (u as i32 - bias(t)) as f32 + m;
             }
         }
     }
 }
 
-/// Loads panel `p` (its `nb` chunks in `data`) into the int8 GEMM's `Panel`.
+/// Loads one panel (its `nb` chunks) into the int8 GEMM's `Panel`.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn load(t: QType, panel: &[u8], nb: usize, into: &mut crate::igemm::Panel) {
-    let cb = chunk_bytes(t);
+    let (cb, hdr) = (chunk_bytes(t), header_bytes(t));
     into.u.resize(nb * 32 * PANEL_ROWS, 0);
     into.dw.resize(nb * PANEL_ROWS, 0.0);
     into.c.resize(nb * PANEL_ROWS, 0.0);
     for (b, chunk) in panel.chunks_exact(cb).take(nb).enumerate() {
         for lane in 0..PANEL_ROWS {
-            let d = chunk_scale(chunk, lane);
+            let (d, m) = chunk_scale_min(t, chunk, lane);
             into.dw[b * PANEL_ROWS + lane] = d;
-            into.c[b * PANEL_ROWS + lane] = -(bias(t) as f32) * d;
+            into.c[b * PANEL_ROWS + lane] = m - bias(t) as f32 * d;
         }
         let u = &mut into.u[b * 32 * PANEL_ROWS..(b + 1) * 32 * PANEL_ROWS];
-        match t {
-            QType::Q8_0 => u.copy_from_slice(&chunk[32..]),
-            _ => {
-                let (lo, hi) = u.split_at_mut(4 * 4 * PANEL_ROWS);
-                for ((l, h), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(&chunk[32..]) {
-                    *l = v & 0x0F;
-                    *h = v >> 4;
+        if t == QType::Q8_0 {
+            u.copy_from_slice(&chunk[hdr..]);
+            continue;
+        }
+        let (lo, hi) = u.split_at_mut(4 * 4 * PANEL_ROWS);
+        for ((l, h), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(&chunk[hdr..hdr + 256]) {
+            *l = v & 0x0F;
+            *h = v >> 4;
+        }
+        if has_fifth_bit(t) {
+            // Step s's 64 bytes are its 16 rows × 4 values, in the order of the mask's bits.
+            let masks = &chunk[fifth_bits_at(t)..fifth_bits_at(t) + 64];
+            for (step, bytes) in u.chunks_exact_mut(4 * PANEL_ROWS).enumerate() {
+                let mask = u64::from_le_bytes(masks[8 * step..8 * step + 8].try_into().unwrap_or([0; 8]));
+                for (bit, v) in bytes.iter_mut().enumerate() {
+                    *v |= (((mask >> bit) & 1) as u8) << 4;
                 }
             }
         }

@@ -254,6 +254,7 @@ pub(crate) fn has_vnni() -> bool {
     has_avx2()
         && is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512bw")
         && is_x86_feature_detected!("avx512vnni")
 }
 
@@ -420,8 +421,8 @@ pub(crate) fn unpack_unsigned_fn(t: QType) -> crate::igemm::Unpack32Fn {
 /// Tokens per micro-kernel call: `MR` int32 and `MR` f32 accumulators stay in registers.
 pub(crate) const IGEMM_MR: usize = 8;
 
-#[inline(always)]
-unsafe fn igemm_body<const MR: usize, const G: usize>(
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn igemm_tile_g<const MR: usize, const G: usize>(
     p: &Panel,
     a: &Acts,
     cols: usize,
@@ -454,23 +455,20 @@ unsafe fn igemm_body<const MR: usize, const G: usize>(
             facc[t] = _mm512_fmadd_ps(cv, _mm512_set1_ps(*asum.add(t * ngran + g)), facc[t]);
         }
     }
-    let mask: __mmask16 = if nvalid >= PANEL_ROWS { 0xFFFF } else { (1u16 << nvalid) - 1 };
+    let mask = row_mask(nvalid);
     for (t, acc) in facc.iter().enumerate() {
         _mm512_mask_storeu_ps(out.add(t * ldo), mask, *acc);
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-unsafe fn igemm_tile_g<const MR: usize, const G: usize>(
-    p: &Panel,
-    a: &Acts,
-    cols: usize,
-    t0: usize,
-    out: *mut f32,
-    ldo: usize,
-    nvalid: usize,
-) {
-    igemm_body::<MR, G>(p, a, cols, t0, out, ldo, nvalid)
+/// The store mask of a panel's first `nvalid` rows.
+#[inline(always)]
+fn row_mask(nvalid: usize) -> __mmask16 {
+    if nvalid >= PANEL_ROWS {
+        0xFFFF
+    } else {
+        (1u16 << nvalid) - 1
+    }
 }
 
 /// Tokens `t0 .. t0 + mr` (`mr ≤ IGEMM_MR`) × the panel's first `nvalid` rows into
@@ -520,7 +518,7 @@ const PANEL_PREFETCH: usize = 4;
 
 /// 16 rows (one panel, `nb` chunks at `panel`) × `m` tokens (`act`, `nb` blocks each) into
 /// `out[t · ldo + r]` for the first `nvalid` rows.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 unsafe fn panel_dots_vnni<const T: u8>(
     panel: *const u8,
     nb: usize,
@@ -531,9 +529,18 @@ unsafe fn panel_dots_vnni<const T: u8>(
     nvalid: usize,
 ) {
     let cb = 16 * block_bytes(T);
-    let (bias, nib) = if T == Q8_0 { (128, false) } else { (8, true) };
+    let min = matches!(T, Q4_1 | Q5_1);
+    let five = matches!(T, Q5_0 | Q5_1);
+    let hdr = if min { 64 } else { 32 };
+    let bias = match T {
+        Q4_0 => 8,
+        Q5_0 => 16,
+        Q8_0 => 128,
+        _ => 0,
+    };
     let low = _mm512_set1_epi8(0x0F);
-    let mask: __mmask16 = if nvalid >= 16 { 0xFFFF } else { (1u16 << nvalid) - 1 };
+    let fifth = _mm512_set1_epi8(0x10);
+    let mask = row_mask(nvalid);
     for t in 0..m {
         let a = act.as_ptr().add(t * nb);
         let mut acc = _mm512_setzero_ps();
@@ -548,37 +555,51 @@ unsafe fn panel_dots_vnni<const T: u8>(
             let ab = &*a.add(b);
             let x = ab.qs.as_ptr();
             let xs = |s: usize| _mm512_set1_epi32((x.add(4 * s) as *const i32).read_unaligned());
-            let vals = chunk.add(32);
+            let vals = chunk.add(hdr);
             let (mut i0, mut i1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-            if nib {
-                for s in 0..4 {
-                    let raw = _mm512_loadu_si512(vals.add(64 * s) as *const _);
-                    let lo = _mm512_and_si512(raw, low);
-                    // A 32-bit shift moves each byte's high nibble down (the next byte's low
-                    // nibble lands above it and is masked off).
-                    let hi = _mm512_and_si512(_mm512_srli_epi32::<4>(raw), low);
-                    i0 = _mm512_dpbusd_epi32(i0, lo, xs(s));
-                    i1 = _mm512_dpbusd_epi32(i1, hi, xs(s + 4));
-                }
-            } else {
+            if T == Q8_0 {
                 for s in (0..8).step_by(2) {
                     i0 = _mm512_dpbusd_epi32(i0, _mm512_loadu_si512(vals.add(64 * s) as *const _), xs(s));
                     i1 = _mm512_dpbusd_epi32(i1, _mm512_loadu_si512(vals.add(64 * s + 64) as *const _), xs(s + 1));
                 }
+            } else {
+                let bits = vals.add(256) as *const u64;
+                for s in 0..4 {
+                    let raw = _mm512_loadu_si512(vals.add(64 * s) as *const _);
+                    let mut lo = _mm512_and_si512(raw, low);
+                    // A 32-bit shift moves each byte's high nibble down (the next byte's low
+                    // nibble lands above it and is masked off).
+                    let mut hi = _mm512_and_si512(_mm512_srli_epi32::<4>(raw), low);
+                    if five {
+                        // The fifth bits of steps s and s + 4, one mask bit per value.
+                        lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(bits.add(s).read_unaligned(), fifth));
+                        hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(bits.add(s + 4).read_unaligned(), fifth));
+                    }
+                    i0 = _mm512_dpbusd_epi32(i0, lo, xs(s));
+                    i1 = _mm512_dpbusd_epi32(i1, hi, xs(s + 4));
+                }
             }
-            // Σ u·x − bias · Σ x: the signed dot of each row.
+            // Σ u·x − bias · Σ x: the dot of each row's values without their min.
             let i = _mm512_sub_epi32(_mm512_add_epi32(i0, i1), _mm512_set1_epi32(bias * ab.isum));
             let d = _mm512_cvtph_ps(_mm256_loadu_si256(chunk as *const __m256i));
             acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(d, _mm512_set1_ps(ab.d)), acc);
+            if min {
+                // Σ m·x = m · (d_x · Σ q): the activation block's stored sum.
+                let mv = _mm512_cvtph_ps(_mm256_loadu_si256(chunk.add(32) as *const __m256i));
+                acc = _mm512_fmadd_ps(mv, _mm512_set1_ps(ab.s), acc);
+            }
         }
         _mm512_mask_storeu_ps(out.add(t * ldo), mask, acc);
     }
 }
 
-/// The panel decode kernel of `t` (`Q4_0` or `Q8_0`). Callers check `has_vnni()`.
+/// The panel decode kernel of `t` (a 32-value type). Callers check `has_vnni()`.
 pub(crate) fn panel_dots_fn(t: QType) -> unsafe fn(*const u8, usize, &[Q8Block], usize, *mut f32, usize, usize) {
     match code(t) {
         Q4_0 => panel_dots_vnni::<Q4_0>,
+        Q4_1 => panel_dots_vnni::<Q4_1>,
+        Q5_0 => panel_dots_vnni::<Q5_0>,
+        Q5_1 => panel_dots_vnni::<Q5_1>,
         _ => panel_dots_vnni::<Q8_0>,
     }
 }

@@ -25,7 +25,7 @@ fn random_matrix(t: QType, rows: usize, cols: usize, rng: &mut StdRng) -> QMatri
     QMatrix::with_layout(t, rows, cols, data, Layout::Rows).expect("valid matrix")
 }
 
-/// The same matrix in every layout its type has (rows, and panels for Q4_0/Q8_0).
+/// The same matrix in every layout its type has (rows, and panels for the 32-value types).
 fn in_every_layout(w: &QMatrix) -> Vec<QMatrix> {
     let rows_bytes = w.bytes().to_vec();
     [Layout::Rows, Layout::Panels]
@@ -154,7 +154,7 @@ fn dot_products_are_within_the_activation_quantization_bound_on_every_isa() {
 #[test]
 fn panels_hold_exactly_the_rows_values() {
     let mut rng = StdRng::seed_from_u64(5);
-    for t in [QType::Q4_0, QType::Q8_0] {
+    for t in [QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q5_1, QType::Q8_0] {
         for (rows, cols) in [(1usize, 32usize), (17, 96), (48, 64)] {
             let w = random_matrix(t, rows, cols, &mut rng);
             let p = QMatrix::with_layout(t, rows, cols, w.bytes().to_vec(), Layout::Panels).expect("panels");
@@ -167,7 +167,7 @@ fn panels_hold_exactly_the_rows_values() {
             assert_eq!(&part[..3.min(rows) * cols], &all[lo..rows * cols]);
         }
     }
-    assert!(QMatrix::with_layout(QType::Q4_1, 1, 32, vec![0; 20], Layout::Panels).is_err(), "Q4_1 has no panels");
+    assert!(QMatrix::with_layout(QType::Q4K, 1, 256, vec![0; 144], Layout::Panels).is_err(), "Q4_K has no panels");
 }
 
 #[test]
