@@ -200,6 +200,18 @@ pub fn quantize_q8k(x: &[f32], out: &mut [Q8KBlock]) {
     }
 }
 
+/// The bias that makes `t`'s integer values unsigned bytes `u = q + bias` (what `vpdpbusd`
+/// multiplies): the offset of the symmetric types; 0 for those with a min, already unsigned.
+pub(crate) const fn unsigned_bias(t: QType) -> i32 {
+    match t {
+        QType::Q4_0 => 8,
+        QType::Q5_0 => 16,
+        QType::Q8_0 => 128,
+        QType::Q6K => 32,
+        _ => 0,
+    }
+}
+
 /// The integer content of a 32-value block: `x = d · q + m` (`m` = 0 for the symmetric types).
 pub(crate) struct Unpacked32 {
     pub d: f32,

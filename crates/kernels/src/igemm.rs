@@ -18,29 +18,17 @@
 //! own row, with no horizontal sums. A panel is packed once per matmul and then multiplied
 //! with every token while it sits in L1, so each weight is read from memory once per prompt.
 
-use crate::blocks::{unpack32, unpack_k, QType};
+use crate::blocks::{unpack32, unpack_k, unsigned_bias, QType};
 use crate::error::Result;
 use crate::pool::{SendPtr, ThreadPool};
 
 pub(crate) use crate::panels::PANEL_ROWS;
-
 
 /// The granule of `t`: the longest run of values that share one `dw` and `c`.
 pub(crate) const fn granule(t: QType) -> usize {
     match t {
         QType::Q6K => 16,
         _ => 32,
-    }
-}
-
-/// The bias added to make `t`'s integer weights unsigned (`u = q + bias`).
-const fn bias(t: QType) -> i32 {
-    match t {
-        QType::Q4_0 => 8,
-        QType::Q5_0 => 16,
-        QType::Q8_0 => 128,
-        QType::Q6K => 32,
-        _ => 0,
     }
 }
 
@@ -56,24 +44,24 @@ pub(crate) struct Panel {
 }
 
 impl Panel {
-    /// Packs `bytes`: `n ≤ 16` whole rows of `t` of `cols` values. `fast`, when given,
-    /// unpacks one block of a 32-value type to its unsigned bytes and returns `(d, min)`.
-    pub(crate) fn pack(&mut self, t: QType, bytes: &[u8], n: usize, cols: usize, fast: Option<Unpack32Fn>) {
+    /// Packs `bytes`: `n ≤ 16` whole rows of `t` of `cols` values, in GGUF's row layout (the
+    /// k-quants; the 32-value types are stored as panels on the CPUs that run this GEMM and
+    /// come in through `panels::load`).
+    pub(crate) fn pack(&mut self, t: QType, bytes: &[u8], n: usize, cols: usize) {
         let g = granule(t);
         let ngran = cols / g;
-        // Every slot of the n rows is written below; only a short panel needs zeros.
-        let fill = if n < PANEL_ROWS { ngran * g * PANEL_ROWS } else { 0 };
         self.u.resize(ngran * g * PANEL_ROWS, 0);
         self.dw.resize(ngran * PANEL_ROWS, 0.0);
         self.c.resize(ngran * PANEL_ROWS, 0.0);
-        if fill > 0 {
+        // Every slot of the n rows is written below; only a short panel needs zeros.
+        if n < PANEL_ROWS {
             self.u.fill(0);
             self.dw.fill(0.0);
             self.c.fill(0.0);
         }
         let (be, bb) = (t.block_elems(), t.block_bytes());
         let row_bytes = cols / be * bb;
-        let off = bias(t);
+        let off = unsigned_bias(t);
         let gpb = be / g; // granules per block
         let mut ub = [0u8; 256];
         for r in 0..n {
@@ -91,18 +79,11 @@ impl Panel {
                     }
                 };
                 if be == 32 {
-                    let (d, m) = match fast {
-                        // SAFETY: `b` is one whole block of `t`, the type `fast` was chosen for.
-                        Some(f) => unsafe { f(b.as_ptr(), &mut ub) },
-                        None => {
-                            let v = unpack32(t, b);
-                            for (u, &q) in ub.iter_mut().zip(&v.q) {
-                                *u = (q as i32 + off) as u8;
-                            }
-                            (v.d, v.m)
-                        }
-                    };
-                    put(0, &ub[..32], d, m);
+                    let v = unpack32(t, b);
+                    for (u, &q) in ub.iter_mut().zip(&v.q) {
+                        *u = (q as i32 + off) as u8;
+                    }
+                    put(0, &ub[..32], v.d, v.m);
                 } else {
                     let v = unpack_k(t, b);
                     for (u, &q) in ub.iter_mut().zip(&v.q) {
@@ -119,10 +100,6 @@ impl Panel {
         }
     }
 }
-
-/// Unpacks one block of a 32-value type (at the pointer) into its unsigned bytes `q + bias`
-/// (the first 32 of the buffer); returns `(d, min)`.
-pub(crate) type Unpack32Fn = unsafe fn(*const u8, &mut [u8; 256]) -> (f32, f32);
 
 /// Activations quantized for the GEMM: per token, int8 values and per granule the scale
 /// `da` and `da · Σ q`.

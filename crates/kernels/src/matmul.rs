@@ -3,9 +3,12 @@
 //! - **Few tokens** (decode): the activations are quantized once (`Q8`/`Q8_K`, as llama.cpp),
 //!   the weight rows are split into one contiguous range per pool thread, and each row is
 //!   dotted with every token's activations while it is in cache.
-//! - **Many tokens** (prefill): tiles of weight rows are dequantized into a per-thread f32
-//!   buffer that fits in L2 and multiplied with all the tokens by an f32 GEMM micro-kernel
-//!   (the `gemm` crate), so each weight block is read once per prompt, not once per token.
+//!   On AVX-512 VNNI the 32-value types are stored as 16-row panels (`panels.rs`) and their
+//!   rows stream through one kernel per panel.
+//! - **Many tokens** (prefill): on AVX-512 VNNI, the int8 GEMM (`igemm.rs`); elsewhere, tiles
+//!   of weight rows are dequantized into a per-thread f32 buffer that fits in L2 and multiplied
+//!   with all the tokens by an f32 GEMM micro-kernel (the `gemm` crate). Either way each
+//!   weight block is read once per prompt, not once per token.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,7 +30,7 @@ pub enum Isa {
     Portable,
     /// x86-64 AVX2 + FMA + F16C.
     Avx2,
-    /// x86-64 AVX-512 VNNI (`vpdpbusd` on 256-bit registers) with AVX2.
+    /// x86-64 AVX-512 VNNI (`vpdpbusd`) with AVX-512 F/VL/BW and AVX2.
     Avx512Vnni,
     /// aarch64 NEON with the dotprod extension (`sdot`).
     NeonDotprod,
@@ -152,7 +155,7 @@ fn simd_row_k_fn(t: QType, isa: Isa) -> Option<RowKFn> {
     }
 }
 
-/// From this many tokens on, a matmul dequantizes weight tiles and runs the f32 GEMM.
+/// From this many tokens on, a matmul runs a GEMM (int8 on AVX-512 VNNI, f32 elsewhere).
 pub const GEMM_MIN_TOKENS: usize = 16;
 
 /// The int8 GEMM multiplies at most this many tokens per packing of the weights, so their
@@ -340,13 +343,7 @@ impl QMatrix {
         let dst = SendPtr(out.as_mut_ptr());
         let t = self.qtype;
         match t.activation() {
-            ActKind::Q8 => ACT_Q8.with(|cell| {
-                let mut act = cell.borrow_mut();
-                act.resize(m * nb, Q8Block::default());
-                for (xr, ar) in x.chunks_exact(self.cols).zip(act.chunks_exact_mut(nb)) {
-                    quantize_q8(xr, ar);
-                }
-                let act = &act[..];
+            ActKind::Q8 => self.with_q8_activations(x, m, |act| {
                 let simd = simd_row_fn(t, isa);
                 let simd4 = simd_rows4_fn(t, isa);
                 pool.run(&|part| {
@@ -394,6 +391,20 @@ impl QMatrix {
         }
     }
 
+    /// Runs `f` on `x`'s `m` tokens quantized to `Q8` blocks (as llama.cpp's `Q8_0`/`Q8_1`),
+    /// in this thread's reused buffer.
+    fn with_q8_activations<R>(&self, x: &[f32], m: usize, f: impl FnOnce(&[Q8Block]) -> R) -> R {
+        let nb = self.cols / 32;
+        ACT_Q8.with(|cell| {
+            let mut act = cell.borrow_mut();
+            act.resize(m * nb, Q8Block::default());
+            for (xr, ar) in x.chunks_exact(self.cols).zip(act.chunks_exact_mut(nb)) {
+                quantize_q8(xr, ar);
+            }
+            f(&act[..])
+        })
+    }
+
     /// The few-token path over panels (AVX-512 VNNI only): `Q8` activations, panels split
     /// into one contiguous range per pool thread.
     #[cfg(target_arch = "x86_64")]
@@ -403,13 +414,7 @@ impl QMatrix {
         let (cb, per) = (panels::chunk_bytes(self.qtype), np.div_ceil(pool.threads()));
         let kernel = crate::x86::panel_dots_fn(self.qtype);
         let dst = SendPtr(out.as_mut_ptr());
-        ACT_Q8.with(|cell| {
-            let mut act = cell.borrow_mut();
-            act.resize(m * nb, Q8Block::default());
-            for (xr, ar) in x.chunks_exact(self.cols).zip(act.chunks_exact_mut(nb)) {
-                quantize_q8(xr, ar);
-            }
-            let act = &act[..];
+        self.with_q8_activations(x, m, |act| {
             pool.run(&|part| {
                 let dst = &dst;
                 for p in (part * per).min(np)..((part + 1) * per).min(np) {
@@ -458,14 +463,13 @@ impl QMatrix {
     }
 
     /// The many-token path on AVX-512 VNNI: the activations quantized to int8 once, then per
-    /// panel of 16 weight rows (shared out among the pool's threads) the panel repacked and
-    /// multiplied with every token by the int8 micro-kernel (`igemm.rs`).
+    /// panel of 16 weight rows (shared out among the pool's threads) the panel loaded (or, for
+    /// the k-quants, repacked) and multiplied with every token by the int8 micro-kernel.
     #[cfg(target_arch = "x86_64")]
     fn igemm(&self, pool: &ThreadPool, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
-        use crate::x86::{igemm_tile, unpack_unsigned_fn, IGEMM_MR};
+        use crate::x86::{igemm_tile, IGEMM_MR};
         let (rows, cols, t) = (self.rows, self.cols, self.qtype);
         let g = granule(t);
-        let fast = (t.block_elems() == 32).then(|| unpack_unsigned_fn(t));
         ACTS.with(|cell| {
             let mut acts = cell.borrow_mut();
             acts.quantize(pool, x, m, cols, g)?;
@@ -485,7 +489,7 @@ impl QMatrix {
                         }
                         let (r0, r1) = (i * PANEL_ROWS, ((i + 1) * PANEL_ROWS).min(rows));
                         match self.layout {
-                            Layout::Rows => panel.pack(t, &self.data[r0 * rb..r1 * rb], r1 - r0, cols, fast),
+                            Layout::Rows => panel.pack(t, &self.data[r0 * rb..r1 * rb], r1 - r0, cols),
                             Layout::Panels => {
                                 let pb = (cols / 32) * panels::chunk_bytes(t);
                                 panels::load(t, &self.data[i * pb..(i + 1) * pb], cols / 32, &mut panel)

@@ -21,7 +21,7 @@
 
 use half::f16;
 
-use crate::blocks::{unpack32, QType};
+use crate::blocks::{unpack32, unsigned_bias, QType};
 
 /// Weight rows per panel: the 16 int32 lanes of a 512-bit register.
 pub(crate) const PANEL_ROWS: usize = 16;
@@ -60,16 +60,6 @@ pub(crate) const fn fifth_bits_at(t: QType) -> usize {
     header_bytes(t) + 8 * PANEL_ROWS * 2
 }
 
-/// The unsigned bias of `t`'s values.
-pub(crate) const fn bias(t: QType) -> i32 {
-    match t {
-        QType::Q4_0 => 8,
-        QType::Q5_0 => 16,
-        QType::Q8_0 => 128,
-        _ => 0,
-    }
-}
-
 /// Bytes a `(rows, cols)` matrix of `t` takes in panels.
 pub(crate) fn byte_len(t: QType, rows: usize, cols: usize) -> usize {
     rows.div_ceil(PANEL_ROWS) * (cols / 32) * chunk_bytes(t)
@@ -90,7 +80,7 @@ pub(crate) fn repack(t: QType, rows: usize, cols: usize, data: &[u8]) -> Vec<u8>
             if has_min(t) {
                 chunk[2 * PANEL_ROWS + 2 * lane..2 * PANEL_ROWS + 2 * lane + 2].copy_from_slice(&block[2..4]);
             }
-            let u = v.q.map(|q| (q as i32 + bias(t)) as u8);
+            let u = v.q.map(|q| (q as i32 + unsigned_bias(t)) as u8);
             for (j, &u) in u.iter().enumerate() {
                 let (step, k) = (j / 4, j % 4);
                 if t == QType::Q8_0 {
@@ -138,7 +128,7 @@ pub(crate) fn dequantize_rows(t: QType, cols: usize, data: &[u8], r0: usize, r1:
             let chunk = &data[(p * nb + b) * cb..(p * nb + b + 1) * cb];
             let (d, m) = chunk_scale_min(t, chunk, lane);
             for (y, u) in y.iter_mut().zip(chunk_values(t, chunk, lane)) {
-                *y = d * (u as i32 - bias(t)) as f32 + m;
+                *y = d * (u as i32 - unsigned_bias(t)) as f32 + m;
             }
         }
     }
@@ -155,7 +145,7 @@ pub(crate) fn load(t: QType, panel: &[u8], nb: usize, into: &mut crate::igemm::P
         for lane in 0..PANEL_ROWS {
             let (d, m) = chunk_scale_min(t, chunk, lane);
             into.dw[b * PANEL_ROWS + lane] = d;
-            into.c[b * PANEL_ROWS + lane] = m - bias(t) as f32 * d;
+            into.c[b * PANEL_ROWS + lane] = m - unsigned_bias(t) as f32 * d;
         }
         let u = &mut into.u[b * 32 * PANEL_ROWS..(b + 1) * 32 * PANEL_ROWS];
         if t == QType::Q8_0 {

@@ -398,26 +398,6 @@ pub(crate) fn row_k_fn(t: QType) -> Option<unsafe fn(&[u8], &[Q8KBlock]) -> f32>
 
 use crate::igemm::{Acts, Panel, PANEL_ROWS};
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn unpack_unsigned<const T: u8>(b: *const u8, out: &mut [u8; 256]) -> (f32, f32) {
-    let (u, _) = load_block_unsigned::<T>(b);
-    _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, u);
-    let m = if matches!(T, Q4_1 | Q5_1) { f16_to_f32(b.add(2)) } else { 0.0 };
-    (f16_to_f32(b), m)
-}
-
-/// The AVX2 unpacker of a 32-value type `t` for `Panel::pack` (the same unsigned bytes and
-/// biases as `igemm::bias`). Callers check `has_avx2()`.
-pub(crate) fn unpack_unsigned_fn(t: QType) -> crate::igemm::Unpack32Fn {
-    match code(t) {
-        Q4_0 => unpack_unsigned::<Q4_0>,
-        Q4_1 => unpack_unsigned::<Q4_1>,
-        Q5_0 => unpack_unsigned::<Q5_0>,
-        Q5_1 => unpack_unsigned::<Q5_1>,
-        _ => unpack_unsigned::<Q8_0>,
-    }
-}
-
 /// Tokens per micro-kernel call: `MR` int32 and `MR` f32 accumulators stay in registers.
 pub(crate) const IGEMM_MR: usize = 8;
 
