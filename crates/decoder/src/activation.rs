@@ -49,10 +49,9 @@ impl candle_core::CustomOp1 for GeluTanhCpu {
         s: &candle_core::CpuStorage,
         l: &candle_core::Layout,
     ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
-        let candle_core::CpuStorage::F32(data) = s else { candle_core::bail!("gelu takes f32") };
-        let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("gelu takes a contiguous tensor") };
-        let mut out = vec![0f32; b - a];
-        tessera_kernels::ops::gelu_tanh(tessera_kernels::ThreadPool::global(), &data[a..b], &mut out)
+        let x = crate::cpu_op::contiguous_f32(s, l, "gelu")?;
+        let mut out = vec![0f32; x.len()];
+        tessera_kernels::ops::gelu_tanh(tessera_kernels::ThreadPool::global(), x, &mut out)
             .map_err(candle_core::Error::wrap)?;
         Ok((candle_core::CpuStorage::F32(out), l.shape().clone()))
     }

@@ -89,13 +89,10 @@ impl candle_core::CustomOp3 for FusedAttention {
         vl: &candle_core::Layout,
     ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
         use candle_core::CpuStorage::F32;
-        let (F32(q), F32(k), F32(v)) = (qs, ks, vs) else { candle_core::bail!("fused attention takes f32 tensors") };
+        let (F32(k), F32(v)) = (ks, vs) else { candle_core::bail!("fused attention takes f32 tensors") };
+        let q = crate::cpu_op::contiguous_f32(qs, ql, "fused attention")?;
         let (b, heads, tq, d) = ql.shape().dims4()?;
         let (_, kv_heads, tk, _) = kl.shape().dims4()?;
-        let q = match ql.contiguous_offsets() {
-            Some((start, end)) => &q[start..end],
-            None => candle_core::bail!("fused attention: q must be contiguous"),
-        };
         let shape = tessera_kernels::attention::AttentionShape { batch: b, heads, kv_heads, tq, tk, head_dim: d };
         let mut out = vec![0f32; b * tq * heads * d];
         let mask = self.mask;
@@ -214,10 +211,8 @@ impl candle_core::CustomOp1 for ScaleMaskSoftmax {
         s: &candle_core::CpuStorage,
         l: &candle_core::Layout,
     ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
-        let candle_core::CpuStorage::F32(data) = s else { candle_core::bail!("softmax takes f32 scores") };
-        let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("softmax takes contiguous scores") };
         let cols = l.shape().dims().last().copied().unwrap_or(0);
-        let mut out = data[a..b].to_vec();
+        let mut out = crate::cpu_op::contiguous_f32(s, l, "softmax")?.to_vec();
         let (mask, first_q, n, keys, tk) = (self.mask, self.first_q, self.n.max(1), self.keys, self.tk);
         tessera_kernels::attention::scale_mask_softmax(
             tessera_kernels::ThreadPool::global(),

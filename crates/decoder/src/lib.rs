@@ -6,6 +6,7 @@
 
 pub mod activation;
 pub mod attention;
+mod cpu_op;
 pub mod decoder;
 pub mod error;
 pub mod kv_cache;

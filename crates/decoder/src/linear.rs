@@ -89,16 +89,12 @@ impl CustomOp1 for PackedMatMul {
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         let w = &self.0;
-        let CpuStorage::F32(data) = storage else { candle_core::bail!("quantized matmul takes f32 activations") };
+        let x = crate::cpu_op::contiguous_f32(storage, layout, "quantized matmul")?;
         let dims = layout.shape().dims();
         let k = dims.last().copied().unwrap_or(0);
         if k != w.cols() {
             candle_core::bail!("quantized matmul: input width {k}, the weight takes {} ({:?})", w.cols(), w);
         }
-        let x = match layout.contiguous_offsets() {
-            Some((a, b)) => &data[a..b],
-            None => candle_core::bail!("quantized matmul needs a contiguous input"),
-        };
         let m = x.len() / k.max(1);
         let mut out = vec![0f32; m * w.rows()];
         w.matmul(x, m, &mut out).map_err(candle_core::Error::wrap)?;

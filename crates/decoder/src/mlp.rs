@@ -54,18 +54,15 @@ impl candle_core::CustomOp2 for SiluMul {
         us: &candle_core::CpuStorage,
         ul: &candle_core::Layout,
     ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
-        use candle_core::CpuStorage::F32;
-        let (F32(g), F32(u)) = (gs, us) else { candle_core::bail!("silu_mul takes f32 tensors") };
-        let (Some((g0, g1)), Some((u0, u1))) = (gl.contiguous_offsets(), ul.contiguous_offsets()) else {
-            candle_core::bail!("silu_mul takes contiguous tensors")
-        };
+        let (g, u) =
+            (crate::cpu_op::contiguous_f32(gs, gl, "silu_mul")?, crate::cpu_op::contiguous_f32(us, ul, "silu_mul")?);
         if gl.shape() != ul.shape() {
             candle_core::bail!("silu_mul: gate {:?} and up {:?} differ", gl.shape(), ul.shape())
         }
-        let mut out = vec![0f32; g1 - g0];
-        tessera_kernels::ops::silu_mul(tessera_kernels::ThreadPool::global(), &g[g0..g1], &u[u0..u1], &mut out)
+        let mut out = vec![0f32; g.len()];
+        tessera_kernels::ops::silu_mul(tessera_kernels::ThreadPool::global(), g, u, &mut out)
             .map_err(candle_core::Error::wrap)?;
-        Ok((F32(out), gl.shape().clone()))
+        Ok((candle_core::CpuStorage::F32(out), gl.shape().clone()))
     }
 }
 

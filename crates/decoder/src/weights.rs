@@ -47,9 +47,9 @@ pub struct Weights {
     prefix: String,
     dtype: DType,
     device: Device,
-    /// Dense f32 matrices read through this handle are quantized to this type on the CPU
-    /// ([`with_quantized_matrices`](Self::with_quantized_matrices)).
-    quantize: Option<QType>,
+    /// Dense f32 matrices read through this handle are quantized to `Q8_0` on the CPU
+    /// ([`with_q8_0_matrices`](Self::with_q8_0_matrices)).
+    q8_0_matrices: bool,
 }
 
 impl Weights {
@@ -67,7 +67,7 @@ impl Weights {
         Ok(Self {
             source: Arc::new(Source::Safetensors { files: files.to_vec(), st }),
             prefix: String::new(),
-            quantize: None,
+            q8_0_matrices: false,
             dtype,
             device: device.clone(),
         })
@@ -97,7 +97,7 @@ impl Weights {
                 mode,
             })),
             prefix: String::new(),
-            quantize: None,
+            q8_0_matrices: false,
             dtype,
             device: device.clone(),
         })
@@ -112,7 +112,7 @@ impl Weights {
             prefix,
             dtype: self.dtype,
             device: self.device.clone(),
-            quantize: self.quantize,
+            q8_0_matrices: self.q8_0_matrices,
         }
     }
 
@@ -129,7 +129,7 @@ impl Weights {
     /// quantized to `Q8_0` on loading when the device is the CPU and rows are whole blocks, so
     /// their matmuls run on the int8 kernels (`tessera-kernels`); other tensors are unchanged.
     pub fn with_q8_0_matrices(&self) -> Self {
-        Self { quantize: Some(QType::Q8_0), ..self.clone() }
+        Self { q8_0_matrices: true, ..self.clone() }
     }
 
     pub fn with_dtype(&self, dtype: DType) -> Self {
@@ -298,7 +298,7 @@ impl Weights {
                 return Ok(MatrixWeight::Quantized(Arc::new(q)));
             }
         }
-        if let (Some(QType::Q8_0), true, 0) = (self.quantize, self.device.is_cpu(), in_dim % 32) {
+        if self.q8_0_matrices && self.device.is_cpu() && in_dim % 32 == 0 {
             let full = self.full_name(name);
             let dense = self.get_with_dtype(&[out_dim, in_dim], name, DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
             let mut blocks = vec![0u8; dense.len() / 32 * QType::Q8_0.block_bytes()];
