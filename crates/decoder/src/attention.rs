@@ -51,11 +51,13 @@ pub fn scaled_dot_product_attention(
 }
 
 /// Up to this many new queries (decode steps), CPU f32 attention runs fused in one pass
-/// (`tessera_kernels::attention`) instead of as matmuls over a score tensor.
+/// (`tessera_kernels::attention::attend`); more run as two GEMMs per head and block of
+/// queries (`tessera_kernels::dense::attend_many`).
 const FUSED_MAX_QUERIES: usize = 8;
 
 /// `softmax(q kᵀ · scale + mask) v` by `tessera-kernels` on the CPU: `q` `(b, heads, tq, d)`,
-/// `k`/`v` `(b, kv_heads, tk, d)` (a view of the cache: rows contiguous) → `(b, tq, heads·d)`.
+/// `k`/`v` `(b, kv_heads, tk, d)`, any of them a strided view whose rows are contiguous (the
+/// projections' `(b, t, heads, d)` transposed, the cache) → `(b, tq, heads·d)`.
 struct FusedAttention {
     mask: AttentionMask,
     scale: f32,
@@ -90,24 +92,23 @@ impl candle_core::CustomOp3 for FusedAttention {
     ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
         use candle_core::CpuStorage::F32;
         let (F32(k), F32(v)) = (ks, vs) else { candle_core::bail!("fused attention takes f32 tensors") };
-        let q = crate::cpu_op::contiguous_f32(qs, ql, "fused attention")?;
         let (b, heads, tq, d) = ql.shape().dims4()?;
         let (_, kv_heads, tk, _) = kl.shape().dims4()?;
         let shape = tessera_kernels::attention::AttentionShape { batch: b, heads, kv_heads, tq, tk, head_dim: d };
         let mut out = vec![0f32; b * tq * heads * d];
         let mask = self.mask;
-        tessera_kernels::attention::attend(
-            tessera_kernels::ThreadPool::global(),
-            shape,
-            q,
-            k,
-            kv_layout(kl, "k")?,
-            v,
-            kv_layout(vl, "v")?,
-            self.scale,
-            &|qp, kp| mask.allows(qp, kp),
-            &mut out,
-        )
+        let pool = tessera_kernels::ThreadPool::global();
+        let (kl, vl) = (kv_layout(kl, "k")?, kv_layout(vl, "v")?);
+        if tq <= FUSED_MAX_QUERIES {
+            let q = crate::cpu_op::contiguous_f32(qs, ql, "fused attention")?;
+            let visible = |qp, kp| mask.allows(qp, kp);
+            tessera_kernels::attention::attend(pool, shape, q, k, kl, v, vl, self.scale, &visible, &mut out)
+        } else {
+            let F32(q) = qs else { candle_core::bail!("fused attention takes f32 tensors") };
+            let visible = |qp| mask.visible_keys(qp, tk);
+            let ql = kv_layout(ql, "q")?;
+            tessera_kernels::dense::attend_many(pool, shape, q, ql, k, kl, v, vl, self.scale, &visible, &mut out)
+        }
         .map_err(candle_core::Error::wrap)?;
         Ok((F32(out), candle_core::Shape::from((b, tq, heads * d))))
     }
@@ -314,6 +315,9 @@ pub struct AttentionInput<'a> {
     pub cache: Option<(&'a mut KvCache, usize)>,
     /// Return the attention weights `(b, heads, tq, tk)`.
     pub capture: bool,
+    /// Added to the output (the layer's skip connection), inside the output projection's pass
+    /// where the kernels can.
+    pub residual: Option<&'a Tensor>,
 }
 
 #[derive(Clone, Debug)]
@@ -344,16 +348,23 @@ impl Attention {
         })
     }
 
-    /// `x`: `(b, t, hidden)` → `(b, t, hidden)`, plus the weights when `input.capture`.
+    /// `x`: `(b, t, hidden)` → `(b, t, hidden)` (plus `input.residual`), and the weights when
+    /// `input.capture`.
     pub fn forward(&self, x: &Tensor, input: AttentionInput<'_>) -> Result<(Tensor, Option<Tensor>)> {
         let (b, t, _) = x.dims3()?;
-        let heads = |y: Tensor, n: usize| -> Result<Tensor> {
+        let residual = input.residual;
+        // The kernels' attention reads strided heads; everything else takes contiguous ones.
+        let fused = !input.capture && x.device().is_cpu() && x.dtype() == DType::F32;
+        let heads = |y: Tensor, n: usize, copy: bool| -> Result<Tensor> {
             // (b, t, n·d) → (b, n, t, d)
-            Ok(y.reshape((b, t, n, self.head_dim))?.transpose(1, 2)?.contiguous()?)
+            let y = y.reshape((b, t, n, self.head_dim))?.transpose(1, 2)?;
+            Ok(if copy { y.contiguous()? } else { y })
         };
-        let q = heads(self.q_proj.forward(x)?, self.num_heads)?;
-        let k = heads(self.k_proj.forward(x)?, self.num_kv_heads)?;
-        let v = heads(self.v_proj.forward(x)?, self.num_kv_heads)?;
+        let copy_q = !fused || input.rope.is_some() || t <= FUSED_MAX_QUERIES;
+        let copy_kv = !fused || input.rope.is_some() || input.cache.is_some();
+        let q = heads(self.q_proj.forward(x)?, self.num_heads, copy_q)?;
+        let k = heads(self.k_proj.forward(x)?, self.num_kv_heads, copy_kv)?;
+        let v = heads(self.v_proj.forward(x)?, self.num_kv_heads, copy_kv)?;
         let offset = input.offset;
         let (q, k) = match input.rope {
             Some(rope) => (rope.apply(&q, offset)?, rope.apply(&k, offset)?),
@@ -366,13 +377,13 @@ impl Attention {
         #[cfg(feature = "flash-attn")]
         if let Some(out) = self.flash(&q, &k, &v, input.mask, input.capture)? {
             let out = out.reshape((b, t, self.num_heads * self.head_dim))?;
-            return Ok((self.o_proj.forward(&out)?, None));
+            return Ok((self.o_proj.forward_add(&out, residual)?, None));
         }
         let kv_len = k.dim(2)?;
-        if !input.capture && t <= FUSED_MAX_QUERIES && q.device().is_cpu() && q.dtype() == DType::F32 {
+        if fused {
             let op = FusedAttention { mask: *input.mask, scale: self.scale as f32 };
             let out = q.apply_op3_no_bwd(&k, &v, &op)?; // (b, t, heads·d)
-            return Ok((self.o_proj.forward(&out)?, None));
+            return Ok((self.o_proj.forward_add(&out, residual)?, None));
         }
         let (out, weights) = if input.capture {
             let bias = input.mask.bias(t, kv_len, DType::F32, x.device())?;
@@ -383,7 +394,7 @@ impl Attention {
             (attention_in_query_chunks(&q, &k, &v, input.mask, self.scale, rows)?, None)
         };
         let out = out.transpose(1, 2)?.reshape((b, t, self.num_heads * self.head_dim))?;
-        Ok((self.o_proj.forward(&out)?, weights))
+        Ok((self.o_proj.forward_add(&out, residual)?, weights))
     }
 
     /// Flash-attention v2 on CUDA for f16/bf16 when the mask is causal (bottom-right aligned,

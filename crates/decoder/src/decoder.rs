@@ -109,10 +109,10 @@ impl DecoderLayer {
     }
 
     fn forward(&self, x: &Tensor, input: AttentionInput<'_>) -> Result<(Tensor, Option<Tensor>)> {
-        let (a, weights) = self.self_attn.forward(&self.input_layernorm.forward(x)?, input)?;
-        let x = (x + a)?;
-        let m = self.mlp.forward(&self.post_attention_layernorm.forward(&x)?)?;
-        Ok(((x + m)?, weights))
+        let input = AttentionInput { residual: Some(x), ..input };
+        let (x, weights) = self.self_attn.forward(&self.input_layernorm.forward(x)?, input)?;
+        let x = self.mlp.forward_add(&self.post_attention_layernorm.forward(&x)?, Some(&x))?;
+        Ok((x, weights))
     }
 }
 
@@ -180,6 +180,7 @@ impl Decoder {
                 offset: offset + self.cfg.position_offset,
                 cache: Some((&mut *cache, i)),
                 capture,
+                residual: None,
             };
             let (y, weights) = layer.forward(&x, input)?;
             x = y;

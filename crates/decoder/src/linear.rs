@@ -5,9 +5,11 @@
 use std::sync::Arc;
 
 use candle_core::quantized::QMatMul;
-use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Module, Shape, Tensor};
+use tessera_kernels::dense::Epilogue;
 use tessera_kernels::QMatrix;
 
+use crate::activation::Activation;
 use crate::error::Result;
 use crate::weights::MatrixWeight;
 
@@ -56,6 +58,50 @@ impl Linear {
 
     /// `x`: `(..., in)` → `(..., out)`, in the dtype of `x`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if let Some(y) = self.dense_cpu(x, None, Epilogue::None)? {
+            return Ok(y);
+        }
+        self.unfused(x)
+    }
+
+    /// `residual + x Wᵀ + b` (the residual `(..., out)`), in one pass on the CPU in f32.
+    pub fn forward_add(&self, x: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
+        let Some(residual) = residual else { return self.forward(x) };
+        if let Some(y) = self.dense_cpu(x, Some(residual), Epilogue::None)? {
+            return Ok(y);
+        }
+        Ok((residual + self.unfused(x)?)?)
+    }
+
+    /// `act(x Wᵀ + b)`, the activation applied inside the matmul's pass where the kernels
+    /// have it (the tanh GELU on the CPU in f32).
+    pub fn forward_act(&self, x: &Tensor, act: Activation) -> Result<Tensor> {
+        if act == Activation::GeluTanh {
+            if let Some(y) = self.dense_cpu(x, None, Epilogue::GeluTanh)? {
+                return Ok(y);
+            }
+        }
+        act.apply(&self.unfused(x)?)
+    }
+
+    /// The dense f32 CPU path (`tessera_kernels::dense::linear`): bias, residual and epilogue
+    /// in the matmul's pass. `None` where it does not apply (other devices, dtypes, weights).
+    fn dense_cpu(&self, x: &Tensor, residual: Option<&Tensor>, epilogue: Epilogue) -> Result<Option<Tensor>> {
+        let LinearWeight::Dense(l) = &self.weight else { return Ok(None) };
+        let f32_cpu = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32;
+        if !f32_cpu(x) || !f32_cpu(l.weight()) || !self.bias.as_ref().is_none_or(f32_cpu) || !residual.is_none_or(f32_cpu)
+        {
+            return Ok(None);
+        }
+        let op = DenseLinear { w: l.weight(), bias: self.bias.as_ref(), epilogue };
+        let x = x.contiguous()?;
+        Ok(Some(match residual {
+            Some(r) => x.apply_op2_no_bwd(&r.contiguous()?, &op)?,
+            None => x.apply_op1_no_bwd(&op)?,
+        }))
+    }
+
+    fn unfused(&self, x: &Tensor) -> Result<Tensor> {
         let y = match &self.weight {
             LinearWeight::Dense(l) => l.forward(x)?,
             LinearWeight::Packed(p) => {
@@ -75,6 +121,83 @@ impl Linear {
             Some(b) => y.broadcast_add(&b.to_dtype(y.dtype())?)?,
             None => y,
         })
+    }
+}
+
+/// `epilogue([residual +] x Wᵀ + b)` by `tessera_kernels::dense` as a Candle CPU op: `x`
+/// `(..., in)` and the residual `(..., out)` are the op's inputs, the weight and bias are read
+/// from their tensors.
+struct DenseLinear<'a> {
+    w: &'a Tensor,
+    bias: Option<&'a Tensor>,
+    epilogue: Epilogue,
+}
+
+impl DenseLinear<'_> {
+    fn run(&self, x: &[f32], dims: &[usize], residual: Option<&[f32]>) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (n, k) = self.w.dims2()?;
+        if dims.last() != Some(&k) {
+            candle_core::bail!("linear: input {dims:?}, the weight takes {k} values per row");
+        }
+        let m = x.len() / k.max(1);
+        let (ws, wl) = self.w.storage_and_layout();
+        let w = storage_f32(&ws, wl, "linear weight")?;
+        let bias = self.bias.map(|b| b.storage_and_layout());
+        let bias = match &bias {
+            Some((bs, bl)) => Some(storage_f32(bs, bl, "linear bias")?),
+            None => None,
+        };
+        let mut out = vec![0f32; m * n];
+        let args = tessera_kernels::dense::LinearArgs { x, m, k, w, n, bias, residual, epilogue: self.epilogue };
+        tessera_kernels::dense::linear(tessera_kernels::ThreadPool::global(), args, &mut out)
+            .map_err(candle_core::Error::wrap)?;
+        let mut out_dims = dims.to_vec();
+        if let Some(last) = out_dims.last_mut() {
+            *last = n;
+        }
+        Ok((CpuStorage::F32(out), Shape::from(out_dims)))
+    }
+}
+
+/// The contiguous f32 values of a CPU tensor's storage.
+fn storage_f32<'a>(s: &'a candle_core::Storage, l: &Layout, what: &str) -> candle_core::Result<&'a [f32]> {
+    match s {
+        candle_core::Storage::Cpu(c) => crate::cpu_op::contiguous_f32(c, l, what),
+        _ => candle_core::bail!("{what} is not on the CPU"),
+    }
+}
+
+impl CustomOp1 for DenseLinear<'_> {
+    fn name(&self) -> &'static str {
+        "tessera-linear"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = crate::cpu_op::contiguous_f32(storage, layout, "linear")?;
+        self.run(x, layout.shape().dims(), None)
+    }
+}
+
+impl CustomOp2 for DenseLinear<'_> {
+    fn name(&self) -> &'static str {
+        "tessera-linear-add"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = crate::cpu_op::contiguous_f32(s1, l1, "linear")?;
+        let residual = crate::cpu_op::contiguous_f32(s2, l2, "linear residual")?;
+        let dims = l1.shape().dims();
+        let want: Vec<usize> = dims[..dims.len().saturating_sub(1)].iter().copied().chain([self.w.dim(0)?]).collect();
+        if l2.shape().dims() != want {
+            candle_core::bail!("linear: residual {:?}, the output is {want:?}", l2.shape().dims());
+        }
+        self.run(x, dims, Some(residual))
     }
 }
 

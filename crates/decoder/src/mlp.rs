@@ -29,13 +29,18 @@ impl GatedMlp {
 
     /// `x`: `(b, t, hidden)` → `(b, t, hidden)`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_add(x, None)
+    }
+
+    /// [`forward`](Self::forward) plus `residual`, added in the down projection's pass.
+    pub fn forward_add(&self, x: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
         let gate = self.gate_proj.forward(x)?;
         let up = self.up_proj.forward(x)?;
         if self.act == Activation::Silu && gate.device().is_cpu() && gate.dtype() == candle_core::DType::F32 {
             // One fused pass instead of silu, then a product (two temporaries).
-            return self.down_proj.forward(&gate.apply_op2_no_bwd(&up, &SiluMul)?);
+            return self.down_proj.forward_add(&gate.apply_op2_no_bwd(&up, &SiluMul)?, residual);
         }
-        self.down_proj.forward(&(self.act.apply(&gate)? * up)?)
+        self.down_proj.forward_add(&(self.act.apply(&gate)? * up)?, residual)
     }
 }
 
@@ -84,6 +89,12 @@ impl Mlp {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.fc2.forward(&self.act.apply(&self.fc1.forward(x)?)?)
+        self.forward_add(x, None)
+    }
+
+    /// [`forward`](Self::forward) plus `residual`; the activation and the residual are applied
+    /// in the matmuls' passes where the kernels can.
+    pub fn forward_add(&self, x: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
+        self.fc2.forward_add(&self.fc1.forward_act(x, self.act)?, residual)
     }
 }

@@ -160,7 +160,7 @@ pub fn scale_mask_softmax(
 
 /// `softmax(scale · s)` over `s` in place (all zeros when `s` is empty), eight lanes at a time.
 #[inline(always)]
-fn softmax_in_place(s: &mut [f32], scale: f32) {
+pub(crate) fn softmax_in_place(s: &mut [f32], scale: f32) {
     let mut lanes = [f32::NEG_INFINITY; 8];
     let mut chunks = s.chunks_exact_mut(8);
     for c in &mut chunks {

@@ -11,6 +11,8 @@
 //!   ([`Isa::best`], overridable with `TESSERA_KERNELS`);
 //! - [`ThreadPool`]: a persistent pool, one part per thread per matmul;
 //! - [`attention`]: fused attention for decode steps (scores, softmax and values in one pass),
+//!   [`dense`]: f32 linear layers with bias, residual and GELU in the matmul's pass, and
+//!   attention over many queries as two GEMMs per head on strided projections,
 //!   and [`ops`]: the polynomial `exp` and SwiGLU's `silu(gate)·up`.
 //!
 //! Arithmetic follows ggml (llama.cpp's `ggml/src/ggml-quants.c` and
@@ -19,6 +21,7 @@
 mod alloc;
 pub mod attention;
 pub mod blocks;
+pub mod dense;
 pub mod dot;
 mod error;
 #[cfg(target_arch = "x86_64")]

@@ -78,12 +78,18 @@ pub fn gelu_tanh(pool: &ThreadPool, x: &[f32], out: &mut [f32]) -> Result<()> {
     if x.len() != out.len() {
         return Err(KernelError::Shape(format!("gelu of {} values into {}", x.len(), out.len())));
     }
-    const K: f32 = 2.0 * 0.797_884_6; // 2·√(2/π)
     par_chunks(pool, out, &|a, o| {
         for (o, &v) in o.iter_mut().zip(&x[a..]) {
-            *o = v * sigmoid(K * (v + 0.044715 * v * v * v));
+            *o = gelu_tanh_one(v);
         }
     })
+}
+
+/// [`gelu_tanh`] of one value (inlined into vectorised loops).
+#[inline(always)]
+pub(crate) fn gelu_tanh_one(v: f32) -> f32 {
+    const K: f32 = 2.0 * 0.797_884_6; // 2·√(2/π)
+    v * sigmoid(K * (v + 0.044715 * v * v * v))
 }
 
 /// Runs `body(start, out[start..end])` over `out` in one chunk per pool thread when it is

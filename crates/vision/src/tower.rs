@@ -124,11 +124,16 @@ impl EncoderLayer {
 
     /// `(b, n, d)` → `(b, n, d)`.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let input = AttentionInput { rope: None, mask: &AttentionMask::Bidirectional, offset: 0, cache: None, capture: false };
-        let (a, _) = self.self_attn.forward(&self.layer_norm1.forward(x)?, input)?;
-        let x = (x + a)?;
-        let m = self.mlp.forward(&self.layer_norm2.forward(&x)?)?;
-        Ok((x + m)?)
+        let input = AttentionInput {
+            rope: None,
+            mask: &AttentionMask::Bidirectional,
+            offset: 0,
+            cache: None,
+            capture: false,
+            residual: Some(x),
+        };
+        let (x, _) = self.self_attn.forward(&self.layer_norm1.forward(x)?, input)?;
+        Ok(self.mlp.forward_add(&self.layer_norm2.forward(&x)?, Some(&x))?)
     }
 }
 

@@ -1,0 +1,364 @@
+//! Dense f32 layers on the CPU for long inputs (vision towers, f32 prefill): a linear layer
+//! with its bias, its residual add and its activation done inside the matmul's pass, and
+//! attention over many queries as two GEMMs per head that read the projections where they
+//! are (any row stride), so no head is transposed or copied and no score tensor of every head
+//! exists at once. The f32 micro-kernels are the `gemm` crate's (AVX-512 on x86-64 where the
+//! CPU has it), run single-threaded inside the pool's parts.
+
+use std::ops::Range;
+
+use crate::attention::{softmax_in_place, AttentionShape, KvLayout};
+use crate::error::{KernelError, Result};
+use crate::ops::{gelu_tanh_one, wide};
+use crate::pool::{SendPtr, ThreadPool};
+
+/// What is applied to each output value after `x·Wᵀ + bias (+ residual)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Epilogue {
+    None,
+    /// GELU, tanh approximation (`gelu_pytorch_tanh`), as [`crate::ops::gelu_tanh`].
+    GeluTanh,
+}
+
+/// The operands of one [`linear`]: `x` `(m, k)` row-major, `w` `(n, k)` row-major (a
+/// PyTorch `Linear` weight), `bias` `(n)`, `residual` `(m, n)`.
+#[derive(Clone, Copy, Debug)]
+pub struct LinearArgs<'a> {
+    pub x: &'a [f32],
+    pub m: usize,
+    pub k: usize,
+    pub w: &'a [f32],
+    pub n: usize,
+    pub bias: Option<&'a [f32]>,
+    pub residual: Option<&'a [f32]>,
+    pub epilogue: Epilogue,
+}
+
+/// Rows of `x` per pool part below which the parts split the weight's rows instead.
+const MIN_ROWS_PER_PART: usize = 32;
+
+/// `out` `(m, n)` ← `epilogue(residual + x·Wᵀ + bias)`. Long inputs are split by rows of `x`
+/// across the pool (each part reads all of `W`), short ones by rows of `W`.
+pub fn linear(pool: &ThreadPool, a: LinearArgs<'_>, out: &mut [f32]) -> Result<()> {
+    let LinearArgs { x, m, k, w, n, bias, residual, epilogue } = a;
+    let bad = x.len() != m * k
+        || w.len() != n * k
+        || out.len() != m * n
+        || bias.is_some_and(|b| b.len() != n)
+        || residual.is_some_and(|r| r.len() != m * n);
+    if bad {
+        return Err(KernelError::Shape(format!(
+            "linear: x {} values for ({m}, {k}), W {} for ({n}, {k}), bias {:?}, residual {:?}, out {}",
+            x.len(),
+            w.len(),
+            bias.map(<[f32]>::len),
+            residual.map(<[f32]>::len),
+            out.len()
+        )));
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let parts = pool.threads();
+    let by_rows = m >= MIN_ROWS_PER_PART * parts;
+    let dst = SendPtr(out.as_mut_ptr());
+    pool.run(&|p| {
+        let dst = &dst;
+        let (r, c) = if by_rows { (split(m, parts, p), 0..n) } else { (0..m, split(n, parts, p)) };
+        if r.is_empty() || c.is_empty() {
+            return;
+        }
+        // SAFETY: part p writes only rows r × columns c of out, which no other part writes;
+        // every slice below is in bounds (sizes checked above).
+        unsafe {
+            let at = |i: usize| dst.0.add(i * n + c.start);
+            let init = bias.is_some() || residual.is_some();
+            for i in r.clone() {
+                let row = std::slice::from_raw_parts_mut(at(i), c.len());
+                match (residual, bias) {
+                    (Some(res), Some(b)) => {
+                        for ((o, &x), &y) in row.iter_mut().zip(&res[i * n + c.start..]).zip(&b[c.start..]) {
+                            *o = x + y;
+                        }
+                    }
+                    (Some(res), None) => row.copy_from_slice(&res[i * n + c.start..i * n + c.end]),
+                    (None, Some(b)) => row.copy_from_slice(&b[c.clone()]),
+                    (None, None) => {}
+                }
+            }
+            // dst(r, c) = [dst +] x(r, :) · W(c, :)ᵀ; rhs (k, c) is W's rows read transposed.
+            gemm::gemm(
+                r.len(),
+                c.len(),
+                k,
+                at(r.start),
+                1,
+                n as isize,
+                init,
+                x.as_ptr().add(r.start * k),
+                1,
+                k as isize,
+                w.as_ptr().add(c.start * k),
+                k as isize,
+                1,
+                1.0f32,
+                1.0f32,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+            if epilogue == Epilogue::GeluTanh {
+                for i in r {
+                    let row = std::slice::from_raw_parts_mut(at(i), c.len());
+                    wide(|| row.iter_mut().for_each(|v| *v = gelu_tanh_one(*v)));
+                }
+            }
+        }
+    })
+}
+
+/// Part `p` of `0..len` cut into `parts` near-equal ranges.
+fn split(len: usize, parts: usize, p: usize) -> Range<usize> {
+    let per = len.div_ceil(parts.max(1));
+    (p * per).min(len)..((p + 1) * per).min(len)
+}
+
+/// Query rows per attention job: the scores of one job (`rows × keys`) stay in cache.
+const QUERY_ROWS: usize = 128;
+
+/// `out` `(batch, tq, heads, head_dim)` ← `softmax(q·kᵀ·scale + mask)·v` for many queries:
+/// per head and per block of [`QUERY_ROWS`] queries, the scores against the keys that block
+/// can see by one GEMM, the softmax in place, the output by a second GEMM written straight
+/// into its place in `out`. `q`, `k`, `v` are read through their layouts (rows of `head_dim`
+/// contiguous values, any row, head and batch strides); query `i` (absolute position
+/// `tk − tq + i`) sees the keys `visible(tk − tq + i)`.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_many(
+    pool: &ThreadPool,
+    s: AttentionShape,
+    q: &[f32],
+    ql: KvLayout,
+    k: &[f32],
+    kl: KvLayout,
+    v: &[f32],
+    vl: KvLayout,
+    scale: f32,
+    visible: &(dyn Fn(usize) -> Range<usize> + Sync),
+    out: &mut [f32],
+) -> Result<()> {
+    let d = s.head_dim;
+    if s.kv_heads == 0 || s.heads % s.kv_heads != 0 || s.tk < s.tq {
+        return Err(KernelError::Shape(format!("attention shape {s:?}")));
+    }
+    if s.batch == 0 || s.tq == 0 || d == 0 {
+        return Ok(());
+    }
+    // The furthest value each operand's layout reaches, + 1.
+    let end = |l: &KvLayout, heads: usize, rows: usize| {
+        l.offset + (s.batch - 1) * l.batch_stride + (heads - 1) * l.head_stride + (rows.max(1) - 1) * l.row_stride + d
+    };
+    if q.len() < end(&ql, s.heads, s.tq)
+        || (s.tk > 0 && (k.len() < end(&kl, s.kv_heads, s.tk) || v.len() < end(&vl, s.kv_heads, s.tk)))
+        || out.len() != s.batch * s.tq * s.heads * d
+    {
+        return Err(KernelError::Shape(format!("attention buffers too small for {s:?}")));
+    }
+    let groups = s.heads / s.kv_heads;
+    let blocks = s.tq.div_ceil(QUERY_ROWS);
+    let jobs = s.batch * s.heads * blocks;
+    let parts = pool.threads();
+    let first_q = s.tk - s.tq;
+    let dst = SendPtr(out.as_mut_ptr());
+    pool.run(&|p| {
+        let dst = &dst;
+        let mut scores = Vec::new();
+        for job in (p..jobs).step_by(parts) {
+            let (bh, blk) = (job / blocks, job % blocks);
+            let (b, h) = (bh / s.heads, bh % s.heads);
+            let kvh = h / groups;
+            let rows = blk * QUERY_ROWS..((blk + 1) * QUERY_ROWS).min(s.tq);
+            // The keys any query of the block sees (each rule of a decoder gives a range).
+            let mut lo = s.tk;
+            let mut hi = 0;
+            for i in rows.clone() {
+                let r = visible(first_q + i);
+                lo = lo.min(r.start);
+                hi = hi.max(r.end.min(s.tk));
+            }
+            let nr = rows.len();
+            // SAFETY: job (b, h, blk) writes only out[b, rows, h, :], which no other job
+            // writes; the operands' reads are within the bounds checked above.
+            unsafe {
+                let o = dst.0.add(((b * s.tq + rows.start) * s.heads + h) * d);
+                if lo >= hi {
+                    for i in 0..nr {
+                        std::slice::from_raw_parts_mut(o.add(i * s.heads * d), d).fill(0.0);
+                    }
+                    continue;
+                }
+                let span = hi - lo;
+                scores.resize(nr * span, 0f32);
+                let qp = q.as_ptr().add(ql.offset + b * ql.batch_stride + h * ql.head_stride + rows.start * ql.row_stride);
+                let kp = k.as_ptr().add(kl.offset + b * kl.batch_stride + kvh * kl.head_stride + lo * kl.row_stride);
+                let vp = v.as_ptr().add(vl.offset + b * vl.batch_stride + kvh * vl.head_stride + lo * vl.row_stride);
+                // scores (nr, span) = q (nr, d) · keys (d, span), keys read transposed.
+                gemm::gemm(
+                    nr,
+                    span,
+                    d,
+                    scores.as_mut_ptr(),
+                    1,
+                    span as isize,
+                    false,
+                    qp,
+                    1,
+                    ql.row_stride as isize,
+                    kp,
+                    kl.row_stride as isize,
+                    1,
+                    0.0f32,
+                    1.0f32,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                );
+                for (i, row) in scores.chunks_exact_mut(span).enumerate() {
+                    let r = visible(first_q + rows.start + i);
+                    let a = r.start.clamp(lo, hi) - lo;
+                    let z = r.end.clamp(lo, hi).max(r.start.clamp(lo, hi)) - lo;
+                    row[..a].fill(0.0);
+                    row[z..].fill(0.0);
+                    wide(|| softmax_in_place(&mut row[a..z], scale));
+                }
+                // out rows (nr, d), row stride heads·d = scores (nr, span) · values (span, d).
+                gemm::gemm(
+                    nr,
+                    d,
+                    span,
+                    o,
+                    1,
+                    (s.heads * d) as isize,
+                    false,
+                    scores.as_ptr(),
+                    1,
+                    span as isize,
+                    vp,
+                    1,
+                    vl.row_stride as isize,
+                    0.0f32,
+                    1.0f32,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                );
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rand(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn gelu(v: f64) -> f64 {
+        0.5 * v * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v * v * v)).tanh())
+    }
+
+    #[test]
+    fn linear_matches_f64_reference_with_bias_residual_and_gelu() -> Result<()> {
+        // Row counts on both sides of the row/column split, odd sizes everywhere.
+        for (m, k, n) in [(1, 7, 5), (3, 33, 17), (70, 65, 31), (129, 48, 96)] {
+            let (x, w, b, res) = (rand(m * k, 1), rand(n * k, 2), rand(n, 3), rand(m * n, 4));
+            for threads in [1, 2, 3] {
+                let pool = ThreadPool::new(threads);
+                for (bias, residual, epilogue) in [
+                    (None, None, Epilogue::None),
+                    (Some(&b[..]), None, Epilogue::None),
+                    (None, Some(&res[..]), Epilogue::None),
+                    (Some(&b[..]), Some(&res[..]), Epilogue::GeluTanh),
+                ] {
+                    let mut out = vec![f32::NAN; m * n];
+                    linear(&pool, LinearArgs { x: &x, m, k, w: &w, n, bias, residual, epilogue }, &mut out)?;
+                    for i in 0..m {
+                        for j in 0..n {
+                            let mut want: f64 = (0..k).map(|t| x[i * k + t] as f64 * w[j * k + t] as f64).sum();
+                            want += bias.map_or(0.0, |b| b[j] as f64) + residual.map_or(0.0, |r| r[i * n + j] as f64);
+                            if epilogue == Epilogue::GeluTanh {
+                                want = gelu(want);
+                            }
+                            let got = out[i * n + j] as f64;
+                            assert!(
+                                (got - want).abs() < 1e-5 * (1.0 + k as f64).sqrt() * (1.0 + want.abs()),
+                                "({m},{k},{n}) {threads} threads [{i},{j}]: {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        let pool = ThreadPool::new(2);
+        let args = LinearArgs { x: &[0.0; 6], m: 2, k: 3, w: &[0.0; 6], n: 2, bias: Some(&[0.0]), residual: None, epilogue: Epilogue::None };
+        assert!(linear(&pool, args, &mut [0.0; 4]).is_err(), "a bias of the wrong length is refused");
+        Ok(())
+    }
+
+    /// `attend_many` against a direct f64 softmax over strided q/k/v (the projections'
+    /// `(b, t, heads, d)` layout for q, the cache's `(b, kv_heads, t, d)` for k and v), with
+    /// grouped heads, cached keys before the queries, and a causal rule.
+    #[test]
+    fn attend_many_matches_f64_reference_on_strided_heads() -> Result<()> {
+        for (tq, tk, causal) in [(5, 5, false), (130, 130, true), (300, 310, true), (200, 200, false)] {
+            let (b, heads, kv_heads, d) = (2, 4, 2, 24);
+            let s = AttentionShape { batch: b, heads, kv_heads, tq, tk, head_dim: d };
+            // q: (b, tq, heads, d) read as (b, heads, tq, d).
+            let q = rand(b * tq * heads * d, 5);
+            let ql = KvLayout { offset: 0, batch_stride: tq * heads * d, head_stride: d, row_stride: heads * d };
+            // k, v: (b, kv_heads, tk + 3, d) with 3 spare rows (a cache with room), offset 1 row.
+            let cap = tk + 3;
+            let kvl = KvLayout { offset: d, batch_stride: kv_heads * cap * d, head_stride: cap * d, row_stride: d };
+            let (k, v) = (rand(b * kv_heads * cap * d + d, 6), rand(b * kv_heads * cap * d + d, 7));
+            let first = tk - tq;
+            let visible = move |pos: usize| if causal { 0..pos + 1 } else { 0..tk };
+            let scale = 0.3f32;
+            for threads in [1, 2] {
+                let pool = ThreadPool::new(threads);
+                let mut out = vec![f32::NAN; b * tq * heads * d];
+                attend_many(&pool, s, &q, ql, &k, kvl, &v, kvl, scale, &visible, &mut out)?;
+                for (bi, h, i) in [(0, 0, 0), (1, 3, tq - 1), (0, 2, tq / 2), (1, 1, tq.min(129) - 1)] {
+                    let qrow = &q[bi * ql.batch_stride + h * d + i * ql.row_stride..][..d];
+                    let kvh = h / (heads / kv_heads);
+                    let row = |j: usize, src: &[f32]| {
+                        src[kvl.offset + bi * kvl.batch_stride + kvh * kvl.head_stride + j * d..][..d].to_vec()
+                    };
+                    let keys = visible(first + i);
+                    let logits: Vec<f64> = keys
+                        .clone()
+                        .map(|j| row(j, &k).iter().zip(qrow).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * scale as f64)
+                        .collect();
+                    let max = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = logits.iter().map(|l| (l - max).exp()).collect();
+                    let total: f64 = e.iter().sum();
+                    for c in 0..d {
+                        let want: f64 = keys.clone().zip(&e).map(|(j, p)| p / total * row(j, &v)[c] as f64).sum();
+                        let got = out[((bi * tq + i) * heads + h) * d + c] as f64;
+                        assert!((got - want).abs() < 1e-5, "tq {tq} tk {tk} ({bi},{h},{i},{c}): {got} vs {want}");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
