@@ -55,6 +55,9 @@ def main():
     ap.add_argument("--top", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-ctx", type=int, default=512)
+    ap.add_argument("--n-batch", type=int, default=None,
+                    help="prompt tokens per llama.cpp batch (default: the whole prompt at once; 1 runs the "
+                    "prompt token by token through the decode kernels, to measure llama.cpp against itself)")
     ap.add_argument("--prompt", action="append", help="replace the default prompts (repeatable)")
     ap.add_argument("--kv", choices=["f32", "f16"], default="f32", help="KV cache type (f16: llama.cpp default, with flash attention)")
     args = ap.parse_args()
@@ -68,7 +71,8 @@ def main():
     llm = llama_cpp.Llama(
         model_path=args.model,
         n_ctx=args.n_ctx,
-        n_batch=args.n_ctx,
+        n_batch=args.n_batch or args.n_ctx,
+        n_ubatch=args.n_batch or args.n_ctx,
         n_threads=args.threads,
         n_threads_batch=args.threads,
         logits_all=True,
