@@ -190,12 +190,21 @@ struct ModelArgs {
 struct GenerateArgs {
     #[command(flatten)]
     model: ModelArgs,
-    /// The prompt text.
-    #[arg(long, short = 'p')]
-    prompt: String,
+    /// The prompt text (the user's message, or with --raw the whole model input).
+    #[arg(long, short = 'p', required_unless_present = "messages", conflicts_with = "messages")]
+    prompt: Option<String>,
     /// An image to put before the prompt (repeat for several, where the model supports it).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "messages")]
     image: Vec<PathBuf>,
+    /// A whole conversation instead of --prompt/--image/--system: a JSON file holding a list of
+    /// messages in the Hugging Face chat format, `{"role": "system"|"user"|"assistant",
+    /// "content": "text" | [parts]}`, parts `{"type": "text", "text": …}`, `{"type": "image",
+    /// "image"|"url"|"path": FILE}` (or `"base64": …`) and OpenAI's `{"type": "image_url",
+    /// "image_url": {"url": FILE | "file://…" | "data:image/…;base64,…"}}`; images may be in
+    /// any turn. Rendered by the model's chat template with the assistant's turn opened after
+    /// it. Relative image paths are read from the current directory.
+    #[arg(long, value_name = "CHAT.json", conflicts_with_all = ["system", "raw"])]
+    messages: Option<PathBuf>,
     /// Refuse images larger than this many pixels (width × height), checked before decoding.
     #[arg(long, default_value_t = tessera::DEFAULT_MAX_PIXELS)]
     max_image_pixels: u64,
@@ -309,8 +318,36 @@ fn generate(args: GenerateArgs) -> Result<()> {
             );
         }
     }
-    let images =
-        args.image.iter().map(|p| tessera::load_image(p, args.max_image_pixels)).collect::<Result<Vec<_>, _>>()?;
+    let (images, image_names, chat) = match &args.messages {
+        Some(file) => {
+            let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+            let json: serde_json::Value =
+                serde_json::from_str(&text).with_context(|| format!("{} is not JSON", file.display()))?;
+            let chat =
+                tessera::Conversation::from_json(&json).with_context(|| format!("reading {}", file.display()))?;
+            let images = chat
+                .images
+                .iter()
+                .map(|src| tessera::load_image_source(src, args.max_image_pixels))
+                .collect::<Result<Vec<_>, _>>()
+                .with_context(|| format!("loading the images of {}", file.display()))?;
+            let names: Vec<String> = chat
+                .images
+                .iter()
+                .enumerate()
+                .map(|(i, src)| if src.starts_with("data:") { format!("image {i} (a data: URL)") } else { src.clone() })
+                .collect();
+            (images, names, Some(chat))
+        }
+        None => {
+            let images = args
+                .image
+                .iter()
+                .map(|p| tessera::load_image(p, args.max_image_pixels))
+                .collect::<Result<Vec<_>, _>>()?;
+            (images, args.image.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(), None)
+        }
+    };
     let gen = model.generation_config();
     let sample_by_default = gen.do_sample.unwrap_or(false);
     let sampling = SamplingParams {
@@ -330,11 +367,15 @@ fn generate(args: GenerateArgs) -> Result<()> {
         capture_attention: false,
     };
     if let Some(budget) = args.max_image_tokens {
-        for (img, path) in images.iter().zip(&args.image) {
-            model.check_image_budget(img, budget, &path.display().to_string())?;
+        for (img, name) in images.iter().zip(&image_names) {
+            model.check_image_budget(img, budget, name)?;
         }
     }
-    let prompt = model.encode_prompt(&args.prompt, args.system.as_deref(), args.raw, &images)?;
+    let prompt = match (&chat, &args.prompt) {
+        (Some(chat), _) => model.encode_chat(&chat.messages, &images)?,
+        (None, Some(prompt)) => model.encode_prompt(prompt, args.system.as_deref(), args.raw, &images)?,
+        (None, None) => bail!("give --prompt or --messages"),
+    };
     let out = if args.json {
         model.generate_with_images(&images, &prompt, &params, &mut |_| {})?
     } else {

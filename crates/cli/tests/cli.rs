@@ -292,6 +292,60 @@ fn vision_language_checkpoints_answer_and_describe_themselves() -> Result<()> {
     Ok(())
 }
 
+/// `--messages`: a multi-turn chat with an image in an earlier turn, written as a user writes
+/// it (`path`, and OpenAI's `image_url` with a base64 `data:` URL), gives transformers' prompt
+/// ids and greedy ids (tests/fixtures/vlm/chats.json).
+#[test]
+fn messages_file_runs_a_whole_conversation() -> Result<()> {
+    use base64::Engine as _;
+    let text = std::fs::read_to_string(root().join("tests/fixtures/vlm/chats.json"))?;
+    let reference: serde_json::Value = serde_json::from_str(&text)?;
+    let dir = root().join("target/test-scratch/messages");
+    std::fs::create_dir_all(&dir)?;
+    for (name, chat) in [("smolvlm-tiny", 0), ("llava-interleave-tiny", 1)] {
+        let want = &reference["models"][name][chat];
+        let mut messages = want["messages"].clone();
+        let mut n = 0;
+        for m in messages.as_array_mut().into_iter().flatten() {
+            for part in m["content"].as_array_mut().into_iter().flatten() {
+                for key in ["image", "url", "path"] {
+                    if let Some(rel) = part.get(key).and_then(|v| v.as_str()).map(str::to_string) {
+                        // The first image as an OpenAI data: URL, the others as absolute paths.
+                        *part = if n == 0 {
+                            let data = base64::engine::general_purpose::STANDARD.encode(std::fs::read(root().join(&rel))?);
+                            serde_json::json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{data}")}})
+                        } else {
+                            serde_json::json!({"type": "image", key: root().join(&rel).to_string_lossy()})
+                        };
+                        n += 1;
+                    }
+                }
+            }
+        }
+        let file = dir.join(format!("{name}.json"));
+        std::fs::write(&file, serde_json::to_string(&messages)?)?;
+        let o = tessera(&[
+            "generate", "--model", &vlm(name), "--messages", &file.to_string_lossy(), "--max-new-tokens", "16",
+            "--ignore-eos", "--temperature", "0", "--json",
+        ]);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
+        assert_eq!(v["prompt_tokens"], want["input_ids"], "{name}: prompt ids");
+        assert_eq!(v["generated_tokens"], want["greedy_ids"], "{name}: greedy ids");
+    }
+    // Bad conversations: one line naming the file and what is wrong.
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, r#"[{"role": "user", "content": [{"type": "image"}]}]"#)?;
+    let o = tessera(&["generate", "--model", &vlm("smolvlm-tiny"), "--messages", &bad.to_string_lossy()]);
+    assert_clean_failure(&o, &["bad.json", "message 0, part 0", "path or URL"]);
+    std::fs::write(&bad, r#"[{"role": "user", "content": [{"type": "image", "url": "https://x.org/a.png"}]}]"#)?;
+    let o = tessera(&["generate", "--model", &vlm("smolvlm-tiny"), "--messages", &bad.to_string_lossy()]);
+    assert_clean_failure(&o, &["https://x.org/a.png", "not downloaded"]);
+    let o = tessera(&["generate", "--model", &vlm("smolvlm-tiny"), "--messages", &bad.to_string_lossy(), "--prompt", "x"]);
+    assert!(!o.status.success() && stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
+    Ok(())
+}
+
 #[test]
 fn vision_language_bad_input_fails_cleanly() {
     // An image over the per-image token budget.

@@ -58,5 +58,5 @@ pub use model::{LoadOptions, Model, ModelInfo};
 pub use sampling::{Sampler, SamplingParams};
 pub use source::{resolve, ModelSource};
 pub use tessera_decoder::{KvCache, Trace};
-pub use tessera_text::{ChatTemplate, ContentPart, Message, Tokenizer};
-pub use tessera_vision::{load_image, render_heatmap, save_png, RgbImage, DEFAULT_MAX_PIXELS};
+pub use tessera_text::{ChatTemplate, Content, ContentPart, Conversation, Message, Tokenizer};
+pub use tessera_vision::{load_image, load_image_source, render_heatmap, save_png, RgbImage, DEFAULT_MAX_PIXELS};

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 use tessera_decoder::weights::MatrixWeight;
 use tessera_decoder::{AttentionMask, Decoder, GgufMode, KvCache, Linear, Trace, Weights};
-use tessera_text::{ChatTemplate, ContentPart, Message, TokenEmbedding, Tokenizer};
+use tessera_text::{ChatTemplate, Content, ContentPart, Message, TokenEmbedding, Tokenizer};
 use tessera_vision::RgbImage;
 
 use crate::config::{Architecture, GenerationConfig, ModelConfig};
@@ -284,24 +284,84 @@ impl Model {
                 messages.push(message("system", 0, s));
             }
             messages.push(message("user", images.len(), text));
-            let rendered = self.render_chat(&messages, true)?;
-            // A text model's chat template carries all its special tokens; a processor adds the
-            // tokenizer's unless the text already starts with BOS.
-            let add = placeholder.is_some()
-                && !self
-                    .tokenizer
-                    .special()
-                    .bos_token
-                    .as_deref()
-                    .is_some_and(|b| !b.is_empty() && rendered.starts_with(b));
-            (rendered, add)
+            return self.encode_chat(&messages, images);
         };
-        let expanded = match (&placeholder, self.image_encoder.as_ref()) {
+        self.tokenize_with_images(&rendered, add_special, images)
+    }
+
+    /// Token ids for a whole conversation: `messages` rendered by the model's chat template
+    /// exactly as `apply_chat_template(messages, add_generation_prompt=True)` renders them, each
+    /// image part expanded into its image's tokens. `images` are the images of the image parts,
+    /// in order ([`tessera_text::Conversation`] reads both from the chat JSON). A text model's
+    /// messages given as lists of text parts are rendered with their text joined.
+    pub fn encode_chat(&self, messages: &[Message], images: &[RgbImage]) -> Result<Vec<u32>> {
+        let image_parts: usize = messages
+            .iter()
+            .map(|m| match &m.content {
+                Content::Parts(p) => p.iter().filter(|p| matches!(p, ContentPart::Image)).count(),
+                Content::Text(_) => 0,
+            })
+            .sum();
+        if image_parts != images.len() {
+            return Err(TesseraError::InvalidInput(format!(
+                "the messages have {image_parts} image part(s) but {} image(s) were given",
+                images.len()
+            )));
+        }
+        if !images.is_empty() {
+            self.check_image_count(images.len())?;
+        }
+        if self.config.architecture == Architecture::PaliGemma {
+            return Err(TesseraError::InvalidInput(format!(
+                "{} (PaliGemma) has no chat template: give one prompt (it follows the image tokens)",
+                self.info.source.path().display()
+            )));
+        }
+        let placeholder = self.image_encoder.as_ref().and_then(|e| e.image_token());
+        let flat;
+        let messages = if placeholder.is_none() {
+            flat = messages
+                .iter()
+                .map(|m| match &m.content {
+                    Content::Parts(parts) => {
+                        let text: String = parts
+                            .iter()
+                            .filter_map(|p| match p {
+                                ContentPart::Text { text } => Some(text.as_str()),
+                                ContentPart::Image => None,
+                            })
+                            .collect();
+                        Message::text(&m.role, &text)
+                    }
+                    Content::Text(_) => m.clone(),
+                })
+                .collect::<Vec<_>>();
+            &flat[..]
+        } else {
+            messages
+        };
+        let rendered = self.render_chat(messages, true)?;
+        // A text model's chat template carries all its special tokens; a processor adds the
+        // tokenizer's unless the text already starts with BOS.
+        let add = placeholder.is_some()
+            && !self
+                .tokenizer
+                .special()
+                .bos_token
+                .as_deref()
+                .is_some_and(|b| !b.is_empty() && rendered.starts_with(b));
+        self.tokenize_with_images(&rendered, add, images)
+    }
+
+    /// Tokenizes `text`, each image placeholder in it first expanded into its image's tokens.
+    fn tokenize_with_images(&self, text: &str, add_special: bool, images: &[RgbImage]) -> Result<Vec<u32>> {
+        let placeholder = self.image_encoder.as_ref().and_then(|e| e.image_token());
+        let expanded = match (placeholder, self.image_encoder.as_ref()) {
             (Some(p), Some(enc)) => {
                 let texts: Vec<String> = images.iter().filter_map(|img| enc.placeholder_text(img)).collect();
-                tessera_text::expand_placeholders(&rendered, p, &texts)?
+                tessera_text::expand_placeholders(text, p, &texts)?
             }
-            _ => rendered,
+            _ => text.to_string(),
         };
         Ok(self.tokenizer.encode(&expanded, add_special)?)
     }

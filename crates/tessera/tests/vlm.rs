@@ -386,3 +386,45 @@ fn int8_vision_features_stay_within_8_bit_rounding_of_f32() -> Result<()> {
     }
     Ok(())
 }
+
+/// Whole conversations (scripts/reference_chats.py → tests/fixtures/vlm/chats.json): system,
+/// user and assistant turns with images in an earlier turn and in two turns, read from the chat
+/// JSON a user writes (`Conversation`), rendered and tokenized as `apply_chat_template` does,
+/// and the same 16 greedy ids as transformers' `generate`.
+#[test]
+fn multi_turn_chats_with_images_match_transformers() -> Result<()> {
+    let reference = common::read_json(&common::fixtures().join("vlm/chats.json"))?;
+    let mut checked = 0;
+    for (name, chats) in reference["models"].as_object().context("models")? {
+        let model = load(name)?;
+        for chat in chats.as_array().context("chats")? {
+            let what = format!("{name}/{}", chat["name"]);
+            let conv = tessera::Conversation::from_json(&chat["messages"])?;
+            assert_eq!(model.render_chat(&conv.messages, true)?, chat["rendered"].as_str().context("rendered")?, "{what}");
+            let images = conv
+                .images
+                .iter()
+                .map(|src| Ok(load_image(&common::repo_root().join(src), DEFAULT_MAX_PIXELS)?))
+                .collect::<Result<Vec<_>>>()?;
+            let ids = model.encode_chat(&conv.messages, &images)?;
+            assert_eq!(ids, common::ids(&chat["input_ids"]), "{what}: prompt ids");
+            let greedy = common::ids(&chat["greedy_ids"]);
+            let params = GenerateParams { max_new_tokens: greedy.len(), ignore_eos: true, ..Default::default() };
+            let out = model.generate_with_images(&images, &ids, &params, &mut |_| {})?;
+            assert_eq!(out.generated_tokens, greedy, "{what}: greedy ids");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 4);
+    // Image parts and images must agree, and a PaliGemma checkpoint has no chat to render.
+    let model = load("smolvlm-tiny")?;
+    let conv = tessera::Conversation::from_json(&serde_json::json!([
+        {"role": "user", "content": [{"type": "image", "path": "x.png"}, {"type": "text", "text": "hi"}]}
+    ]))?;
+    let err = model.encode_chat(&conv.messages, &[]).unwrap_err().to_string();
+    assert!(err.contains("1 image part(s) but 0 image(s)"), "{err}");
+    let chelsea = load_image(&common::fixtures().join("images/chelsea.png"), DEFAULT_MAX_PIXELS)?;
+    let err = load("paligemma-tiny")?.encode_chat(&conv.messages, &[chelsea]).unwrap_err().to_string();
+    assert!(err.contains("PaliGemma") && err.contains("no chat template"), "{err}");
+    Ok(())
+}

@@ -45,6 +45,90 @@ impl Message {
     }
 }
 
+/// A conversation read from JSON: its messages (every image part as `{"type": "image"}`, the form
+/// chat templates test) and the images' sources in the order the parts appear.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conversation {
+    pub messages: Vec<Message>,
+    /// What each image part named: a file path, a `file://` URL, a `data:` URL or an
+    /// `http(s)` URL, as written (resolving it is the caller's).
+    pub images: Vec<String>,
+}
+
+impl Conversation {
+    /// Reads a JSON list of messages in the Hugging Face chat format: `{"role", "content"}` with
+    /// `content` a string or a list of parts — `{"type": "text", "text"}`, `{"type": "image"}` with
+    /// its source under `image`, `url` or `path`, or its bytes under `base64` (the keys
+    /// `apply_chat_template` accepts), or
+    /// OpenAI's `{"type": "image_url", "image_url": {"url"}}` (or `"image_url": "…"`).
+    pub fn from_json(value: &serde_json::Value) -> Result<Self> {
+        let bad = |what: String| TextError::Messages(what);
+        let list = value.as_array().ok_or_else(|| bad("expected a JSON list of messages".into()))?;
+        if list.is_empty() {
+            return Err(bad("the list of messages is empty".into()));
+        }
+        let mut images = Vec::new();
+        let mut messages = Vec::with_capacity(list.len());
+        for (i, m) in list.iter().enumerate() {
+            let at = |what: &str| bad(format!("message {i}: {what}"));
+            let obj = m.as_object().ok_or_else(|| at("not an object"))?;
+            let role = obj.get("role").and_then(|r| r.as_str()).ok_or_else(|| at("no `role` string"))?;
+            if let Some(key) = obj.keys().find(|k| !matches!(k.as_str(), "role" | "content" | "name")) {
+                return Err(at(&format!("unknown field `{key}`")));
+            }
+            let content = match obj.get("content") {
+                Some(serde_json::Value::String(s)) => Content::Text(s.clone()),
+                Some(serde_json::Value::Array(parts)) => {
+                    let mut out = Vec::with_capacity(parts.len());
+                    for (j, part) in parts.iter().enumerate() {
+                        let at = |what: &str| bad(format!("message {i}, part {j}: {what}"));
+                        let kind = part.get("type").and_then(|t| t.as_str()).ok_or_else(|| at("no `type` string"))?;
+                        let source = |keys: &[&str]| {
+                            keys.iter()
+                                .find_map(|k| part.get(*k).and_then(|v| v.as_str()))
+                                .map(str::to_string)
+                                .ok_or_else(|| at(&format!("an image part needs one of {keys:?} (a path or URL)")))
+                        };
+                        match kind {
+                            "text" => {
+                                let text = part.get("text").and_then(|t| t.as_str()).ok_or_else(|| at("no `text` string"))?;
+                                out.push(ContentPart::Text { text: text.to_string() });
+                            }
+                            "image" => {
+                                let src = match part.get("base64").and_then(|b| b.as_str()) {
+                                    Some(b64) => format!("data:;base64,{b64}"),
+                                    None => source(&["image", "url", "path", "base64"])?,
+                                };
+                                images.push(src);
+                                out.push(ContentPart::Image);
+                            }
+                            "image_url" => {
+                                let url = match part.get("image_url") {
+                                    Some(serde_json::Value::String(s)) => s.clone(),
+                                    Some(v) => v.get("url").and_then(|u| u.as_str()).map(str::to_string).ok_or_else(
+                                        || at("`image_url` needs a `url` string"),
+                                    )?,
+                                    None => return Err(at("no `image_url`")),
+                                };
+                                images.push(url);
+                                out.push(ContentPart::Image);
+                            }
+                            other => {
+                                return Err(at(&format!("unknown part type `{other}` (text, image, image_url)")))
+                            }
+                        }
+                    }
+                    Content::Parts(out)
+                }
+                Some(_) => return Err(at("`content` must be a string or a list of parts")),
+                None => return Err(at("no `content`")),
+            };
+            messages.push(Message { role: role.to_string(), content });
+        }
+        Ok(Self { messages, images })
+    }
+}
+
 pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: Option<String>,
@@ -248,6 +332,56 @@ mod tests {
         let t = ChatTemplate::new(CHATML, None, None).unwrap();
         let s = t.render(&[Message::text("user", "hi")], true).unwrap();
         assert_eq!(s, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    }
+
+    #[test]
+    fn conversations_read_every_image_form_in_order() {
+        let json = serde_json::json!([
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [
+                {"type": "image", "image": "a.png"},
+                {"type": "text", "text": "What is this?"},
+                {"type": "image", "url": "file:///tmp/b.png"},
+            ]},
+            {"role": "assistant", "content": [{"type": "text", "text": "A cat."}]},
+            {"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                {"type": "image_url", "image_url": "c.jpg"},
+                {"type": "image", "path": "d.png"},
+                {"type": "image", "base64": "QUJD"},
+                {"type": "text", "text": "And these?"},
+            ]},
+        ]);
+        let c = Conversation::from_json(&json).unwrap();
+        assert_eq!(
+            c.images,
+            ["a.png", "file:///tmp/b.png", "data:image/png;base64,AAAA", "c.jpg", "d.png", "data:;base64,QUJD"]
+        );
+        assert_eq!(c.messages[0], Message::text("system", "Be brief."));
+        let text = |t: &str| ContentPart::Text { text: t.into() };
+        assert_eq!(
+            c.messages[1],
+            Message::parts("user", vec![ContentPart::Image, text("What is this?"), ContentPart::Image])
+        );
+        assert_eq!(c.messages[2], Message::parts("assistant", vec![text("A cat.")]));
+        assert_eq!(c.messages[3].content, Content::Parts(vec![ContentPart::Image; 4].into_iter().chain([text("And these?")]).collect()));
+    }
+
+    #[test]
+    fn malformed_conversations_name_the_message_and_part() {
+        let err = |v: serde_json::Value| Conversation::from_json(&v).unwrap_err().to_string();
+        assert!(err(serde_json::json!({"role": "user"})).contains("a JSON list"));
+        assert!(err(serde_json::json!([])).contains("empty"));
+        assert!(err(serde_json::json!([{"content": "hi"}])).contains("message 0: no `role`"));
+        assert!(err(serde_json::json!([{"role": "user"}])).contains("message 0: no `content`"));
+        assert!(err(serde_json::json!([{"role": "user", "content": 3}])).contains("string or a list"));
+        assert!(err(serde_json::json!([{"role": "user", "content": "x", "contnet": 1}])).contains("unknown field `contnet`"));
+        let e = err(serde_json::json!([{"role": "user", "content": "a"}, {"role": "user", "content": [{"type": "image"}]}]));
+        assert!(e.contains("message 1, part 0") && e.contains("a path or URL"), "{e}");
+        let e = err(serde_json::json!([{"role": "user", "content": [{"type": "video", "video": "v.mp4"}]}]));
+        assert!(e.contains("unknown part type `video`"), "{e}");
+        let e = err(serde_json::json!([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]));
+        assert!(e.contains("`url` string"), "{e}");
     }
 
     #[test]

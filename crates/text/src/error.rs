@@ -24,6 +24,10 @@ pub enum TextError {
     #[error("chat template ({origin}): {reason}")]
     Template { origin: String, reason: String },
 
+    /// A conversation (`--messages`, a request's `messages`) is not in the chat format.
+    #[error("chat messages: {0}")]
+    Messages(String),
+
     /// A token id outside the vocabulary.
     #[error("token id {id} is out of range for a vocabulary of {vocab_size}")]
     TokenOutOfRange { id: u32, vocab_size: usize },

@@ -7,7 +7,7 @@ pub mod error;
 pub mod placeholders;
 pub mod tokenizer;
 
-pub use chat::{ChatTemplate, Content, ContentPart, Message};
+pub use chat::{ChatTemplate, Content, ContentPart, Conversation, Message};
 pub use embedding::TokenEmbedding;
 pub use error::{Result, TextError};
 pub use placeholders::{expand_placeholders, idefics3_image_prompt, paligemma_prompt};

@@ -19,6 +19,10 @@ pub enum VisionError {
     #[error("image {path} is {width}×{height} = {pixels} pixels, over the limit of {limit} pixels")]
     TooLarge { path: PathBuf, width: u32, height: u32, pixels: u64, limit: u64 },
 
+    /// An image reference (a chat message's image part) that cannot be resolved.
+    #[error("image `{source_ref}`: {reason}")]
+    Source { source_ref: String, reason: String },
+
     #[error("invalid image preprocessing configuration: {0}")]
     Config(String),
 

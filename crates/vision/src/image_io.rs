@@ -39,6 +39,45 @@ pub fn load_image(path: &Path, max_pixels: u64) -> Result<RgbImage> {
     decode_image(&bytes, path, max_pixels)
 }
 
+/// Loads the image a chat message's image part names: a file path, a `file://` URL or a
+/// `data:` URL with base64 bytes (`data:image/png;base64,…`). Remote URLs are refused: tessera
+/// does not download.
+pub fn load_image_source(src: &str, max_pixels: u64) -> Result<RgbImage> {
+    use base64::Engine as _;
+    let bad = |reason: &str| VisionError::Source { source_ref: abbreviate(src), reason: reason.into() };
+    if let Some(rest) = src.strip_prefix("data:") {
+        let (meta, payload) = rest.split_once(',').ok_or_else(|| bad("a data: URL needs a `,` before its data"))?;
+        if !meta.ends_with(";base64") {
+            return Err(bad("only base64 data: URLs are read (`data:image/png;base64,…`)"));
+        }
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(payload.trim())
+            .map_err(|e| bad(&format!("invalid base64: {e}")))?;
+        return decode_image(&bytes, Path::new(&abbreviate(src)), max_pixels);
+    }
+    if let Some(path) = src.strip_prefix("file://") {
+        if !path.starts_with('/') {
+            return Err(bad("a file:// URL must name an absolute path (file:///…)"));
+        }
+        return load_image(Path::new(path), max_pixels);
+    }
+    if src.starts_with("http://") || src.starts_with("https://") {
+        return Err(bad("images are not downloaded; save it and give its path"));
+    }
+    if src.is_empty() {
+        return Err(bad("empty path"));
+    }
+    load_image(Path::new(src), max_pixels)
+}
+
+/// `src` cut to a readable length for messages (data: URLs are long).
+fn abbreviate(src: &str) -> String {
+    match src.char_indices().nth(48) {
+        Some((i, _)) => format!("{}…", &src[..i]),
+        None => src.to_string(),
+    }
+}
+
 /// Decodes image bytes; `origin` names them in errors.
 pub fn decode_image(bytes: &[u8], origin: &Path, max_pixels: u64) -> Result<RgbImage> {
     let reader = || -> Result<ImageReader<Cursor<&[u8]>>> {

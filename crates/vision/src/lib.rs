@@ -24,7 +24,7 @@ pub mod connector;
 
 pub use error::{Result, VisionError};
 pub use heatmap::{patch_intensities, render_heatmap};
-pub use image_io::{decode_image, load_image, save_png, RgbImage, DEFAULT_MAX_PIXELS};
+pub use image_io::{decode_image, load_image, load_image_source, save_png, RgbImage, DEFAULT_MAX_PIXELS};
 pub use native::{NativePatchEncoder, NativeVisionConfig};
 pub use patchify::{patchify, PatchEmbedding};
 pub use preprocess::{preprocess, PreprocessConfig, Size};

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};
-use tessera_vision::{decode_image, load_image, preprocess, PreprocessConfig, VisionError, DEFAULT_MAX_PIXELS};
+use tessera_vision::{
+    decode_image, load_image, load_image_source, preprocess, PreprocessConfig, VisionError, DEFAULT_MAX_PIXELS,
+};
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
@@ -119,5 +121,33 @@ fn bad_images_are_refused_with_clear_errors() -> Result<()> {
     // A budget smaller than the image.
     let err = load_image(&fixtures().join("images/chelsea.png"), 1000).unwrap_err();
     assert!(matches!(err, VisionError::TooLarge { .. }), "{err}");
+    Ok(())
+}
+
+/// A chat message's image by path, `file://` URL and base64 `data:` URL: the same pixels; bad
+/// references are errors that quote them.
+#[test]
+fn image_sources_load_the_same_pixels_or_say_why_not() -> Result<()> {
+    use base64::Engine as _;
+    let path = fixtures().join("images/chelsea.png");
+    let want = load_image(&path, DEFAULT_MAX_PIXELS)?;
+    let abs = std::fs::canonicalize(&path)?;
+    let data = base64::engine::general_purpose::STANDARD.encode(std::fs::read(&path)?);
+    for src in [abs.display().to_string(), format!("file://{}", abs.display()), format!("data:image/png;base64,{data}")] {
+        let got = load_image_source(&src, DEFAULT_MAX_PIXELS)?;
+        assert_eq!((got.width, got.height), (want.width, want.height));
+        assert!(got.data == want.data, "{}", &src[..40.min(src.len())]);
+    }
+    let err = |src: &str| load_image_source(src, DEFAULT_MAX_PIXELS).unwrap_err().to_string();
+    assert!(err("https://example.com/cat.png").contains("not downloaded"));
+    assert!(err("data:image/png,rawbytes").contains("base64"));
+    assert!(err("data:image/png;base64,@@@").contains("invalid base64"));
+    assert!(err("file://relative/x.png").contains("absolute"));
+    assert!(err("/no/such/image.png").contains("/no/such/image.png"));
+    let e = err(&format!("data:image/png;base64,{}", &data[..64]));
+    assert!(e.contains("data:image/png;base64,") && e.contains('…'), "{e}");
+    // A data: URL too large for the pixel budget is refused from its header.
+    let e = load_image_source(&format!("data:image/png;base64,{data}"), 1000).unwrap_err();
+    assert!(matches!(e, VisionError::TooLarge { .. }), "{e}");
     Ok(())
 }
