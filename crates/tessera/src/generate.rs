@@ -134,10 +134,13 @@ impl Model {
             )));
         }
         let mut sampler = Sampler::new(params.sampling.clone())?;
+        let max_stop_len = params.stop_strings.iter().map(String::len).max().unwrap_or(0);
         let mut cache = self.new_cache();
         let mut history = prompt.to_vec();
         let mut generated: Vec<u32> = Vec::new();
         let mut logprobs = params.logprobs.map(|_| Vec::new());
+        // The text so far, built piece by piece by the streaming detokenizer.
+        let mut stream = self.tokenizer().decode_stream(true);
         let mut text = String::new();
         let mut emitted = 0usize;
         let mut finish = FinishReason::Length;
@@ -165,11 +168,16 @@ impl Model {
             if let (Some(rows), Some(r)) = (attention.as_mut(), attn_row.take()) {
                 rows.push(r);
             }
-            text = self.tokenizer().decode(&generated, true)?;
-            if let Some(cut) = find_stop(&text, &params.stop_strings) {
-                text.truncate(cut);
-                finish = FinishReason::StopString;
-                break;
+            if let Some(piece) = stream.step(next)? {
+                // A stop string can only end in the new piece: search from where it could start.
+                let from = text.len().saturating_sub(max_stop_len.saturating_sub(1));
+                text.push_str(&piece);
+                let from = (0..=from).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+                if let Some(cut) = find_stop(&text[from..], &params.stop_strings) {
+                    text.truncate(from + cut);
+                    finish = FinishReason::StopString;
+                    break;
+                }
             }
             // Hold back an incomplete UTF-8 character and a possible stop-string prefix.
             let ready = stable_len(&text, &params.stop_strings);
@@ -186,6 +194,14 @@ impl Model {
                 break;
             }
             (logits, attn_row) = self.step(&self.embed_ids(&[next])?, &mut cache, params.capture_attention)?;
+        }
+        if finish != FinishReason::StopString {
+            // What the stream still holds back (a character cut off by the length limit) is
+            // part of the answer too: the text is that of one decode of every generated id.
+            let full = self.tokenizer().decode(&generated, true)?;
+            if full.starts_with(&text) {
+                text = full;
+            }
         }
         if text.len() > emitted {
             on_text(&text[emitted..]);

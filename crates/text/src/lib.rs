@@ -11,4 +11,4 @@ pub use chat::{ChatTemplate, Content, ContentPart, Conversation, Message};
 pub use embedding::TokenEmbedding;
 pub use error::{Result, TextError};
 pub use placeholders::{expand_placeholders, idefics3_image_prompt, paligemma_prompt};
-pub use tokenizer::{SpecialTokens, Tokenizer};
+pub use tokenizer::{SpecialTokens, TextStream, Tokenizer};

@@ -199,6 +199,12 @@ impl Tokenizer {
         self.inner.decode(ids, skip_special_tokens).map_err(|e| TextError::Tokenize(e.to_string()))
     }
 
+    /// A streaming detokenizer: feed generated ids one at a time and get each newly completed
+    /// piece of text, decoding only the last few ids per step (not the whole text again).
+    pub fn decode_stream(&self, skip_special_tokens: bool) -> TextStream<'_> {
+        TextStream { tokenizer: self, ids: Vec::new(), prefix: 0, read: 0, skip_special_tokens }
+    }
+
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
     }
@@ -210,6 +216,51 @@ impl Tokenizer {
     /// Vocabulary size including added tokens.
     pub fn vocab_size(&self) -> usize {
         self.vocab_size
+    }
+}
+
+/// Incremental detokenization (see [`Tokenizer::decode_stream`]). Each step decodes the ids
+/// since the last emitted piece twice — with and without the new id — and emits the difference,
+/// so decoders that treat the first token specially (SentencePiece's leading space) and
+/// byte-level tokens that end mid-character (held back until the character completes) give,
+/// piece by piece, exactly the text of one decode of all ids.
+#[derive(Debug)]
+pub struct TextStream<'a> {
+    tokenizer: &'a Tokenizer,
+    ids: Vec<u32>,
+    /// Start of the window decoded for context.
+    prefix: usize,
+    /// Ids before this one have been emitted.
+    read: usize,
+    skip_special_tokens: bool,
+}
+
+impl TextStream<'_> {
+    /// Adds `id`; returns the text it completes, or `None` while a character is incomplete (or
+    /// the id decodes to nothing, e.g. a skipped special token).
+    pub fn step(&mut self, id: u32) -> Result<Option<String>> {
+        self.ids.push(id);
+        let before = self.tokenizer.decode(&self.ids[self.prefix..self.read], self.skip_special_tokens)?;
+        let after = self.tokenizer.decode(&self.ids[self.prefix..], self.skip_special_tokens)?;
+        if after.len() <= before.len() || after.ends_with('\u{FFFD}') {
+            return Ok(None);
+        }
+        let piece = match after.get(before.len()..) {
+            Some(p) if after.starts_with(&before) => p.to_string(),
+            // The new id changed earlier text (no decoder here does): emit what differs.
+            _ => {
+                let common = before.chars().zip(after.chars()).take_while(|(a, b)| a == b).count();
+                after.chars().skip(common).collect()
+            }
+        };
+        self.prefix = self.read;
+        self.read = self.ids.len();
+        Ok(Some(piece))
+    }
+
+    /// The ids fed so far.
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
     }
 }
 
