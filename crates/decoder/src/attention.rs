@@ -99,13 +99,12 @@ impl candle_core::CustomOp3 for FusedAttention {
         let mask = self.mask;
         let pool = tessera_kernels::ThreadPool::global();
         let (kl, vl) = (kv_layout(kl, "k")?, kv_layout(vl, "v")?);
+        let visible = |qp| mask.visible_keys(qp, tk);
         if tq <= FUSED_MAX_QUERIES {
             let q = crate::cpu_op::contiguous_f32(qs, ql, "fused attention")?;
-            let visible = |qp, kp| mask.allows(qp, kp);
             tessera_kernels::attention::attend(pool, shape, q, k, kl, v, vl, self.scale, &visible, &mut out)
         } else {
             let F32(q) = qs else { candle_core::bail!("fused attention takes f32 tensors") };
-            let visible = |qp| mask.visible_keys(qp, tk);
             let ql = kv_layout(ql, "q")?;
             tessera_kernels::dense::attend_many(pool, shape, q, ql, k, kl, v, vl, self.scale, &visible, &mut out)
         }

@@ -4,7 +4,6 @@
 //! independent partial sums so the compiler vectorises them, and `exp` is [`crate::ops::exp`].
 
 use crate::error::{KernelError, Result};
-use crate::ops::exp;
 use crate::pool::{SendPtr, ThreadPool};
 
 /// Where each head's keys (or values) are: row `j` of kv-head `h` of batch `b` starts at
@@ -31,7 +30,8 @@ pub struct AttentionShape {
 }
 
 /// `out` `(batch, tq, heads, head_dim)` ← attention of `q` `(batch, heads, tq, head_dim)`
-/// (contiguous) over `k`, `v`; `visible(q_pos, k_pos)` says which keys each query sees.
+/// (contiguous) over `k`, `v`; the query at absolute position `p` sees the keys `visible(p)`
+/// (a range: every mask rule of a decoder gives one).
 #[allow(clippy::too_many_arguments)]
 pub fn attend(
     pool: &ThreadPool,
@@ -42,7 +42,7 @@ pub fn attend(
     v: &[f32],
     vl: KvLayout,
     scale: f32,
-    visible: &(dyn Fn(usize, usize) -> bool + Sync),
+    visible: &(dyn Fn(usize) -> std::ops::Range<usize> + Sync),
     out: &mut [f32],
 ) -> Result<()> {
     let d = s.head_dim;
@@ -74,46 +74,31 @@ pub fn attend(
             let vbase = vl.offset + b * vl.batch_stride + kvh * vl.head_stride;
             for i in 0..s.tq {
                 let qrow = &q[((b * s.heads + h) * s.tq + i) * d..][..d];
-                let mut max = f32::NEG_INFINITY;
-                for (j, sc) in scores.iter_mut().enumerate() {
-                    *sc = if visible(first_q + i, j) {
-                        let krow = &k[kbase + j * kl.row_stride..][..d];
-                        let x = dot(qrow, krow) * scale;
-                        max = max.max(x);
-                        x
-                    } else {
-                        f32::NEG_INFINITY
-                    };
-                }
-                acc.iter_mut().for_each(|a| *a = 0.0);
-                let mut total = 0f32;
-                if max > f32::NEG_INFINITY {
-                    for sc in scores.iter_mut() {
-                        *sc = if *sc == f32::NEG_INFINITY { 0.0 } else { exp(*sc - max) };
-                        total += *sc;
-                    }
-                    for (j, &p) in scores.iter().enumerate() {
-                        if p != 0.0 {
-                            let vrow = &v[vbase + j * vl.row_stride..][..d];
-                            for (a, &x) in acc.iter_mut().zip(vrow) {
-                                *a += p * x;
-                            }
-                        }
-                    }
-                }
-                let inv = if total > 0.0 { 1.0 / total } else { 0.0 };
+                let keys = visible(first_q + i);
+                let (lo, hi) = (keys.start.min(s.tk), keys.end.min(s.tk).max(keys.start.min(s.tk)));
+                let sc = &mut scores[lo..hi];
                 // SAFETY: (b, i, h) is this job's row of the output; in bounds (checked above).
                 let o = unsafe { std::slice::from_raw_parts_mut(dst.0.add(((b * s.tq + i) * s.heads + h) * d), d) };
-                for (o, a) in o.iter_mut().zip(&acc) {
-                    *o = a * inv;
-                }
+                crate::ops::wide(|| {
+                    for (j, x) in (lo..hi).zip(sc.iter_mut()) {
+                        *x = dot(qrow, &k[kbase + j * kl.row_stride..][..d]);
+                    }
+                    softmax_in_place(sc, scale);
+                    acc.fill(0.0);
+                    for (j, &p) in (lo..hi).zip(sc.iter()) {
+                        for (a, &x) in acc.iter_mut().zip(&v[vbase + j * vl.row_stride..][..d]) {
+                            *a += p * x;
+                        }
+                    }
+                    o.copy_from_slice(&acc);
+                });
             }
         }
     })
 }
 
 /// `a · b` with 8 independent partial sums (vectorised by the compiler).
-#[inline]
+#[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut s = [0f32; 8];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));

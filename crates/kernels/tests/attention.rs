@@ -28,11 +28,12 @@ fn fused_attention_equals_the_f64_reference_for_gqa_masks_and_cache_views() {
         let v: Vec<f32> = (0..b * kv_heads * cap * d).map(|_| rng.random_range(-1.0..1.0)).collect();
         let layout = KvLayout { offset: 0, batch_stride: kv_heads * cap * d, head_stride: cap * d, row_stride: d };
         let visible = |qp: usize, kp: usize| kp <= qp && window.is_none_or(|w| qp - kp < w);
+        let range = |qp: usize| (0..tk).find(|&j| visible(qp, j)).unwrap_or(0)..qp + 1;
         let shape = AttentionShape { batch: b, heads, kv_heads, tq, tk, head_dim: d };
         let scale = 0.25f32;
         for threads in [1, 2, 3] {
             let mut out = vec![0f32; b * tq * heads * d];
-            attend(&ThreadPool::new(threads), shape, &q, &k, layout, &v, layout, scale, &visible, &mut out)
+            attend(&ThreadPool::new(threads), shape, &q, &k, layout, &v, layout, scale, &range, &mut out)
                 .expect("attend");
             for bi in 0..b {
                 for h in 0..heads {
