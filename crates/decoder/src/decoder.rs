@@ -46,13 +46,13 @@ impl DecoderConfig {
         if self.num_hidden_layers == 0 {
             return bad("num_hidden_layers must be positive".into());
         }
-        if self.num_key_value_heads == 0 || self.num_attention_heads % self.num_key_value_heads != 0 {
+        if self.num_key_value_heads == 0 || !self.num_attention_heads.is_multiple_of(self.num_key_value_heads) {
             return bad(format!(
                 "num_key_value_heads ({}) must divide num_attention_heads ({})",
                 self.num_key_value_heads, self.num_attention_heads
             ));
         }
-        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return bad(format!("head_dim ({}) must be positive and even", self.head_dim));
         }
         Ok(())

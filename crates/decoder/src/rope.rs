@@ -60,7 +60,7 @@ impl RopeConfig {
                     .map(|f| {
                         let wavelen = 2.0 * std::f32::consts::PI / f;
                         let scaled = if wavelen > low_freq_wavelen { f / factor } else { f };
-                        let medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+                        let medium = (high_freq_wavelen..=low_freq_wavelen).contains(&wavelen);
                         if medium {
                             let smooth = (old / wavelen - low) / (high - low);
                             (1.0 - smooth) * scaled / factor + smooth * scaled
@@ -85,7 +85,7 @@ pub struct RotaryEmbedding {
 
 impl RotaryEmbedding {
     pub fn new(cfg: &RopeConfig, head_dim: usize, max_positions: usize, dtype: DType, device: &Device) -> Result<Self> {
-        if head_dim % 2 != 0 {
+        if !head_dim.is_multiple_of(2) {
             return Err(DecoderError::Config(format!("RoPE needs an even head_dim, got {head_dim}")));
         }
         let inv_freq = cfg.inv_freq(head_dim);

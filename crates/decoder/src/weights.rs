@@ -228,6 +228,7 @@ impl Weights {
     }
 
     /// Reads a quantized matrix's blocks straight from the file for tessera's CPU kernels.
+    #[allow(clippy::too_many_arguments)]
     fn read_packed(
         &self,
         g: &GgufSource,
@@ -298,7 +299,7 @@ impl Weights {
                 return Ok(MatrixWeight::Quantized(Arc::new(q)));
             }
         }
-        if self.q8_0_matrices && self.device.is_cpu() && in_dim % 32 == 0 {
+        if self.q8_0_matrices && self.device.is_cpu() && in_dim.is_multiple_of(32) {
             let full = self.full_name(name);
             let dense = self.get_with_dtype(&[out_dim, in_dim], name, DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
             let mut blocks = vec![0u8; dense.len() / 32 * QType::Q8_0.block_bytes()];

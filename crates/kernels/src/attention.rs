@@ -46,7 +46,7 @@ pub fn attend(
     out: &mut [f32],
 ) -> Result<()> {
     let d = s.head_dim;
-    if s.kv_heads == 0 || s.heads % s.kv_heads != 0 || s.tk < s.tq {
+    if s.kv_heads == 0 || !s.heads.is_multiple_of(s.kv_heads) || s.tk < s.tq {
         return Err(KernelError::Shape(format!("attention shape {s:?}")));
     }
     let last_row = |l: &KvLayout| {
@@ -122,7 +122,7 @@ pub fn scale_mask_softmax(
     scale: f32,
     visible: &(dyn Fn(usize) -> std::ops::Range<usize> + Sync),
 ) -> Result<()> {
-    if tk == 0 || scores.len() % tk != 0 {
+    if tk == 0 || !scores.len().is_multiple_of(tk) {
         return Err(KernelError::Shape(format!("softmax over rows of {tk} in {} values", scores.len())));
     }
     let rows = scores.len() / tk;

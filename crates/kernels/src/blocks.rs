@@ -314,8 +314,8 @@ pub(crate) fn unpack_k(t: QType, b: &[u8]) -> UnpackedK {
             u.sub = 16;
             let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
             u.d = f16_at(b, 208);
-            for j in 0..16 {
-                u.scales[j] = sc[j] as i8;
+            for (dst, &s) in u.scales.iter_mut().zip(sc) {
+                *dst = s as i8;
             }
             for half in 0..2 {
                 let (ql, qh) = (&ql[64 * half..], &qh[32 * half..]);

@@ -148,7 +148,7 @@ pub fn attend_many(
     out: &mut [f32],
 ) -> Result<()> {
     let d = s.head_dim;
-    if s.kv_heads == 0 || s.heads % s.kv_heads != 0 || s.tk < s.tq {
+    if s.kv_heads == 0 || !s.heads.is_multiple_of(s.kv_heads) || s.tk < s.tq {
         return Err(KernelError::Shape(format!("attention shape {s:?}")));
     }
     if s.batch == 0 || s.tq == 0 || d == 0 {

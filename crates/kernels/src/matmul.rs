@@ -139,7 +139,7 @@ fn simd_rows4_fn(t: QType, isa: Isa) -> Option<Rows4Fn> {
 }
 
 /// Dot of one weight row with one token's `Q8_K` activations.
-type RowKFn = unsafe fn(&[u8], &[Q8KBlock]) -> f32;
+pub(crate) type RowKFn = unsafe fn(&[u8], &[Q8KBlock]) -> f32;
 
 /// The SIMD row kernel of the k-quant `t` on `isa`, if there is one.
 fn simd_row_k_fn(t: QType, isa: Isa) -> Option<RowKFn> {
@@ -237,7 +237,7 @@ impl QMatrix {
     /// The bytes a `(rows, cols)` matrix of `qtype` takes; an error when a row is not whole
     /// blocks or the size overflows.
     pub fn byte_len(qtype: QType, rows: usize, cols: usize) -> Result<usize> {
-        if cols == 0 || cols % qtype.block_elems() != 0 {
+        if cols == 0 || !cols.is_multiple_of(qtype.block_elems()) {
             return Err(KernelError::Shape(format!(
                 "{qtype} rows hold blocks of {} values, but a row has {cols}",
                 qtype.block_elems()

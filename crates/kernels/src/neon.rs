@@ -210,7 +210,7 @@ unsafe fn row_q6k_neon(row: &[u8], act: &[Q8KBlock]) -> f32 {
 }
 
 /// The row kernel of a k-quant type. Callers check `has_dotprod()` first.
-pub(crate) fn row_k_fn(t: QType) -> Option<unsafe fn(&[u8], &[Q8KBlock]) -> f32> {
+pub(crate) fn row_k_fn(t: QType) -> Option<crate::matmul::RowKFn> {
     match t {
         QType::Q4K => Some(row_q45k_neon::<false>),
         QType::Q5K => Some(row_q45k_neon::<true>),

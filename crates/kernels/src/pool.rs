@@ -115,7 +115,7 @@ impl ThreadPool {
         let mut spins = 0u32;
         while s.pending.load(Ordering::Acquire) != 0 {
             spins = spins.wrapping_add(1);
-            if spins % 64 != 0 || start.elapsed() < SPIN {
+            if !spins.is_multiple_of(64) || start.elapsed() < SPIN {
                 std::hint::spin_loop();
             } else {
                 std::thread::yield_now();
@@ -154,7 +154,7 @@ fn worker(idx: usize, s: &Shared) {
                 break;
             }
             spins = spins.wrapping_add(1);
-            if spins % 64 != 0 || start.elapsed() < SPIN {
+            if !spins.is_multiple_of(64) || start.elapsed() < SPIN {
                 std::hint::spin_loop();
                 continue;
             }

@@ -30,7 +30,7 @@ impl Default for SamplingParams {
 impl SamplingParams {
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(TesseraError::InvalidInput(m));
-        if !(self.temperature >= 0.0) || !self.temperature.is_finite() {
+        if self.temperature.is_nan() || self.temperature < 0.0 || !self.temperature.is_finite() {
             return bad(format!("temperature must be ≥ 0, got {}", self.temperature));
         }
         if let Some(p) = self.top_p {
@@ -47,7 +47,7 @@ impl SamplingParams {
             return bad("top_k must be ≥ 1".into());
         }
         if let Some(r) = self.repetition_penalty {
-            if !(r > 0.0) || !r.is_finite() {
+            if r.is_nan() || r <= 0.0 || !r.is_finite() {
                 return bad(format!("repetition_penalty must be > 0, got {r}"));
             }
         }

@@ -250,7 +250,7 @@ impl ImageProcessor {
                     )));
                 }
                 let side = t.patches_per_side();
-                if *scale_factor == 0 || side % scale_factor != 0 {
+                if *scale_factor == 0 || !side.is_multiple_of(*scale_factor) {
                     return Err(err(format!("scale_factor {scale_factor} does not divide {side} patches per side")));
                 }
                 let seq_len = t.num_patches() / (scale_factor * scale_factor);

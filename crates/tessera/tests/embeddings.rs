@@ -82,7 +82,7 @@ fn attention_weights_match_transformers_eager() -> Result<()> {
             .as_array()
             .context("heads")?
             .iter()
-            .flat_map(|h| h.as_array().expect("rows").iter().flat_map(|r| common::floats(r)))
+            .flat_map(|h| h.as_array().expect("rows").iter().flat_map(common::floats))
             .collect();
         let want = Tensor::from_vec(want, weights.dims(), &Device::Cpu)?;
         let diff = max_diff(&weights, &want)?;
@@ -108,7 +108,7 @@ fn hidden_states_of_every_layer_match_transformers_on_a_tiny_model() -> Result<(
     let want = reference["hidden_states"].as_array().context("hidden states")?;
     assert_eq!(states.len(), want.len());
     for (layer, (got, want)) in states.iter().zip(want).enumerate() {
-        let rows: Vec<f32> = want.as_array().context("rows")?.iter().flat_map(|r| common::floats(r)).collect();
+        let rows: Vec<f32> = want.as_array().context("rows")?.iter().flat_map(common::floats).collect();
         let diff = max_diff(got, &Tensor::from_vec(rows, got.dims(), &Device::Cpu)?)?;
         assert!(diff < 1e-4, "layer {layer}: {diff}");
     }

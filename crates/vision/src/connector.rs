@@ -74,7 +74,7 @@ impl Connector {
 pub fn pixel_shuffle(x: &Tensor, s: usize) -> Result<Tensor> {
     let (b, n, d) = x.dims3()?;
     let side = (n as f64).sqrt().round() as usize;
-    if side * side != n || s == 0 || side % s != 0 {
+    if side * side != n || s == 0 || !side.is_multiple_of(s) {
         return Err(VisionError::Config(format!(
             "pixel shuffle by {s} needs a square grid of patches whose side is a multiple of {s}, got {n} patches"
         )));

@@ -67,7 +67,7 @@ impl VisionTowerConfig {
         if self.patch_size == 0 || self.image_size < self.patch_size {
             return bad(format!("vision image_size {} holds no whole patch of {}", self.image_size, self.patch_size));
         }
-        if self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
+        if self.num_attention_heads == 0 || !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return bad(format!(
                 "vision hidden_size {} is not a multiple of num_attention_heads {}",
                 self.hidden_size, self.num_attention_heads
