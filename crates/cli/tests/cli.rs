@@ -59,8 +59,14 @@ fn default_model_answers_about_an_image_and_reports_timings() -> Result<()> {
     let err = stderr(&o);
     assert!(err.contains("tok/s") && err.contains("load"), "{err}");
     // One image only, and files that are not images are refused.
-    assert_clean_failure(&tessera(&["generate", "--image", &image, "--image", &image, "--prompt", "x"]), &["at most 1"]);
-    assert_clean_failure(&tessera(&["generate", "--image", &shapes("config.json"), "--prompt", "x"]), &["config.json", "not an image"]);
+    assert_clean_failure(
+        &tessera(&["generate", "--image", &image, "--image", &image, "--prompt", "x"]),
+        &["at most 1"],
+    );
+    assert_clean_failure(
+        &tessera(&["generate", "--image", &shapes("config.json"), "--prompt", "x"]),
+        &["config.json", "not an image"],
+    );
     assert_clean_failure(&tessera(&["generate", "--image", "/no/such.png", "--prompt", "x"]), &["/no/such.png"]);
     assert_clean_failure(
         &tessera(&["generate", "--image", &image, "--max-image-pixels", "100", "--prompt", "x"]),
@@ -75,7 +81,13 @@ fn explain_draws_one_picture_per_answer_token_from_the_captured_attention() -> R
     let out = root().join("target/test-scratch/explain");
     let _ = std::fs::remove_dir_all(&out);
     let o = tessera(&[
-        "explain", "--image", &image_path, "--prompt", "Describe the image.", "--out", out.to_str().unwrap(),
+        "explain",
+        "--image",
+        &image_path,
+        "--prompt",
+        "Describe the image.",
+        "--out",
+        out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("| # | token | on image |"));
@@ -104,8 +116,19 @@ fn explain_draws_one_picture_per_answer_token_from_the_captured_attention() -> R
 fn json_output_with_logprobs() -> Result<()> {
     let m = smollm2();
     let o = tessera(&[
-        "generate", "--model", &m, "--dtype", "f32", "--raw", "--prompt", "The capital of France is",
-        "--max-new-tokens", "4", "--json", "--logprobs", "3",
+        "generate",
+        "--model",
+        &m,
+        "--dtype",
+        "f32",
+        "--raw",
+        "--prompt",
+        "The capital of France is",
+        "--max-new-tokens",
+        "4",
+        "--json",
+        "--logprobs",
+        "3",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
@@ -125,7 +148,8 @@ fn json_output_with_logprobs() -> Result<()> {
 #[test]
 fn chat_template_is_applied_by_default_and_eos_stops() -> Result<()> {
     let m = smollm2();
-    let o = tessera(&["generate", "--model", &m, "--dtype", "f32", "--prompt", "What is the capital of France?", "--json"]);
+    let o =
+        tessera(&["generate", "--model", &m, "--dtype", "f32", "--prompt", "What is the capital of France?", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
     assert_eq!(v["text"], "The capital of France is Paris.");
@@ -137,7 +161,16 @@ fn chat_template_is_applied_by_default_and_eos_stops() -> Result<()> {
 fn stop_strings_end_generation() -> Result<()> {
     let m = smollm2();
     let o = tessera(&[
-        "generate", "--model", &m, "--dtype", "f32", "--raw", "--prompt", "The capital of France is", "--stop", ".",
+        "generate",
+        "--model",
+        &m,
+        "--dtype",
+        "f32",
+        "--raw",
+        "--prompt",
+        "The capital of France is",
+        "--stop",
+        ".",
         "--json",
     ]);
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
@@ -160,12 +193,18 @@ fn info_describes_the_model() {
 #[test]
 fn bad_requests_fail_cleanly() {
     let m = smollm2();
-    assert_clean_failure(&tessera(&["generate", "--model", "/no/such/model.gguf", "--prompt", "x"]), &["/no/such/model.gguf"]);
+    assert_clean_failure(
+        &tessera(&["generate", "--model", "/no/such/model.gguf", "--prompt", "x"]),
+        &["/no/such/model.gguf"],
+    );
     assert_clean_failure(
         &tessera(&["generate", "--model", &m, "--image", "cat.png", "--prompt", "x"]),
         &["takes no images"],
     );
-    assert_clean_failure(&tessera(&["generate", "--model", &m, "--device", "cuda", "--prompt", "x"]), &["cuda", "not available"]);
+    assert_clean_failure(
+        &tessera(&["generate", "--model", &m, "--device", "cuda", "--prompt", "x"]),
+        &["cuda", "not available"],
+    );
     assert_clean_failure(&tessera(&["generate", "--model", &m, "--dtype", "f8", "--prompt", "x"]), &["f8"]);
     assert_clean_failure(&tessera(&["generate", "--model", &m, "--temperature=-1", "--prompt", "x"]), &["temperature"]);
     let tiny = root().join("tests/fixtures/tiny/llama-gqa");
@@ -219,7 +258,10 @@ fn analogy_king_man_woman_gives_queen() -> Result<()> {
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
     assert_eq!(v[0]["token"], " queen", "{v}");
-    assert_clean_failure(&tessera(&["analogy", "--model", &m, "king", "man", "zqxjzqxj"]), &["zqxjzqxj", "single token"]);
+    assert_clean_failure(
+        &tessera(&["analogy", "--model", &m, "king", "man", "zqxjzqxj"]),
+        &["zqxjzqxj", "single token"],
+    );
     Ok(())
 }
 
@@ -248,7 +290,10 @@ fn embed_writes_json_npy_and_safetensors() -> Result<()> {
     let o = tessera(&["embed", "--model", &m, "--text", "river bank", "--out", st.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(std::fs::metadata(&st)?.len() > 2 * 576 * 4);
-    assert_clean_failure(&tessera(&["embed", "--model", &m, "--text", "x", "--layer", "99"]), &["layer 99", "out of range"]);
+    assert_clean_failure(
+        &tessera(&["embed", "--model", &m, "--text", "x", "--layer", "99"]),
+        &["layer 99", "out of range"],
+    );
     assert_clean_failure(&tessera(&["embed", "--model", &m, "--text", "x", "--pool", "max"]), &["--pool"]);
     assert_clean_failure(&tessera(&["embed", "--model", &m, "--text", ""]), &["empty"]);
     Ok(())
@@ -266,10 +311,21 @@ fn photo(name: &str) -> String {
 fn vision_language_checkpoints_answer_and_describe_themselves() -> Result<()> {
     // Each family, from its folder, with its own template and processor: --image files go before
     // the prompt in one user message.
-    for (name, tokens) in [("smolvlm-tiny", 80), ("llava-tiny", 25), ("llava-interleave-tiny", 16), ("paligemma-tiny", 64)] {
+    for (name, tokens) in
+        [("smolvlm-tiny", 80), ("llava-tiny", 25), ("llava-interleave-tiny", 16), ("paligemma-tiny", 64)]
+    {
         let o = tessera(&[
-            "generate", "--model", &vlm(name), "--image", &photo("chelsea.png"), "--prompt", "Describe this image.",
-            "--max-new-tokens", "4", "--ignore-eos", "--json",
+            "generate",
+            "--model",
+            &vlm(name),
+            "--image",
+            &photo("chelsea.png"),
+            "--prompt",
+            "Describe this image.",
+            "--max-new-tokens",
+            "4",
+            "--ignore-eos",
+            "--json",
         ]);
         assert!(o.status.success(), "{name}: {}", stderr(&o));
         let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
@@ -278,8 +334,18 @@ fn vision_language_checkpoints_answer_and_describe_themselves() -> Result<()> {
     }
     // Two images where the family takes several.
     let o = tessera(&[
-        "generate", "--model", &vlm("llava-interleave-tiny"), "--image", &photo("chelsea.png"), "--image",
-        &photo("astronaut.png"), "--prompt", "What differs?", "--max-new-tokens", "2", "--json",
+        "generate",
+        "--model",
+        &vlm("llava-interleave-tiny"),
+        "--image",
+        &photo("chelsea.png"),
+        "--image",
+        &photo("astronaut.png"),
+        "--prompt",
+        "What differs?",
+        "--max-new-tokens",
+        "2",
+        "--json",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
@@ -312,7 +378,8 @@ fn messages_file_runs_a_whole_conversation() -> Result<()> {
                     if let Some(rel) = part.get(key).and_then(|v| v.as_str()).map(str::to_string) {
                         // The first image as an OpenAI data: URL, the others as absolute paths.
                         *part = if n == 0 {
-                            let data = base64::engine::general_purpose::STANDARD.encode(std::fs::read(root().join(&rel))?);
+                            let data =
+                                base64::engine::general_purpose::STANDARD.encode(std::fs::read(root().join(&rel))?);
                             serde_json::json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{data}")}})
                         } else {
                             serde_json::json!({"type": "image", key: root().join(&rel).to_string_lossy()})
@@ -325,8 +392,17 @@ fn messages_file_runs_a_whole_conversation() -> Result<()> {
         let file = dir.join(format!("{name}.json"));
         std::fs::write(&file, serde_json::to_string(&messages)?)?;
         let o = tessera(&[
-            "generate", "--model", &vlm(name), "--messages", &file.to_string_lossy(), "--max-new-tokens", "16",
-            "--ignore-eos", "--temperature", "0", "--json",
+            "generate",
+            "--model",
+            &vlm(name),
+            "--messages",
+            &file.to_string_lossy(),
+            "--max-new-tokens",
+            "16",
+            "--ignore-eos",
+            "--temperature",
+            "0",
+            "--json",
         ]);
         assert!(o.status.success(), "{name}: {}", stderr(&o));
         let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
@@ -341,7 +417,8 @@ fn messages_file_runs_a_whole_conversation() -> Result<()> {
     std::fs::write(&bad, r#"[{"role": "user", "content": [{"type": "image", "url": "https://x.org/a.png"}]}]"#)?;
     let o = tessera(&["generate", "--model", &vlm("smolvlm-tiny"), "--messages", &bad.to_string_lossy()]);
     assert_clean_failure(&o, &["https://x.org/a.png", "not downloaded"]);
-    let o = tessera(&["generate", "--model", &vlm("smolvlm-tiny"), "--messages", &bad.to_string_lossy(), "--prompt", "x"]);
+    let o =
+        tessera(&["generate", "--model", &vlm("smolvlm-tiny"), "--messages", &bad.to_string_lossy(), "--prompt", "x"]);
     assert!(!o.status.success() && stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
     Ok(())
 }
@@ -350,11 +427,27 @@ fn messages_file_runs_a_whole_conversation() -> Result<()> {
 fn vision_language_bad_input_fails_cleanly() {
     // An image over the per-image token budget.
     let o = tessera(&[
-        "generate", "--model", &vlm("smolvlm-tiny"), "--image", &photo("chelsea.png"), "--prompt", "Hi",
-        "--max-image-tokens", "64",
+        "generate",
+        "--model",
+        &vlm("smolvlm-tiny"),
+        "--image",
+        &photo("chelsea.png"),
+        "--prompt",
+        "Hi",
+        "--max-image-tokens",
+        "64",
     ]);
     assert_clean_failure(&o, &["chelsea.png", "80 image tokens", "budget of 64"]);
     // A raw prompt whose placeholders do not match the images.
-    let o = tessera(&["generate", "--model", &vlm("llava-tiny"), "--image", &photo("chelsea.png"), "--raw", "--prompt", "no placeholder"]);
+    let o = tessera(&[
+        "generate",
+        "--model",
+        &vlm("llava-tiny"),
+        "--image",
+        &photo("chelsea.png"),
+        "--raw",
+        "--prompt",
+        "no placeholder",
+    ]);
     assert_clean_failure(&o, &["0 `<image>` placeholder", "1 image"]);
 }

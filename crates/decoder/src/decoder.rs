@@ -163,10 +163,7 @@ impl Decoder {
         let offset = cache.len();
         let t = embeds.dim(1)?;
         if offset + t > self.cfg.max_position_embeddings {
-            return Err(DecoderError::ContextOverflow {
-                requested: offset + t,
-                max: self.cfg.max_position_embeddings,
-            });
+            return Err(DecoderError::ContextOverflow { requested: offset + t, max: self.cfg.max_position_embeddings });
         }
         let mut x = embeds.clone();
         if trace.capture_hidden {

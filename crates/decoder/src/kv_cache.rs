@@ -94,10 +94,8 @@ impl KvCache {
     /// Appends to layer `layer`; see [`LayerKv::append`].
     pub fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
         let max_len = self.max_len;
-        let l = self
-            .layers
-            .get_mut(layer)
-            .ok_or_else(|| DecoderError::Config(format!("KV cache has no layer {layer}")))?;
+        let l =
+            self.layers.get_mut(layer).ok_or_else(|| DecoderError::Config(format!("KV cache has no layer {layer}")))?;
         l.append(k, v, max_len)
     }
 }

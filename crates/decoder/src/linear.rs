@@ -89,7 +89,10 @@ impl Linear {
     fn dense_cpu(&self, x: &Tensor, residual: Option<&Tensor>, epilogue: Epilogue) -> Result<Option<Tensor>> {
         let LinearWeight::Dense(l) = &self.weight else { return Ok(None) };
         let f32_cpu = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32;
-        if !f32_cpu(x) || !f32_cpu(l.weight()) || !self.bias.as_ref().is_none_or(f32_cpu) || !residual.is_none_or(f32_cpu)
+        if !f32_cpu(x)
+            || !f32_cpu(l.weight())
+            || !self.bias.as_ref().is_none_or(f32_cpu)
+            || !residual.is_none_or(f32_cpu)
         {
             return Ok(None);
         }

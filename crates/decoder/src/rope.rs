@@ -46,8 +46,7 @@ impl RopeConfig {
     /// The `dim/2` inverse frequencies, computed in f32 as transformers does.
     pub fn inv_freq(&self, dim: usize) -> Vec<f32> {
         let base = self.theta as f32;
-        let inv: Vec<f32> =
-            (0..dim).step_by(2).map(|i| 1.0 / base.powf(i as f32 / dim as f32)).collect();
+        let inv: Vec<f32> = (0..dim).step_by(2).map(|i| 1.0 / base.powf(i as f32 / dim as f32)).collect();
         match self.scaling {
             RopeScaling::Default => inv,
             RopeScaling::Linear { factor } => inv.into_iter().map(|f| f / factor as f32).collect(),

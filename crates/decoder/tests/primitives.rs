@@ -97,7 +97,11 @@ fn attention_in_query_chunks_equals_one_pass_for_every_mask() -> Result<()> {
     let q = random(&[1, 4, 300, 8], 8)?;
     let k = random(&[1, 2, 310, 8], 9)?;
     let v = random(&[1, 2, 310, 8], 10)?;
-    for mask in [AttentionMask::Causal, AttentionMask::SlidingWindow { window: 50 }, AttentionMask::PrefixLm { prefix_len: 200 }] {
+    for mask in [
+        AttentionMask::Causal,
+        AttentionMask::SlidingWindow { window: 50 },
+        AttentionMask::PrefixLm { prefix_len: 200 },
+    ] {
         let bias = mask.bias(300, 310, DType::F32, &Device::Cpu)?;
         let (whole, _) = scaled_dot_product_attention(&q, &k, &v, bias.as_ref(), 0.3)?;
         let chunked = attention_in_query_chunks(&q, &k, &v, &mask, 0.3, 1000)?;

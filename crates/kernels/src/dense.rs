@@ -199,7 +199,8 @@ pub fn attend_many(
                 }
                 let span = hi - lo;
                 scores.resize(nr * span, 0f32);
-                let qp = q.as_ptr().add(ql.offset + b * ql.batch_stride + h * ql.head_stride + rows.start * ql.row_stride);
+                let qp =
+                    q.as_ptr().add(ql.offset + b * ql.batch_stride + h * ql.head_stride + rows.start * ql.row_stride);
                 let kp = k.as_ptr().add(kl.offset + b * kl.batch_stride + kvh * kl.head_stride + lo * kl.row_stride);
                 let vp = v.as_ptr().add(vl.offset + b * vl.batch_stride + kvh * vl.head_stride + lo * vl.row_stride);
                 // scores (nr, span) = q (nr, d) · keys (d, span), keys read transposed.
@@ -310,7 +311,16 @@ mod tests {
             }
         }
         let pool = ThreadPool::new(2);
-        let args = LinearArgs { x: &[0.0; 6], m: 2, k: 3, w: &[0.0; 6], n: 2, bias: Some(&[0.0]), residual: None, epilogue: Epilogue::None };
+        let args = LinearArgs {
+            x: &[0.0; 6],
+            m: 2,
+            k: 3,
+            w: &[0.0; 6],
+            n: 2,
+            bias: Some(&[0.0]),
+            residual: None,
+            epilogue: Epilogue::None,
+        };
         assert!(linear(&pool, args, &mut [0.0; 4]).is_err(), "a bias of the wrong length is refused");
         Ok(())
     }
@@ -346,7 +356,9 @@ mod tests {
                     let keys = visible(first + i);
                     let logits: Vec<f64> = keys
                         .clone()
-                        .map(|j| row(j, &k).iter().zip(qrow).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * scale as f64)
+                        .map(|j| {
+                            row(j, &k).iter().zip(qrow).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * scale as f64
+                        })
                         .collect();
                     let max = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                     let e: Vec<f64> = logits.iter().map(|l| (l - max).exp()).collect();

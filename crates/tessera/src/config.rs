@@ -170,13 +170,12 @@ impl ModelConfig {
     /// Converts a parsed `config.json`; `path` is used in error messages.
     pub fn from_config_json(json: &Value, path: &Path) -> Result<Self> {
         let model_type = json.get("model_type").and_then(Value::as_str).unwrap_or("<missing model_type>");
-        let architecture = Architecture::from_model_type(model_type).ok_or_else(|| {
-            TesseraError::UnsupportedArchitecture {
+        let architecture =
+            Architecture::from_model_type(model_type).ok_or_else(|| TesseraError::UnsupportedArchitecture {
                 found: model_type.to_string(),
                 path: path.to_path_buf(),
                 supported: Architecture::SUPPORTED.to_string(),
-            }
-        })?;
+            })?;
         let err = |reason: String| TesseraError::Config { path: path.to_path_buf(), reason };
         // The decoder's fields: the file itself, or a VLM's `text_config` with its class defaults.
         let (text_json, text_architecture) = match architecture.vlm_family() {
@@ -184,9 +183,10 @@ impl ModelConfig {
             Some(family) => {
                 let sub = json.get("text_config").cloned().unwrap_or_else(|| serde_json::json!({}));
                 let text_type = sub.get("model_type").and_then(Value::as_str).unwrap_or(family.default_text_type());
-                let text_arch = Architecture::from_model_type(text_type)
-                    .filter(Architecture::is_text)
-                    .ok_or_else(|| err(format!("unsupported text_config.model_type `{text_type}` (llama, mistral, qwen2, gemma)")))?;
+                let text_arch =
+                    Architecture::from_model_type(text_type).filter(Architecture::is_text).ok_or_else(|| {
+                        err(format!("unsupported text_config.model_type `{text_type}` (llama, mistral, qwen2, gemma)"))
+                    })?;
                 let defaults = class_defaults(text_type).unwrap_or_else(|| serde_json::json!({}));
                 let mut merged = with_defaults(&sub, defaults);
                 merged["model_type"] = text_type.into();
@@ -240,10 +240,11 @@ impl ModelConfig {
             },
         };
         // A VLM states tying at its top level (falling back to its text model's).
-        let tie = json.get("tie_word_embeddings").and_then(Value::as_bool).filter(|_| architecture.vlm_family().is_some());
-        let eos = cfg.eos_token_id.or_else(|| {
-            json.get("eos_token_id").and_then(|v| serde_json::from_value::<TokenIds>(v.clone()).ok())
-        });
+        let tie =
+            json.get("tie_word_embeddings").and_then(Value::as_bool).filter(|_| architecture.vlm_family().is_some());
+        let eos = cfg
+            .eos_token_id
+            .or_else(|| json.get("eos_token_id").and_then(|v| serde_json::from_value::<TokenIds>(v.clone()).ok()));
         Ok(Self {
             vision,
             architecture,

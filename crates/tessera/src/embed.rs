@@ -301,7 +301,12 @@ impl Model {
     /// assert!(sums.iter().all(|s| (s - 1.0).abs() < 1e-5));
     /// # Ok::<(), tessera::TesseraError>(())
     /// ```
-    pub fn attention_weights(&self, images: &[RgbImage], ids: &[u32], layers: &[usize]) -> Result<Vec<(usize, Tensor)>> {
+    pub fn attention_weights(
+        &self,
+        images: &[RgbImage],
+        ids: &[u32],
+        layers: &[usize],
+    ) -> Result<Vec<(usize, Tensor)>> {
         let n = self.config().decoder.num_hidden_layers;
         if let Some(bad) = layers.iter().find(|&&l| l >= n) {
             return Err(TesseraError::InvalidInput(format!(

@@ -50,8 +50,8 @@ pub mod vlm_config;
 
 pub use candle_core::{DType, Device, Tensor};
 pub use config::{Architecture, GenerationConfig, ModelConfig, VisionSpec};
-pub use embed::{cosine, Embeddings, Neighbour, Pooling};
 pub use device::{default_dtype, parse_dtype, DeviceChoice};
+pub use embed::{cosine, Embeddings, Neighbour, Pooling};
 pub use error::{Result, TesseraError};
 pub use generate::{FinishReason, GenerateParams, GenerationOutput, Timings, TokenLogprob};
 pub use model::{LoadOptions, Model, ModelInfo};

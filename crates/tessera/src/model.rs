@@ -344,12 +344,7 @@ impl Model {
         // A text model's chat template carries all its special tokens; a processor adds the
         // tokenizer's unless the text already starts with BOS.
         let add = placeholder.is_some()
-            && !self
-                .tokenizer
-                .special()
-                .bos_token
-                .as_deref()
-                .is_some_and(|b| !b.is_empty() && rendered.starts_with(b));
+            && !self.tokenizer.special().bos_token.as_deref().is_some_and(|b| !b.is_empty() && rendered.starts_with(b));
         self.tokenize_with_images(&rendered, add, images)
     }
 

@@ -48,10 +48,8 @@ pub fn resolve(spec: &str) -> Result<ModelSource> {
     if path.exists() {
         return local(spec, path);
     }
-    let looks_like_repo = spec.split('/').count() == 2
-        && !spec.starts_with('.')
-        && !spec.starts_with('/')
-        && !spec.ends_with(".gguf");
+    let looks_like_repo =
+        spec.split('/').count() == 2 && !spec.starts_with('.') && !spec.starts_with('/') && !spec.ends_with(".gguf");
     if !looks_like_repo {
         return Err(TesseraError::ModelNotFound {
             spec: spec.to_string(),
@@ -105,10 +103,7 @@ fn shard_names(index: &Path) -> Result<Vec<String>> {
     let err = |reason: String| TesseraError::Config { path: index.to_path_buf(), reason };
     let text = std::fs::read_to_string(index).map_err(|e| err(e.to_string()))?;
     let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| err(format!("invalid JSON: {e}")))?;
-    let map = json
-        .get("weight_map")
-        .and_then(|m| m.as_object())
-        .ok_or_else(|| err("missing `weight_map`".into()))?;
+    let map = json.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| err("missing `weight_map`".into()))?;
     let mut shards: Vec<String> = map.values().filter_map(|v| v.as_str().map(String::from)).collect();
     shards.sort();
     shards.dedup();

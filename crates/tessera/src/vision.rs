@@ -263,8 +263,8 @@ impl ImageProcessor {
                 }
                 // Idefics3ImageProcessor's own defaults: Lanczos, longest edge 4·364.
                 let resample = image.get("resample").and_then(Value::as_u64).unwrap_or(1) as u32;
-                let filter =
-                    Filter::from_pil(resample).ok_or_else(|| err(format!("unsupported `resample` value {resample}")))?;
+                let filter = Filter::from_pil(resample)
+                    .ok_or_else(|| err(format!("unsupported `resample` value {resample}")))?;
                 let tiling = TilingConfig {
                     longest_edge: pre.do_resize.then(|| edge("size").unwrap_or(4 * 364) as usize),
                     tile,
@@ -379,7 +379,12 @@ impl HfImageEncoder {
             VlmFamily::Llava | VlmFamily::PaliGemma => (
                 first_prefix(
                     vb,
-                    &["vision_tower.vision_model", "vision_tower", "model.vision_tower.vision_model", "model.vision_tower"],
+                    &[
+                        "vision_tower.vision_model",
+                        "vision_tower",
+                        "model.vision_tower.vision_model",
+                        "model.vision_tower",
+                    ],
                     "embeddings.patch_embedding.weight",
                 ),
                 first_prefix(vb, &["multi_modal_projector", "model.multi_modal_projector"], ""),
@@ -433,7 +438,8 @@ impl HfImageEncoder {
             t.patch_size,
             match self.feature {
                 FeatureLayer::PostNorm => "after post_layernorm".to_string(),
-                FeatureLayer::Hidden(k) => format!("hidden_states[{k}]{}", if self.drop_cls { " without CLS" } else { "" }),
+                FeatureLayer::Hidden(k) =>
+                    format!("hidden_states[{k}]{}", if self.drop_cls { " without CLS" } else { "" }),
             },
             self.connector.describe(),
             self.processor.describe()
@@ -470,7 +476,8 @@ impl HfImageEncoder {
 fn processed_image(img: &RgbImage, cfg: &PreprocessConfig) -> Result<RgbImage> {
     let mut out = img.clone();
     if cfg.do_resize {
-        let size = cfg.size.ok_or_else(|| TesseraError::InvalidInput("do_resize is set but `size` is missing".into()))?;
+        let size =
+            cfg.size.ok_or_else(|| TesseraError::InvalidInput("do_resize is set but `size` is missing".into()))?;
         let (h, w) = tessera_vision::preprocess::output_size(img.height, img.width, size);
         out = tessera_vision::preprocess::resize(&out, h, w, cfg.filter()?);
     }

@@ -132,7 +132,9 @@ pub fn hf_vision(json: &Value, family: VlmFamily, path: &Path) -> Result<HfVisio
     let sub = json.get("vision_config").cloned().unwrap_or_else(|| json!({}));
     let vtype = family.vision_type(&sub);
     let defaults = class_defaults(vtype).ok_or_else(|| {
-        err(format!("unsupported vision_config.model_type `{vtype}` (supported: siglip_vision_model, clip_vision_model)"))
+        err(format!(
+            "unsupported vision_config.model_type `{vtype}` (supported: siglip_vision_model, clip_vision_model)"
+        ))
     })?;
     let v = with_defaults(&sub, defaults);
     let num = |k: &str| -> Result<usize> {
@@ -141,8 +143,8 @@ pub fn hf_vision(json: &Value, family: VlmFamily, path: &Path) -> Result<HfVisio
             .map(|x| x as usize)
             .ok_or_else(|| err(format!("vision_config.{k} must be a non-negative integer")))
     };
-    let hidden_act: Activation = serde_json::from_value(v["hidden_act"].clone())
-        .map_err(|e| err(format!("vision_config.hidden_act: {e}")))?;
+    let hidden_act: Activation =
+        serde_json::from_value(v["hidden_act"].clone()).map_err(|e| err(format!("vision_config.hidden_act: {e}")))?;
     let tower = VisionTowerConfig {
         kind: if vtype == "clip_vision_model" { TowerKind::Clip } else { TowerKind::Siglip },
         hidden_size: num("hidden_size")?,
@@ -152,7 +154,9 @@ pub fn hf_vision(json: &Value, family: VlmFamily, path: &Path) -> Result<HfVisio
         num_channels: num("num_channels")?,
         image_size: num("image_size")?,
         patch_size: num("patch_size")?,
-        layer_norm_eps: v["layer_norm_eps"].as_f64().ok_or_else(|| err("vision_config.layer_norm_eps must be a number".into()))?,
+        layer_norm_eps: v["layer_norm_eps"]
+            .as_f64()
+            .ok_or_else(|| err("vision_config.layer_norm_eps must be a number".into()))?,
         hidden_act,
     };
     tower.validate().map_err(|e| err(e.to_string()))?;

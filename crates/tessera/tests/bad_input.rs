@@ -29,7 +29,10 @@ fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) -> Result<
 }
 
 /// Rewrites model.safetensors with `edit` applied to the tensor map.
-fn edit_weights(dir: &Path, edit: impl FnOnce(&mut std::collections::HashMap<String, candle_core::Tensor>)) -> Result<()> {
+fn edit_weights(
+    dir: &Path,
+    edit: impl FnOnce(&mut std::collections::HashMap<String, candle_core::Tensor>),
+) -> Result<()> {
     let path = dir.join("model.safetensors");
     let mut tensors = candle_core::safetensors::load(&path, &candle_core::Device::Cpu)?;
     edit(&mut tensors);
@@ -72,7 +75,10 @@ fn tensor_of_the_wrong_shape() -> Result<()> {
         t.insert(name.into(), w.narrow(0, 0, 100).expect("narrow"));
     })?;
     let err = load_err(&dir);
-    assert!(err.contains("model.layers.1.mlp.up_proj.weight") && err.contains("[100, 64]") && err.contains("[128, 64]"), "{err}");
+    assert!(
+        err.contains("model.layers.1.mlp.up_proj.weight") && err.contains("[100, 64]") && err.contains("[128, 64]"),
+        "{err}"
+    );
     Ok(())
 }
 

@@ -34,7 +34,8 @@ fn excess(a: &Tensor, b: &Tensor, rtol: f64) -> Result<f32> {
 fn bank_hidden_states_match_transformers_and_differ_by_context() -> Result<()> {
     let model = smollm2_f32()?;
     let meta = common::read_json(&common::fixtures().join("bank_hidden_states.json"))?;
-    let reference = candle_core::safetensors::load(common::fixtures().join("bank_hidden_states.safetensors"), &Device::Cpu)?;
+    let reference =
+        candle_core::safetensors::load(common::fixtures().join("bank_hidden_states.safetensors"), &Device::Cpu)?;
     let mut bank = Vec::new();
     for name in ["money", "river"] {
         let s = &meta["sentences"][name];
@@ -64,7 +65,10 @@ fn bank_hidden_states_match_transformers_and_differ_by_context() -> Result<()> {
     for layer in [n - 1, n] {
         let a = model.contextual_embeddings(&[], "I deposited cash at the bank", Some(layer))?;
         let b = model.contextual_embeddings(&[], "We sat on the river bank and watched the water", Some(layer))?;
-        let c = cosine(&a.pooled(&Pooling::Token("bank".into()), false)?, &b.pooled(&Pooling::Token("bank".into()), false)?)?;
+        let c = cosine(
+            &a.pooled(&Pooling::Token("bank".into()), false)?,
+            &b.pooled(&Pooling::Token("bank".into()), false)?,
+        )?;
         assert!(c < 0.85, "layer {layer}: cosine {c}");
     }
     Ok(())
@@ -143,12 +147,17 @@ fn pooling_normalization_and_batched_equals_single() -> Result<()> {
 #[test]
 fn one_model_shared_across_four_threads_gives_identical_vectors() -> Result<()> {
     let model = Arc::new(tiny()?);
-    let reference: Vec<f32> = model.contextual_embeddings(&[], "Keys and values are cached", None)?.vectors.flatten_all()?.to_vec1()?;
+    let reference: Vec<f32> =
+        model.contextual_embeddings(&[], "Keys and values are cached", None)?.vectors.flatten_all()?.to_vec1()?;
     let handles: Vec<_> = (0..4)
         .map(|_| {
             let model = Arc::clone(&model);
             std::thread::spawn(move || -> Result<Vec<f32>> {
-                Ok(model.contextual_embeddings(&[], "Keys and values are cached", None)?.vectors.flatten_all()?.to_vec1()?)
+                Ok(model
+                    .contextual_embeddings(&[], "Keys and values are cached", None)?
+                    .vectors
+                    .flatten_all()?
+                    .to_vec1()?)
             })
         })
         .collect();

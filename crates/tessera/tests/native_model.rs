@@ -78,10 +78,8 @@ fn images_beyond_what_the_model_takes_are_refused() -> Result<()> {
     let err = model.encode_prompt("How many circles are there?", None, false, &two).unwrap_err().to_string();
     assert!(err.contains("2 images") && err.contains("at most 1"), "{err}");
     let prompt = model.encode_prompt("How many circles are there?", None, false, &two[..1])?;
-    let err = model
-        .generate_with_images(&two, &prompt, &GenerateParams::default(), &mut |_| {})
-        .unwrap_err()
-        .to_string();
+    let err =
+        model.generate_with_images(&two, &prompt, &GenerateParams::default(), &mut |_| {}).unwrap_err().to_string();
     assert!(err.contains("2 images") && err.contains("at most 1"), "{err}");
     Ok(())
 }

@@ -66,12 +66,7 @@ fn prefill_then_cached_decode_equals_one_full_forward() -> Result<()> {
         for id in &prompt[split..] {
             rows.extend(model.forward_all(&[*id], &mut cache)?.to_vec2::<f32>()?);
         }
-        let worst = full
-            .iter()
-            .flatten()
-            .zip(rows.iter().flatten())
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let worst = full.iter().flatten().zip(rows.iter().flatten()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
         assert!(worst < 1e-4, "{name}: cached decode differs from full forward by {worst}");
     }
     Ok(())

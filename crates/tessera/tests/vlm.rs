@@ -400,7 +400,11 @@ fn multi_turn_chats_with_images_match_transformers() -> Result<()> {
         for chat in chats.as_array().context("chats")? {
             let what = format!("{name}/{}", chat["name"]);
             let conv = tessera::Conversation::from_json(&chat["messages"])?;
-            assert_eq!(model.render_chat(&conv.messages, true)?, chat["rendered"].as_str().context("rendered")?, "{what}");
+            assert_eq!(
+                model.render_chat(&conv.messages, true)?,
+                chat["rendered"].as_str().context("rendered")?,
+                "{what}"
+            );
             let images = conv
                 .images
                 .iter()

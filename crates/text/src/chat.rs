@@ -91,7 +91,8 @@ impl Conversation {
                         };
                         match kind {
                             "text" => {
-                                let text = part.get("text").and_then(|t| t.as_str()).ok_or_else(|| at("no `text` string"))?;
+                                let text =
+                                    part.get("text").and_then(|t| t.as_str()).ok_or_else(|| at("no `text` string"))?;
                                 out.push(ContentPart::Text { text: text.to_string() });
                             }
                             "image" => {
@@ -105,17 +106,17 @@ impl Conversation {
                             "image_url" => {
                                 let url = match part.get("image_url") {
                                     Some(serde_json::Value::String(s)) => s.clone(),
-                                    Some(v) => v.get("url").and_then(|u| u.as_str()).map(str::to_string).ok_or_else(
-                                        || at("`image_url` needs a `url` string"),
-                                    )?,
+                                    Some(v) => v
+                                        .get("url")
+                                        .and_then(|u| u.as_str())
+                                        .map(str::to_string)
+                                        .ok_or_else(|| at("`image_url` needs a `url` string"))?,
                                     None => return Err(at("no `image_url`")),
                                 };
                                 images.push(url);
                                 out.push(ContentPart::Image);
                             }
-                            other => {
-                                return Err(at(&format!("unknown part type `{other}` (text, image, image_url)")))
-                            }
+                            other => return Err(at(&format!("unknown part type `{other}` (text, image, image_url)"))),
                         }
                     }
                     Content::Parts(out)
@@ -203,7 +204,9 @@ impl ChatTemplate {
                 })?;
                 Self::with_origin(src, bos, eos, origin).map(Some)
             }
-            Some(_) => Err(TextError::Template { origin, reason: "`chat_template` is neither a string nor a list".into() }),
+            Some(_) => {
+                Err(TextError::Template { origin, reason: "`chat_template` is neither a string nor a list".into() })
+            }
         }
     }
 
@@ -272,14 +275,22 @@ pub fn strip_generation_tags(source: &str) -> String {
 
 /// Python's `strftime` for the current UTC date, for the codes chat templates use.
 fn strftime_now(fmt: &str) -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
+    let secs =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
     let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
     const MONTHS: [&str; 12] = [
-        "January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-        "November", "December",
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
     ];
     let month = MONTHS[(m - 1) as usize];
     let mut out = String::new();
@@ -364,7 +375,10 @@ mod tests {
             Message::parts("user", vec![ContentPart::Image, text("What is this?"), ContentPart::Image])
         );
         assert_eq!(c.messages[2], Message::parts("assistant", vec![text("A cat.")]));
-        assert_eq!(c.messages[3].content, Content::Parts(vec![ContentPart::Image; 4].into_iter().chain([text("And these?")]).collect()));
+        assert_eq!(
+            c.messages[3].content,
+            Content::Parts(vec![ContentPart::Image; 4].into_iter().chain([text("And these?")]).collect())
+        );
     }
 
     #[test]
@@ -375,8 +389,11 @@ mod tests {
         assert!(err(serde_json::json!([{"content": "hi"}])).contains("message 0: no `role`"));
         assert!(err(serde_json::json!([{"role": "user"}])).contains("message 0: no `content`"));
         assert!(err(serde_json::json!([{"role": "user", "content": 3}])).contains("string or a list"));
-        assert!(err(serde_json::json!([{"role": "user", "content": "x", "contnet": 1}])).contains("unknown field `contnet`"));
-        let e = err(serde_json::json!([{"role": "user", "content": "a"}, {"role": "user", "content": [{"type": "image"}]}]));
+        assert!(err(serde_json::json!([{"role": "user", "content": "x", "contnet": 1}]))
+            .contains("unknown field `contnet`"));
+        let e = err(
+            serde_json::json!([{"role": "user", "content": "a"}, {"role": "user", "content": [{"type": "image"}]}]),
+        );
         assert!(e.contains("message 1, part 0") && e.contains("a path or URL"), "{e}");
         let e = err(serde_json::json!([{"role": "user", "content": [{"type": "video", "video": "v.mp4"}]}]));
         assert!(e.contains("unknown part type `video`"), "{e}");

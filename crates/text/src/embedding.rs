@@ -18,7 +18,11 @@ pub struct TokenEmbedding {
 enum Table {
     Dense(Tensor),
     /// Quantized rows; looked-up rows come out in `dtype` on `device`.
-    Packed { weight: Arc<QMatrix>, dtype: DType, device: Device },
+    Packed {
+        weight: Arc<QMatrix>,
+        dtype: DType,
+        device: Device,
+    },
 }
 
 impl TokenEmbedding {

@@ -9,7 +9,11 @@ use crate::error::{Result, TextError};
 pub fn expand_placeholders(text: &str, placeholder: &str, replacements: &[String]) -> Result<String> {
     let found = if placeholder.is_empty() { 0 } else { text.matches(placeholder).count() };
     if found != replacements.len() {
-        return Err(TextError::Placeholders { placeholder: placeholder.to_string(), found, images: replacements.len() });
+        return Err(TextError::Placeholders {
+            placeholder: placeholder.to_string(),
+            found,
+            images: replacements.len(),
+        });
     }
     let mut out = String::with_capacity(text.len() + replacements.iter().map(String::len).sum::<usize>());
     let mut rest = text;
@@ -70,7 +74,10 @@ mod tests {
 
     #[test]
     fn idefics3_layout() {
-        assert_eq!(idefics3_image_prompt(0, 0, "II"), "<fake_token_around_image><global-img>II<fake_token_around_image>");
+        assert_eq!(
+            idefics3_image_prompt(0, 0, "II"),
+            "<fake_token_around_image><global-img>II<fake_token_around_image>"
+        );
         assert_eq!(
             idefics3_image_prompt(1, 2, "I"),
             "<fake_token_around_image><row_1_col_1>I<fake_token_around_image><row_1_col_2>I\n\n\

@@ -42,12 +42,19 @@ fn check(tok: &Tokenizer, what: &str) -> Result<usize> {
 #[test]
 fn streamed_pieces_concatenate_to_the_full_decode() -> Result<()> {
     let mut n = 0;
-    for dir in ["tests/fixtures/vlm/smolvlm-tiny", "tests/fixtures/vlm/llava-tiny", "tests/fixtures/vlm/llava-interleave-tiny", "tests/fixtures/tiny/gemma", "tests/fixtures/tiny/llama-gqa"] {
+    for dir in [
+        "tests/fixtures/vlm/smolvlm-tiny",
+        "tests/fixtures/vlm/llava-tiny",
+        "tests/fixtures/vlm/llava-interleave-tiny",
+        "tests/fixtures/tiny/gemma",
+        "tests/fixtures/tiny/llama-gqa",
+    ] {
         let tok = Tokenizer::from_file(&root().join(dir).join("tokenizer.json"))?;
         n += check(&tok, dir)?;
     }
     let gguf = root().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
-    let mut file = std::fs::File::open(&gguf).with_context(|| format!("{}: run scripts/fetch_smollm2.sh", gguf.display()))?;
+    let mut file =
+        std::fs::File::open(&gguf).with_context(|| format!("{}: run scripts/fetch_smollm2.sh", gguf.display()))?;
     let content = candle_core::quantized::gguf_file::Content::read(&mut file)?;
     n += check(&Tokenizer::from_gguf(&content)?, "SmolLM2 GGUF")?;
     assert_eq!(n, 6 * TEXTS.len() * 2);

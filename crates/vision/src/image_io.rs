@@ -130,12 +130,8 @@ pub fn to_rgb_like_pil(img: DynamicImage) -> RgbImage {
         DynamicImage::ImageRgba16(b) => {
             b.into_raw().chunks_exact(4).flat_map(|p| [p[0], p[1], p[2]].map(|v| (v >> 8) as u8)).collect()
         }
-        DynamicImage::ImageLuma16(b) => {
-            b.into_raw().into_iter().flat_map(|v| [v.min(255) as u8; 3]).collect()
-        }
-        DynamicImage::ImageLumaA16(b) => {
-            b.into_raw().chunks_exact(2).flat_map(|p| [p[0].min(255) as u8; 3]).collect()
-        }
+        DynamicImage::ImageLuma16(b) => b.into_raw().into_iter().flat_map(|v| [v.min(255) as u8; 3]).collect(),
+        DynamicImage::ImageLumaA16(b) => b.into_raw().chunks_exact(2).flat_map(|p| [p[0].min(255) as u8; 3]).collect(),
         other => other.to_rgb8().into_raw(),
     };
     RgbImage::new(w, h, data)

@@ -11,6 +11,7 @@
 //! - [`connector`]: from tower features to language-model tokens (pixel shuffle, MLP, linear);
 //! - [`tiling`]: Idefics3/SmolVLM's image splitting into tiles plus a global view.
 
+pub mod connector;
 pub mod error;
 pub mod heatmap;
 pub mod image_io;
@@ -20,8 +21,8 @@ pub mod preprocess;
 pub mod resize;
 pub mod tiling;
 pub mod tower;
-pub mod connector;
 
+pub use connector::Connector;
 pub use error::{Result, VisionError};
 pub use heatmap::{patch_intensities, render_heatmap};
 pub use image_io::{decode_image, load_image, load_image_source, save_png, RgbImage, DEFAULT_MAX_PIXELS};
@@ -29,6 +30,5 @@ pub use native::{NativePatchEncoder, NativeVisionConfig};
 pub use patchify::{patchify, PatchEmbedding};
 pub use preprocess::{preprocess, PreprocessConfig, Size};
 pub use resize::Filter;
-pub use connector::Connector;
 pub use tiling::{split_image, Tiles, TilingConfig};
 pub use tower::{drop_class_token, FeatureLayer, TowerKind, VisionTower, VisionTowerConfig};

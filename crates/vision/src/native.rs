@@ -39,9 +39,7 @@ impl NativePatchEncoder {
     pub fn new(cfg: NativeVisionConfig, vb: &Weights) -> Result<Self> {
         let NativeVisionConfig { image_size, patch_size: p, num_channels: c, hidden_size: d } = cfg;
         if p == 0 || image_size % p != 0 {
-            return Err(VisionError::Config(format!(
-                "image_size {image_size} is not a multiple of patch_size {p}"
-            )));
+            return Err(VisionError::Config(format!("image_size {image_size} is not a multiple of patch_size {p}")));
         }
         let w = vb.get(&[d, c * p * p], "patch_embed.weight")?;
         let b = vb.get(&[d], "patch_embed.bias")?;

@@ -130,7 +130,15 @@ fn clip8(v: i64) -> u8 {
 }
 
 /// Resizes an interleaved 8-bit image (`channels` per pixel, row-major) to `out_w × out_h`.
-pub fn resize_u8(src: &[u8], w: usize, h: usize, channels: usize, out_w: usize, out_h: usize, filter: Filter) -> Vec<u8> {
+pub fn resize_u8(
+    src: &[u8],
+    w: usize,
+    h: usize,
+    channels: usize,
+    out_w: usize,
+    out_h: usize,
+    filter: Filter,
+) -> Vec<u8> {
     if filter == Filter::Nearest {
         return resize_nearest(src, w, h, channels, out_w, out_h);
     }

@@ -14,9 +14,7 @@
 
 use candle_core::Tensor;
 use serde::Deserialize;
-use tessera_decoder::{
-    Activation, Attention, AttentionConfig, AttentionInput, AttentionMask, LayerNorm, Mlp, Weights,
-};
+use tessera_decoder::{Activation, Attention, AttentionConfig, AttentionInput, AttentionMask, LayerNorm, Mlp, Weights};
 
 use crate::error::{Result, VisionError};
 use crate::patchify::PatchEmbedding;

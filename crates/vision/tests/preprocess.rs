@@ -133,7 +133,8 @@ fn image_sources_load_the_same_pixels_or_say_why_not() -> Result<()> {
     let want = load_image(&path, DEFAULT_MAX_PIXELS)?;
     let abs = std::fs::canonicalize(&path)?;
     let data = base64::engine::general_purpose::STANDARD.encode(std::fs::read(&path)?);
-    for src in [abs.display().to_string(), format!("file://{}", abs.display()), format!("data:image/png;base64,{data}")] {
+    for src in [abs.display().to_string(), format!("file://{}", abs.display()), format!("data:image/png;base64,{data}")]
+    {
         let got = load_image_source(&src, DEFAULT_MAX_PIXELS)?;
         assert_eq!((got.width, got.height), (want.width, want.height));
         assert!(got.data == want.data, "{}", &src[..40.min(src.len())]);
