@@ -47,11 +47,6 @@ impl Linear {
         Ok(Self { weight, bias, out_dim })
     }
 
-    /// A dense layer from plain tensors (tests, synthetic models).
-    pub fn from_tensors(weight: Tensor, bias: Option<Tensor>) -> Result<Self> {
-        Self::new(MatrixWeight::Dense(weight), bias)
-    }
-
     pub fn out_dim(&self) -> usize {
         self.out_dim
     }

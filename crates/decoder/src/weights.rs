@@ -124,26 +124,11 @@ impl Weights {
         &self.device
     }
 
-    /// The same view with another working dtype.
     /// A handle whose dense matrices ([`matrix`](Self::matrix), [`linear`](Self::linear)) are
     /// quantized to `Q8_0` on loading when the device is the CPU and rows are whole blocks, so
     /// their matmuls run on the int8 kernels (`tessera-kernels`); other tensors are unchanged.
     pub fn with_q8_0_matrices(&self) -> Self {
         Self { q8_0_matrices: true, ..self.clone() }
-    }
-
-    pub fn with_dtype(&self, dtype: DType) -> Self {
-        Self { dtype, ..self.clone() }
-    }
-
-    /// True when matmul weights come out quantized.
-    pub fn is_quantized(&self) -> bool {
-        matches!(&*self.source, Source::Gguf(g) if g.mode == GgufMode::Quantized)
-    }
-
-    /// True when this is a GGUF checkpoint (llama.cpp tensor names and layouts).
-    pub fn is_gguf(&self) -> bool {
-        matches!(&*self.source, Source::Gguf(_))
     }
 
     fn full_name(&self, name: &str) -> String {
@@ -320,14 +305,6 @@ impl Weights {
         let weight = vb.matrix(out_dim, in_dim, "weight")?;
         let bias = if bias { Some(vb.get(&[out_dim], "bias")?) } else { None };
         Linear::new(weight, bias)
-    }
-
-    /// The GGUF header, when this is a GGUF source.
-    pub fn gguf_content(&self) -> Option<&gguf_file::Content> {
-        match &*self.source {
-            Source::Gguf(g) => Some(&g.content),
-            Source::Safetensors { .. } => None,
-        }
     }
 }
 

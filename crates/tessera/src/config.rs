@@ -160,11 +160,7 @@ pub struct HfTextConfig {
 impl ModelConfig {
     /// Reads and converts `config.json`.
     pub fn from_config_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| TesseraError::Config { path: path.to_path_buf(), reason: e.to_string() })?;
-        let json: Value = serde_json::from_str(&text)
-            .map_err(|e| TesseraError::Config { path: path.to_path_buf(), reason: format!("invalid JSON: {e}") })?;
-        Self::from_config_json(&json, path)
+        Self::from_config_json(&crate::model::read_json(path)?, path)
     }
 
     /// Converts a parsed `config.json`; `path` is used in error messages.
@@ -453,9 +449,7 @@ pub struct GenerationConfig {
 
 impl GenerationConfig {
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| TesseraError::Config { path: path.to_path_buf(), reason: e.to_string() })?;
-        serde_json::from_str(&text)
+        serde_json::from_value(crate::model::read_json(path)?)
             .map_err(|e| TesseraError::Config { path: path.to_path_buf(), reason: e.to_string() })
     }
 }

@@ -612,14 +612,19 @@ fn text_roots(vb: &Weights) -> (Weights, &'static str) {
     (vb.pp("model"), "lm_head")
 }
 
-/// A JSON file's contents, or `None` when the file does not exist; errors name the file.
+/// A JSON file's contents; errors name the file.
+pub(crate) fn read_json(path: &Path) -> Result<serde_json::Value> {
+    let err = |reason: String| TesseraError::Config { path: path.to_path_buf(), reason };
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    serde_json::from_str(&text).map_err(|e| err(format!("invalid JSON: {e}")))
+}
+
+/// [`read_json`], or `None` when the file does not exist.
 pub(crate) fn read_json_opt(path: &Path) -> Result<Option<serde_json::Value>> {
     if !path.exists() {
         return Ok(None);
     }
-    let err = |reason: String| TesseraError::Config { path: path.to_path_buf(), reason };
-    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-    serde_json::from_str(&text).map(Some).map_err(|e| err(format!("invalid JSON: {e}")))
+    read_json(path).map(Some)
 }
 
 fn template_source(dir: &Path) -> String {

@@ -101,8 +101,7 @@ pub fn weight_files_in(dir: &Path) -> Result<Vec<PathBuf>> {
 
 fn shard_names(index: &Path) -> Result<Vec<String>> {
     let err = |reason: String| TesseraError::Config { path: index.to_path_buf(), reason };
-    let text = std::fs::read_to_string(index).map_err(|e| err(e.to_string()))?;
-    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| err(format!("invalid JSON: {e}")))?;
+    let json = crate::model::read_json(index)?;
     let map = json.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| err("missing `weight_map`".into()))?;
     let mut shards: Vec<String> = map.values().filter_map(|v| v.as_str().map(String::from)).collect();
     shards.sort();
