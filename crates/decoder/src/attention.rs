@@ -10,7 +10,7 @@ use crate::error::{DecoderError, Result};
 use crate::kv_cache::KvCache;
 use crate::linear::Linear;
 use crate::mask::AttentionMask;
-use crate::rope::RotaryEmbedding;
+use crate::rope::RopeAngles;
 use crate::weights::Weights;
 
 /// `softmax(q kᵀ · scale + bias) v` for grouped heads.
@@ -306,10 +306,10 @@ impl AttentionConfig {
 
 /// Where this attention call sits: the rotary table (if any), the mask, and the cache slot.
 pub struct AttentionInput<'a> {
-    pub rope: Option<&'a RotaryEmbedding>,
+    /// The rotation of each row of `x` (its positions' angles); `None`: no RoPE (vision towers).
+    pub rope: Option<&'a RopeAngles>,
+    /// Which keys each query sees; queries are at absolute positions `cached .. cached + t`.
     pub mask: &'a AttentionMask,
-    /// Absolute position of the first row of `x` (the number of positions already cached).
-    pub offset: usize,
     /// The cache and this layer's index in it; `None` attends over `x` alone.
     pub cache: Option<(&'a mut KvCache, usize)>,
     /// Return the attention weights `(b, heads, tq, tk)`.
@@ -364,9 +364,8 @@ impl Attention {
         let q = heads(self.q_proj.forward(x)?, self.num_heads, copy_q)?;
         let k = heads(self.k_proj.forward(x)?, self.num_kv_heads, copy_kv)?;
         let v = heads(self.v_proj.forward(x)?, self.num_kv_heads, copy_kv)?;
-        let offset = input.offset;
         let (q, k) = match input.rope {
-            Some(rope) => (rope.apply(&q, offset)?, rope.apply(&k, offset)?),
+            Some(rope) => (rope.apply(&q)?, rope.apply(&k)?),
             None => (q, k),
         };
         let (k, v) = match input.cache {

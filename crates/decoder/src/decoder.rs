@@ -12,7 +12,7 @@ use crate::activation::Activation;
 use crate::attention::{Attention, AttentionConfig, AttentionInput};
 use crate::error::{DecoderError, Result};
 use crate::kv_cache::KvCache;
-use crate::mask::AttentionMask;
+use crate::mask::{AttentionMask, MaskPlan};
 use crate::mlp::GatedMlp;
 use crate::norm::{NormStyle, RmsNorm};
 use crate::rope::{RopeConfig, RotaryEmbedding};
@@ -132,8 +132,7 @@ impl Decoder {
             .map(|i| DecoderLayer::new(cfg, &vb.pp("layers").pp(i)))
             .collect::<Result<Vec<_>>>()?;
         let norm = RmsNorm::load(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_style, &vb.pp("norm"))?;
-        let positions = cfg.max_position_embeddings + cfg.position_offset;
-        let rope = RotaryEmbedding::new(&cfg.rope, cfg.head_dim, positions, vb.dtype(), vb.device())?;
+        let rope = RotaryEmbedding::new(&cfg.rope, cfg.head_dim, vb.dtype(), vb.device())?;
         Ok(Self { layers, norm, rope, cfg: cfg.clone() })
     }
 
@@ -147,23 +146,53 @@ impl Decoder {
     }
 
     /// `embeds`: `(b, t, hidden)` following the `cache.len()` cached positions →
-    /// final-normed hidden states `(b, t, hidden)`. The cache is extended by `t`.
+    /// final-normed hidden states `(b, t, hidden)`. The cache is extended by `t`. Every layer
+    /// uses `mask`; the rows sit at consecutive positions after the cache (see
+    /// [`consecutive_positions`](Self::consecutive_positions)).
     pub fn forward(&self, embeds: &Tensor, cache: &mut KvCache, mask: &AttentionMask) -> Result<Tensor> {
-        self.forward_traced(embeds, cache, mask, &mut Trace::default())
+        let t = embeds.dim(1)?;
+        let positions = self.consecutive_positions(cache.len(), t, embeds.device())?;
+        let masks = MaskPlan::uniform(*mask, self.layers.len());
+        self.forward_traced(embeds, cache, &masks, &positions, &mut Trace::default())
     }
 
-    /// [`forward`](Self::forward), recording what `trace` asks for.
+    /// The RoPE positions of `t` rows after `cached` ones in one stream: `cached + i`, shifted
+    /// by the config's `position_offset` (PaliGemma counts from 1).
+    pub fn consecutive_positions(&self, cached: usize, t: usize, device: &candle_core::Device) -> Result<Tensor> {
+        let start = cached + self.cfg.position_offset;
+        let end = u32::try_from(start.saturating_add(t)).map_err(|_| DecoderError::ContextOverflow {
+            requested: start.saturating_add(t),
+            max: u32::MAX as usize,
+        })?;
+        Ok(Tensor::arange(start as u32, end, device)?)
+    }
+
+    /// [`forward`](Self::forward) with each layer's rule from `masks` and the rows' RoPE
+    /// `positions` `(t,)` given, recording what `trace` asks for. The rotation angles are
+    /// computed once here and shared by every layer.
     pub fn forward_traced(
         &self,
         embeds: &Tensor,
         cache: &mut KvCache,
-        mask: &AttentionMask,
+        masks: &MaskPlan,
+        positions: &Tensor,
         trace: &mut Trace,
     ) -> Result<Tensor> {
         let offset = cache.len();
         let t = embeds.dim(1)?;
         if offset + t > self.cfg.max_position_embeddings {
             return Err(DecoderError::ContextOverflow { requested: offset + t, max: self.cfg.max_position_embeddings });
+        }
+        if masks.len() != self.layers.len() {
+            return Err(DecoderError::Config(format!(
+                "the mask plan has {} layers, the decoder {}",
+                masks.len(),
+                self.layers.len()
+            )));
+        }
+        let rope = self.rope.at(positions)?;
+        if rope.len() != t {
+            return Err(DecoderError::Config(format!("{} positions for {t} rows", rope.len())));
         }
         let mut x = embeds.clone();
         if trace.capture_hidden {
@@ -172,9 +201,8 @@ impl Decoder {
         for (i, layer) in self.layers.iter().enumerate() {
             let capture = trace.attention_layers.contains(&i);
             let input = AttentionInput {
-                rope: Some(&self.rope),
-                mask,
-                offset: offset + self.cfg.position_offset,
+                rope: Some(&rope),
+                mask: masks.layer(i)?,
                 cache: Some((&mut *cache, i)),
                 capture,
                 residual: None,

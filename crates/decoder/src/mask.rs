@@ -19,6 +19,41 @@ pub enum AttentionMask {
     SlidingWindow { window: usize },
 }
 
+/// The attention rule of every layer for one forward, decided once by the model: most
+/// decoders use one rule throughout; those whose layers differ (sliding-window and global
+/// layers) give one per layer, so a family's rule is data, not a branch in the layers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MaskPlan {
+    layers: Vec<AttentionMask>,
+}
+
+impl MaskPlan {
+    /// The same rule in each of `layers` layers.
+    pub fn uniform(mask: AttentionMask, layers: usize) -> Self {
+        Self { layers: vec![mask; layers] }
+    }
+
+    /// One rule per layer.
+    pub fn per_layer(layers: Vec<AttentionMask>) -> Self {
+        Self { layers }
+    }
+
+    /// Layer `i`'s rule.
+    pub fn layer(&self, i: usize) -> Result<&AttentionMask> {
+        self.layers.get(i).ok_or_else(|| {
+            crate::error::DecoderError::Config(format!("the mask plan has {} layers, no layer {i}", self.layers.len()))
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.layers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.layers.is_empty()
+    }
+}
+
 impl AttentionMask {
     /// Whether the query at absolute position `q` may attend to the key at `k`.
     pub fn allows(&self, q: usize, k: usize) -> bool {

@@ -73,50 +73,71 @@ impl RopeConfig {
     }
 }
 
-/// Precomputed `cos`/`sin` tables, `(max_positions, head_dim/2)`.
+/// A rotary embedding: its inverse frequencies, turned into the rotation angles of the
+/// positions each forward runs ([`at`](Self::at)). No table is sized by the declared context:
+/// the angles are computed for the positions a forward uses, once, and shared by every layer.
 #[derive(Clone, Debug)]
 pub struct RotaryEmbedding {
+    /// `(1, head_dim/2)`, f32.
+    inv_freq: Tensor,
+    style: RopeStyle,
+    head_dim: usize,
+    dtype: DType,
+}
+
+impl RotaryEmbedding {
+    pub fn new(cfg: &RopeConfig, head_dim: usize, dtype: DType, device: &Device) -> Result<Self> {
+        if !head_dim.is_multiple_of(2) || head_dim == 0 {
+            return Err(DecoderError::Config(format!("RoPE needs an even head_dim, got {head_dim}")));
+        }
+        let inv_freq = cfg.inv_freq(head_dim);
+        let half = inv_freq.len();
+        Ok(Self { inv_freq: Tensor::from_vec(inv_freq, (1, half), device)?, style: cfg.style, head_dim, dtype })
+    }
+
+    /// The angles of `positions` `(t,)` (u32 or any integer/float dtype), `position × inv_freq` in
+    /// f32 as transformers computes them.
+    pub fn at(&self, positions: &Tensor) -> Result<RopeAngles> {
+        let t = positions.dims1()?;
+        let angles = positions.to_dtype(DType::F32)?.reshape((t, 1))?.broadcast_mul(&self.inv_freq)?;
+        Ok(RopeAngles {
+            cos: angles.cos()?.to_dtype(self.dtype)?,
+            sin: angles.sin()?.to_dtype(self.dtype)?,
+            style: self.style,
+            head_dim: self.head_dim,
+        })
+    }
+
+    /// [`at`](Self::at) the `t` consecutive positions from `start`.
+    pub fn at_offset(&self, start: usize, t: usize) -> Result<RopeAngles> {
+        let end = u32::try_from(start.saturating_add(t))
+            .map_err(|_| DecoderError::Config(format!("position {} is beyond RoPE's u32 positions", start + t)))?;
+        self.at(&Tensor::arange(start as u32, end, self.inv_freq.device())?)
+    }
+}
+
+/// The `cos`/`sin` of one forward's positions, `(t, head_dim/2)`.
+#[derive(Clone, Debug)]
+pub struct RopeAngles {
     cos: Tensor,
     sin: Tensor,
     style: RopeStyle,
     head_dim: usize,
 }
 
-impl RotaryEmbedding {
-    pub fn new(cfg: &RopeConfig, head_dim: usize, max_positions: usize, dtype: DType, device: &Device) -> Result<Self> {
-        if !head_dim.is_multiple_of(2) {
-            return Err(DecoderError::Config(format!("RoPE needs an even head_dim, got {head_dim}")));
-        }
-        let inv_freq = cfg.inv_freq(head_dim);
-        let half = inv_freq.len();
-        let mut angles = Vec::with_capacity(max_positions * half);
-        for p in 0..max_positions {
-            angles.extend(inv_freq.iter().map(|f| p as f32 * f));
-        }
-        let angles = Tensor::from_vec(angles, (max_positions, half), device)?;
-        Ok(Self {
-            cos: angles.cos()?.to_dtype(dtype)?,
-            sin: angles.sin()?.to_dtype(dtype)?,
-            style: cfg.style,
-            head_dim,
-        })
-    }
-
-    pub fn max_positions(&self) -> usize {
+impl RopeAngles {
+    /// How many positions these angles rotate.
+    pub fn len(&self) -> usize {
         self.cos.dims()[0]
     }
 
-    /// Rotates `x`: `(b, heads, t, head_dim)` whose first position is `offset`.
-    pub fn apply(&self, x: &Tensor, offset: usize) -> Result<Tensor> {
-        let (_, _, t, d) = x.dims4()?;
-        if d != self.head_dim {
-            return Err(DecoderError::Config(format!("RoPE built for head_dim {} got {d}", self.head_dim)));
-        }
-        if offset + t > self.max_positions() {
-            return Err(DecoderError::ContextOverflow { requested: offset + t, max: self.max_positions() });
-        }
-        let cos = self.cos.narrow(0, offset, t)?.to_dtype(x.dtype())?;
-        let sin = self.sin.narrow(0, offset, t)?.to_dtype(x.dtype())?;
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Rotates `x`: `(b, heads, t, head_dim)`, row `i` at the `i`-th position.
+    pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        let (cos, sin) = self.check(x)?;
         let x = x.contiguous()?;
         Ok(match self.style {
             RopeStyle::Half => candle_nn::rotary_emb::rope(&x, &cos, &sin)?,
@@ -125,13 +146,22 @@ impl RotaryEmbedding {
     }
 
     /// The obviously-correct twin of [`apply`](Self::apply), for tests.
-    pub fn apply_slow(&self, x: &Tensor, offset: usize) -> Result<Tensor> {
-        let (_, _, t, _) = x.dims4()?;
-        let cos = self.cos.narrow(0, offset, t)?.to_dtype(x.dtype())?;
-        let sin = self.sin.narrow(0, offset, t)?.to_dtype(x.dtype())?;
+    pub fn apply_slow(&self, x: &Tensor) -> Result<Tensor> {
+        let (cos, sin) = self.check(x)?;
         Ok(match self.style {
             RopeStyle::Half => candle_nn::rotary_emb::rope_slow(x, &cos, &sin)?,
             RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i_slow(x, &cos, &sin)?,
         })
+    }
+
+    fn check(&self, x: &Tensor) -> Result<(Tensor, Tensor)> {
+        let (_, _, t, d) = x.dims4()?;
+        if d != self.head_dim {
+            return Err(DecoderError::Config(format!("RoPE built for head_dim {} got {d}", self.head_dim)));
+        }
+        if t != self.len() {
+            return Err(DecoderError::Config(format!("RoPE angles for {} positions, the input has {t}", self.len())));
+        }
+        Ok((self.cos.to_dtype(x.dtype())?, self.sin.to_dtype(x.dtype())?))
     }
 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use tessera_decoder::weights::MatrixWeight;
-use tessera_decoder::{AttentionMask, Decoder, GgufMode, KvCache, Linear, Trace, Weights};
+use tessera_decoder::{AttentionMask, Decoder, GgufMode, KvCache, Linear, MaskPlan, Trace, Weights};
 use tessera_text::{ChatTemplate, Content, ContentPart, Message, TokenEmbedding, Tokenizer};
 use tessera_vision::RgbImage;
 
@@ -192,6 +192,11 @@ impl Model {
             lm_head,
             image_encoder: None,
         })
+    }
+
+    /// The text decoder (for callers that drive it with their own mask plan and positions).
+    pub fn decoder(&self) -> &Decoder {
+        &self.decoder
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -559,14 +564,15 @@ impl Model {
         self.logits(&hidden.narrow(1, t - 1, 1)?)?.squeeze(0).map_err(Into::into)
     }
 
-    /// The mask for `t` new positions after `cached` ones. PaliGemma's prompt (image + text,
-    /// the first forward) attends both ways; everything after it is causal.
-    pub fn mask_for(&self, cached: usize, t: usize) -> AttentionMask {
-        match (self.config.architecture, self.config.sliding_window) {
+    /// The mask of every layer for `t` new positions after `cached` ones. PaliGemma's prompt
+    /// (image + text, the first forward) attends both ways; everything after it is causal.
+    pub fn mask_plan(&self, cached: usize, t: usize) -> MaskPlan {
+        let mask = match (self.config.architecture, self.config.sliding_window) {
             (Architecture::PaliGemma, _) if cached == 0 => AttentionMask::PrefixLm { prefix_len: t },
             (_, Some(window)) => AttentionMask::SlidingWindow { window },
             _ => AttentionMask::Causal,
-        }
+        };
+        MaskPlan::uniform(mask, self.config.decoder.num_hidden_layers)
     }
 
     /// The decoder over embeddings `(b, t, hidden)` → final-normed hidden states.
@@ -582,8 +588,9 @@ impl Model {
                 self.max_positions()
             )));
         }
-        let mask = self.mask_for(cache.len(), t);
-        Ok(self.decoder.forward_traced(embeds, cache, &mask, trace)?)
+        let masks = self.mask_plan(cache.len(), t);
+        let positions = self.decoder.consecutive_positions(cache.len(), t, embeds.device())?;
+        Ok(self.decoder.forward_traced(embeds, cache, &masks, &positions, trace)?)
     }
 
     /// The LM head: hidden `(1, t, hidden)` → f32 logits `(t, vocab)`.

@@ -87,3 +87,59 @@ fn attention_layouts_are_read_from_config() -> Result<()> {
     assert_eq!(load("llama-mha")?.config().decoder.rope.theta, 50_000.0, "nested rope_parameters");
     Ok(())
 }
+
+/// The decoder runs what it is given: a mask plan (one rule per layer) and RoPE positions as a
+/// tensor. A uniform causal plan with consecutive positions is `forward(Causal)` exactly; a
+/// sliding window of 1 in the last layer changes every row but the first (which sees only
+/// itself either way); shifting every position by the same amount leaves the output as it was
+/// (RoPE scores depend on relative positions only) up to rounding; an explicit positions tensor
+/// that is not consecutive changes it; a plan of the wrong length is an error.
+#[test]
+fn mask_plans_and_position_tensors_drive_the_decoder() -> Result<()> {
+    use tessera::{AttentionMask, MaskPlan, Trace};
+    let model = load("llama-gqa")?;
+    let d = model.decoder();
+    let n = d.config().num_hidden_layers;
+    let ids = [1u32, 17, 42, 99, 7, 3, 250, 11];
+    let t = ids.len();
+    let embeds = model.embed_ids(&ids)?;
+    let dev = embeds.device().clone();
+    let run = |masks: &MaskPlan, positions: &candle_core::Tensor| -> Result<Vec<Vec<f32>>> {
+        let out = d.forward_traced(&embeds, &mut model.new_cache(), masks, positions, &mut Trace::default())?;
+        Ok(out.squeeze(0)?.to_vec2()?)
+    };
+    let causal = MaskPlan::uniform(AttentionMask::Causal, n);
+    let consecutive = d.consecutive_positions(0, t, &dev)?;
+    let base: Vec<Vec<f32>> =
+        d.forward(&embeds, &mut model.new_cache(), &AttentionMask::Causal)?.squeeze(0)?.to_vec2()?;
+    assert_eq!(run(&causal, &consecutive)?, base);
+
+    let max_diff = |a: &[Vec<f32>], b: &[Vec<f32>], row: usize| {
+        a[row].iter().zip(&b[row]).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max)
+    };
+    let mut layers = vec![AttentionMask::Causal; n];
+    layers[n - 1] = AttentionMask::SlidingWindow { window: 1 };
+    let windowed = run(&MaskPlan::per_layer(layers), &consecutive)?;
+    assert_eq!(max_diff(&windowed, &base, 0), 0.0);
+    for row in 1..t {
+        assert!(max_diff(&windowed, &base, row) > 1e-3, "row {row}: the last layer's window was ignored");
+    }
+
+    let shifted = candle_core::Tensor::arange(5u32, 5 + t as u32, &dev)?;
+    let out = run(&causal, &shifted)?;
+    for row in 0..t {
+        assert!(max_diff(&out, &base, row) < 1e-4, "row {row}: a constant shift moved the output");
+    }
+    let scrambled = candle_core::Tensor::new(&[0u32, 1, 2, 3, 40, 5, 6, 7], &dev)?;
+    let out = run(&causal, &scrambled)?;
+    assert_eq!(max_diff(&out, &base, 3), 0.0, "rows before the changed position are unaffected");
+    assert!(max_diff(&out, &base, 4) > 1e-3, "an explicit position is used");
+
+    let short = MaskPlan::uniform(AttentionMask::Causal, n - 1);
+    let err = d.forward_traced(&embeds, &mut model.new_cache(), &short, &consecutive, &mut Trace::default());
+    assert!(err.unwrap_err().to_string().contains("mask plan"));
+    let few = d.consecutive_positions(0, t - 1, &dev)?;
+    let err = d.forward_traced(&embeds, &mut model.new_cache(), &causal, &few, &mut Trace::default());
+    assert!(err.unwrap_err().to_string().contains("positions"));
+    Ok(())
+}

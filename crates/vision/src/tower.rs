@@ -125,7 +125,6 @@ impl EncoderLayer {
         let input = AttentionInput {
             rope: None,
             mask: &AttentionMask::Bidirectional,
-            offset: 0,
             cache: None,
             capture: false,
             residual: Some(x),
