@@ -373,14 +373,14 @@ fn generate(args: GenerateArgs) -> Result<()> {
     }
     let prompt = match (&chat, &args.prompt) {
         (Some(chat), _) => model.encode_chat(&chat.messages, &images)?,
-        (None, Some(prompt)) => model.encode_prompt(prompt, args.system.as_deref(), args.raw, &images)?,
+        (None, Some(text)) => model.encode_prompt(text, args.system.as_deref(), args.raw, &images)?,
         (None, None) => bail!("give --prompt or --messages"),
     };
     let out = if args.json {
-        model.generate_with_images(&images, &prompt, &params, &mut |_| {})?
+        model.generate(&prompt, &params, &mut |_| {})?
     } else {
         let mut stdout = std::io::stdout();
-        let out = model.generate_with_images(&images, &prompt, &params, &mut |t| {
+        let out = model.generate(&prompt, &params, &mut |t| {
             let _ = stdout.write_all(t.as_bytes());
             let _ = stdout.flush();
         })?;
@@ -485,7 +485,7 @@ fn eval(args: EvalArgs) -> Result<()> {
         };
         let image = tessera::load_image(&base.join(field("image")?), tessera::DEFAULT_MAX_PIXELS)?;
         let prompt = model.encode_prompt(&field("question")?, None, false, std::slice::from_ref(&image))?;
-        let out = model.generate_with_images(std::slice::from_ref(&image), &prompt, &params, &mut |_| {})?;
+        let out = model.generate(&prompt, &params, &mut |_| {})?;
         let entry = per_task.entry(field("task")?).or_default();
         entry.1 += 1;
         if out.text.trim() == field("answer")?.trim() {
@@ -630,18 +630,15 @@ fn explain(args: ExplainArgs) -> Result<()> {
     }
     let image = tessera::load_image(&args.image, tessera::DEFAULT_MAX_PIXELS)?;
     let (view, rows, cols) = model.model_view(&image)?;
-    let images = std::slice::from_ref(&image);
-    let prompt = model.encode_prompt(&args.prompt, None, false, images)?;
+    let prompt = model.encode_prompt(&args.prompt, None, false, std::slice::from_ref(&image))?;
     let params = GenerateParams { max_new_tokens: args.max_new_tokens, capture_attention: true, ..Default::default() };
-    let out = model.generate_with_images(images, &prompt, &params, &mut |_| {})?;
+    let out = model.generate(&prompt, &params, &mut |_| {})?;
     let attention = out.attention.clone().unwrap_or_default();
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     // Sequence positions of the image's tokens and of the prompt's text tokens.
-    let image_pos = model.image_positions(images, &prompt);
+    let image_pos = prompt.image_positions();
     let n_img = image_pos.len();
-    let offset = model.sequence_len(images, &prompt) - prompt.len();
-    let text: Vec<(usize, u32)> =
-        prompt.iter().enumerate().map(|(i, &id)| (offset + i, id)).filter(|(p, _)| !image_pos.contains(p)).collect();
+    let text = prompt.text_positions();
     let prompt_tokens = model.token_strings(&text.iter().map(|&(_, id)| id).collect::<Vec<_>>())?;
     let save = |name: &str, weights: &[f32]| -> Result<PathBuf> {
         let pic = tessera::render_heatmap(&view, weights, rows, cols, args.scale.max(1));

@@ -13,6 +13,7 @@ use tessera_vision::RgbImage;
 
 use crate::error::{Result, TesseraError};
 use crate::model::Model;
+use crate::prompt::Prompt;
 
 /// How per-token vectors become one vector.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,9 +109,9 @@ impl Model {
     }
 
     /// All hidden states (`num_hidden_states()` tensors of `(positions, hidden)`, f32) for
-    /// `[images][ids]`, indexed as transformers' `output_hidden_states`.
-    pub fn hidden_states(&self, images: &[RgbImage], ids: &[u32]) -> Result<Vec<Tensor>> {
-        let embeds = self.prompt_embeddings(images, ids)?;
+    /// `prompt`, indexed as transformers' `output_hidden_states`.
+    pub fn hidden_states(&self, prompt: &Prompt) -> Result<Vec<Tensor>> {
+        let embeds = self.prompt_embeddings(prompt)?;
         let mut trace = Trace { capture_hidden: true, ..Default::default() };
         let last = self.forward_hidden(&embeds, &mut self.new_cache(), &mut trace)?;
         let mut states = trace.hidden_states;
@@ -141,7 +142,7 @@ impl Model {
         self.check_layer(layer)?;
         let ids = self.encode_for_embedding(text)?;
         let (sequence, image_tokens) = self.with_image_prefix(images, &ids)?;
-        let mut states = self.hidden_states(images, &sequence)?;
+        let mut states = self.hidden_states(&self.prompt(sequence, images)?)?;
         let vectors = states.swap_remove(layer);
         Ok(Embeddings { tokens: self.token_strings(&ids)?, ids, image_tokens, layer, vectors })
     }
@@ -288,25 +289,21 @@ impl Model {
         self.nearest_tokens(&v, k, &[ia, ib, ic])
     }
 
-    /// Attention weights of `layers` for `[images][ids]`: per layer `(heads, t, t)` f32.
+    /// Attention weights of `layers` for `prompt`: per layer `(heads, t, t)` f32.
     ///
     /// ```
     /// # let model = tessera::Model::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/shapes-vlm"), &Default::default())?;
-    /// let ids = model.encode_prompt("Describe the image.", None, true, &[])?;
-    /// let layers = model.attention_weights(&[], &ids, &[0, 1])?;
+    /// let prompt = model.encode_prompt("Describe the image.", None, true, &[])?;
+    /// let layers = model.attention_weights(&prompt, &[0, 1])?;
     /// let (layer, w) = &layers[1];
-    /// assert_eq!((*layer, w.dims()), (1, &[model.config().decoder.num_attention_heads, ids.len(), ids.len()][..]));
+    /// let t = prompt.len();
+    /// assert_eq!((*layer, w.dims()), (1, &[model.config().decoder.num_attention_heads, t, t][..]));
     /// // Every row is a distribution over the positions it may see.
     /// let sums: Vec<f32> = w.sum(2)?.flatten_all()?.to_vec1()?;
     /// assert!(sums.iter().all(|s| (s - 1.0).abs() < 1e-5));
     /// # Ok::<(), tessera::TesseraError>(())
     /// ```
-    pub fn attention_weights(
-        &self,
-        images: &[RgbImage],
-        ids: &[u32],
-        layers: &[usize],
-    ) -> Result<Vec<(usize, Tensor)>> {
+    pub fn attention_weights(&self, prompt: &Prompt, layers: &[usize]) -> Result<Vec<(usize, Tensor)>> {
         let n = self.config().decoder.num_hidden_layers;
         if let Some(bad) = layers.iter().find(|&&l| l >= n) {
             return Err(TesseraError::InvalidInput(format!(
@@ -314,7 +311,7 @@ impl Model {
                 n - 1
             )));
         }
-        let embeds = self.prompt_embeddings(images, ids)?;
+        let embeds = self.prompt_embeddings(prompt)?;
         let mut trace = Trace { attention_layers: layers.to_vec(), ..Default::default() };
         self.forward_hidden(&embeds, &mut self.new_cache(), &mut trace)?;
         trace.attentions.into_iter().map(|(l, w)| Ok((l, w.squeeze(0)?))).collect()

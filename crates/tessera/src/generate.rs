@@ -11,8 +11,8 @@ use crate::model::Model;
 use candle_core::Tensor;
 use tessera_decoder::{KvCache, Trace};
 
+use crate::prompt::Prompt;
 use crate::sampling::{log_softmax, Sampler, SamplingParams};
-use tessera_vision::RgbImage;
 
 #[derive(Debug, Clone)]
 pub struct GenerateParams {
@@ -101,34 +101,24 @@ pub fn top_logprobs(logits: &[f32], k: usize) -> Vec<TokenLogprob> {
 }
 
 impl Model {
-    /// Generates from `prompt` token ids; `on_text` receives each newly completed piece of text.
+    /// Generates from `prompt` (see [`Model::encode_prompt`], [`Model::encode_chat`],
+    /// [`Model::prompt`]); `on_text` receives each newly completed piece of text.
     pub fn generate(
         &self,
-        prompt: &[u32],
+        prompt: &Prompt,
         params: &GenerateParams,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<GenerationOutput> {
-        self.generate_with_images(&[], prompt, params, on_text)
-    }
-
-    /// Generates from `images` (their tokens first in the sequence) followed by `prompt` ids.
-    pub fn generate_with_images(
-        &self,
-        images: &[RgbImage],
-        prompt: &[u32],
-        params: &GenerateParams,
-        on_text: &mut dyn FnMut(&str),
-    ) -> Result<GenerationOutput> {
-        if prompt.is_empty() {
+        if prompt.ids().is_empty() {
             return Err(TesseraError::InvalidInput("the prompt is empty (no tokens)".into()));
         }
-        let image_positions = self.image_positions(images, prompt).len();
-        let positions = self.sequence_len(images, prompt);
+        let image_positions = prompt.image_tokens();
+        let positions = prompt.len();
         if positions >= self.max_positions() {
-            let extra = positions - prompt.len();
+            let extra = positions - prompt.ids().len();
             return Err(TesseraError::InvalidInput(format!(
                 "the prompt has {} tokens{} but the model's context is {} tokens",
-                prompt.len(),
+                prompt.ids().len(),
                 if extra > 0 { format!(" (+ {extra} image tokens)") } else { String::new() },
                 self.max_positions()
             )));
@@ -136,7 +126,7 @@ impl Model {
         let mut sampler = Sampler::new(params.sampling.clone())?;
         let max_stop_len = params.stop_strings.iter().map(String::len).max().unwrap_or(0);
         let mut cache = self.new_cache();
-        let mut history = prompt.to_vec();
+        let mut history = prompt.ids().to_vec();
         let mut generated: Vec<u32> = Vec::new();
         let mut logprobs = params.logprobs.map(|_| Vec::new());
         // The text so far, built piece by piece by the streaming detokenizer.
@@ -148,7 +138,7 @@ impl Model {
 
         let mut attention = params.capture_attention.then(Vec::new);
         let start = Instant::now();
-        let embeds = self.prompt_embeddings(images, prompt)?;
+        let embeds = self.prompt_embeddings(prompt)?;
         let (mut logits, mut attn_row) = self.step(&embeds, &mut cache, params.capture_attention)?;
         timings.prompt_s = start.elapsed().as_secs_f64();
         let decode_start = Instant::now();
@@ -212,7 +202,7 @@ impl Model {
         timings.generated_tokens_per_s =
             if generated.len() > 1 { decoded_steps as f64 / timings.generate_s.max(1e-9) } else { 0.0 };
         Ok(GenerationOutput {
-            prompt_tokens: prompt.to_vec(),
+            prompt_tokens: prompt.ids().to_vec(),
             image_tokens: image_positions,
             generated_tokens: generated,
             text,

@@ -15,7 +15,7 @@
 //! let model = Model::load(dir, &LoadOptions::default())?;
 //! let image = load_image(&Path::new(dir).join("examples/two_circles.png"), DEFAULT_MAX_PIXELS)?;
 //! let prompt = model.encode_prompt("How many circles are there?", None, false, std::slice::from_ref(&image))?;
-//! let out = model.generate_with_images(&[image], &prompt, &GenerateParams::default(), &mut |_| {})?;
+//! let out = model.generate(&prompt, &GenerateParams::default(), &mut |_| {})?;
 //! assert_eq!(out.text.trim(), "2"); // answers follow "Answer:" after a space
 //! # Ok::<(), tessera::TesseraError>(())
 //! ```
@@ -42,6 +42,7 @@ pub mod embed;
 pub mod error;
 pub mod generate;
 pub mod model;
+pub mod prompt;
 pub mod sampling;
 pub mod source;
 mod vision;
@@ -55,6 +56,7 @@ pub use embed::{cosine, Embeddings, Neighbour, Pooling};
 pub use error::{Result, TesseraError};
 pub use generate::{FinishReason, GenerateParams, GenerationOutput, Timings, TokenLogprob};
 pub use model::{LoadOptions, Model, ModelInfo};
+pub use prompt::{Chunk, Prompt};
 pub use sampling::{Sampler, SamplingParams};
 pub use source::{resolve, ModelSource};
 pub use tessera_decoder::{AttentionMask, Decoder, KvCache, MaskPlan, Trace};

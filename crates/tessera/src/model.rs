@@ -17,6 +17,7 @@ use tessera_vision::RgbImage;
 
 use crate::config::{Architecture, GenerationConfig, ModelConfig};
 use crate::error::{Result, TesseraError};
+use crate::prompt::{Chunk, Prompt};
 use crate::source::{self, ModelSource};
 use crate::vision::ImageEncoder;
 
@@ -249,7 +250,7 @@ impl Model {
         Ok(template.render(messages, add_generation_prompt)?)
     }
 
-    /// Token ids for a prompt about `images` (none for text).
+    /// The prompt for a message about `images` (none for text): its token ids and images.
     ///
     /// - `raw`: the text as is, tokenized as the reference tokenizer does (with whatever BOS its
     ///   post-processor adds); for the Hugging Face vision families the text must carry one
@@ -261,7 +262,7 @@ impl Model {
     ///   per feature), and the processor's rule for special tokens applies (the tokenizer adds
     ///   its own, e.g. LLaVA's BOS, unless the rendered text starts with the BOS token).
     ///   PaliGemma has no template: its processor's layout `<image>…<bos>prompt\n` is used.
-    pub fn encode_prompt(&self, text: &str, system: Option<&str>, raw: bool, images: &[RgbImage]) -> Result<Vec<u32>> {
+    pub fn encode_prompt(&self, text: &str, system: Option<&str>, raw: bool, images: &[RgbImage]) -> Result<Prompt> {
         if !images.is_empty() {
             self.check_image_count(images.len())?;
         }
@@ -294,12 +295,12 @@ impl Model {
         self.tokenize_with_images(&rendered, add_special, images)
     }
 
-    /// Token ids for a whole conversation: `messages` rendered by the model's chat template
+    /// The prompt of a whole conversation: `messages` rendered by the model's chat template
     /// exactly as `apply_chat_template(messages, add_generation_prompt=True)` renders them, each
     /// image part expanded into its image's tokens. `images` are the images of the image parts,
     /// in order ([`tessera_text::Conversation`] reads both from the chat JSON). A text model's
     /// messages given as lists of text parts are rendered with their text joined.
-    pub fn encode_chat(&self, messages: &[Message], images: &[RgbImage]) -> Result<Vec<u32>> {
+    pub fn encode_chat(&self, messages: &[Message], images: &[RgbImage]) -> Result<Prompt> {
         let image_parts: usize = messages
             .iter()
             .map(|m| match &m.content {
@@ -354,7 +355,7 @@ impl Model {
     }
 
     /// Tokenizes `text`, each image placeholder in it first expanded into its image's tokens.
-    fn tokenize_with_images(&self, text: &str, add_special: bool, images: &[RgbImage]) -> Result<Vec<u32>> {
+    fn tokenize_with_images(&self, text: &str, add_special: bool, images: &[RgbImage]) -> Result<Prompt> {
         let placeholder = self.image_encoder.as_ref().and_then(|e| e.image_token());
         let expanded = match (placeholder, self.image_encoder.as_ref()) {
             (Some(p), Some(enc)) => {
@@ -363,7 +364,7 @@ impl Model {
             }
             _ => text.to_string(),
         };
-        Ok(self.tokenizer.encode(&expanded, add_special)?)
+        self.prompt(self.tokenizer.encode(&expanded, add_special)?, images)
     }
 
     /// Refuses more images than the model takes, naming the model.
@@ -446,85 +447,80 @@ impl Model {
         })
     }
 
-    /// Positions of the sequence that hold image tokens: the native model's come first; the
-    /// Hugging Face families' replace the placeholder ids in `ids`.
-    pub fn image_positions(&self, images: &[RgbImage], ids: &[u32]) -> Vec<usize> {
-        match self.image_encoder.as_ref().and_then(|e| e.image_token_id()) {
-            Some(id) => ids.iter().enumerate().filter(|(_, &t)| t == id).map(|(i, _)| i).collect(),
-            None => {
-                let n: usize =
-                    self.image_encoder.as_ref().map(|e| images.iter().map(|i| e.tokens_for(i)).sum()).unwrap_or(0);
-                (0..n).collect()
-            }
-        }
-    }
-
-    /// The length of the sequence `images` and `ids` make.
-    pub fn sequence_len(&self, images: &[RgbImage], ids: &[u32]) -> usize {
-        match self.image_encoder.as_ref() {
-            Some(e) if e.image_token_id().is_none() => {
-                images.iter().map(|i| e.tokens_for(i)).sum::<usize>() + ids.len()
-            }
-            _ => ids.len(),
-        }
-    }
-
-    /// The input sequence as embeddings `(1, t, hidden)`: `[image tokens …][text tokens]` for the
-    /// native model; the text with each placeholder id replaced by the next image token for the
-    /// Hugging Face families (the number of placeholders must equal the images' tokens).
-    pub fn prompt_embeddings(&self, images: &[RgbImage], ids: &[u32]) -> Result<Tensor> {
+    /// The prompt `ids` and `images` make, cut into chunks: the native model's image tokens
+    /// come first, then the text; the Hugging Face families' images replace the placeholder
+    /// ids in `ids` (as many as the images' tokens: each placeholder expanded as the processor
+    /// does).
+    pub fn prompt(&self, ids: Vec<u32>, images: &[RgbImage]) -> Result<Prompt> {
         if !images.is_empty() {
             self.check_image_count(images.len())?;
         }
-        if let Some(image_id) = self.image_encoder.as_ref().and_then(|e| e.image_token_id()) {
-            return self.merge_image_tokens(images, ids, image_id);
-        }
-        let mut parts = images.iter().map(|img| self.encode_image(img)).collect::<Result<Vec<_>>>()?;
-        if !ids.is_empty() {
-            parts.push(self.embed_ids(ids)?);
-        }
-        if parts.is_empty() {
-            return Err(TesseraError::InvalidInput("empty input: no images and no tokens".into()));
-        }
-        let dtype = parts.last().map(|p| p.dtype()).unwrap_or(DType::F32);
-        let parts = parts.into_iter().map(|p| p.to_dtype(dtype)).collect::<candle_core::Result<Vec<_>>>()?;
-        Ok(Tensor::cat(&parts, 1)?)
+        let tokens: Vec<usize> = match &self.image_encoder {
+            Some(e) => images.iter().map(|img| e.tokens_for(img)).collect(),
+            None => Vec::new(),
+        };
+        let chunks = match self.image_encoder.as_ref().and_then(|e| e.image_token_id()) {
+            Some(image_id) => {
+                if ids.is_empty() {
+                    return Err(TesseraError::InvalidInput("empty input: no tokens".into()));
+                }
+                let slots = ids.iter().filter(|&&t| t == image_id).count();
+                let needed: usize = tokens.iter().sum();
+                if slots != needed {
+                    return Err(TesseraError::InvalidInput(format!(
+                        "the prompt has {slots} image-token positions but the {} image(s) give {needed} image tokens \
+                         (each image needs its placeholder expanded as the processor does)",
+                        images.len()
+                    )));
+                }
+                crate::prompt::placeholder_chunks(&ids, image_id, &tokens)
+            }
+            None => {
+                let mut chunks: Vec<Chunk> =
+                    tokens.iter().enumerate().map(|(image, &n)| Chunk::Image { image, tokens: 0..n }).collect();
+                if !ids.is_empty() {
+                    chunks.push(Chunk::Text(0..ids.len()));
+                }
+                if chunks.is_empty() {
+                    return Err(TesseraError::InvalidInput("empty input: no images and no tokens".into()));
+                }
+                chunks
+            }
+        };
+        Ok(Prompt { ids, images: images.to_vec(), chunks })
     }
 
-    /// transformers' `masked_scatter`: placeholder positions take the image tokens in order.
-    fn merge_image_tokens(&self, images: &[RgbImage], ids: &[u32], image_id: u32) -> Result<Tensor> {
-        if ids.is_empty() {
-            return Err(TesseraError::InvalidInput("empty input: no tokens".into()));
-        }
-        let slots = ids.iter().filter(|&&t| t == image_id).count();
-        let needed: usize = images.iter().map(|img| self.vision().map(|e| e.tokens_for(img))).sum::<Result<usize>>()?;
-        if slots != needed {
-            return Err(TesseraError::InvalidInput(format!(
-                "the prompt has {slots} image-token positions but the {} image(s) give {needed} image tokens \
-                 (each image needs its placeholder expanded as the processor does)",
-                images.len()
-            )));
-        }
+    /// The prompt's input embeddings `(1, t, hidden)`: each image encoded once, its tokens
+    /// placed where its chunks are (transformers' `masked_scatter` for the Hugging Face
+    /// families), the text embedded as tokens.
+    pub fn prompt_embeddings(&self, prompt: &Prompt) -> Result<Tensor> {
+        let image_id = self.image_encoder.as_ref().and_then(|e| e.image_token_id());
         // A placeholder id outside the vocabulary embeds as id 0 before it is replaced.
         let vocab = self.embed.vocab_size() as u32;
-        let safe: Vec<u32> = ids.iter().map(|&t| if t == image_id && t >= vocab { 0 } else { t }).collect();
-        let text = self.embed_ids(&safe)?; // (1, t, hidden)
-        if needed == 0 {
-            return Ok(text);
-        }
-        let feats = images.iter().map(|img| self.encode_image(img)).collect::<Result<Vec<_>>>()?;
-        let feats = Tensor::cat(&feats, 1)?.to_dtype(text.dtype())?; // (1, needed, hidden)
-        let mut parts = Vec::new();
-        let (mut i, mut used) = (0usize, 0usize);
-        while i < ids.len() {
-            let is_image = ids[i] == image_id;
-            let run = ids[i..].iter().take_while(|&&t| (t == image_id) == is_image).count();
-            parts.push(if is_image { feats.narrow(1, used, run)? } else { text.narrow(1, i, run)? });
-            if is_image {
-                used += run;
-            }
-            i += run;
-        }
+        let safe: Vec<u32> =
+            prompt.ids.iter().map(|&t| if Some(t) == image_id && t >= vocab { 0 } else { t }).collect();
+        let text = if safe.is_empty() { None } else { Some(self.embed_ids(&safe)?) };
+        let dtype = text.as_ref().map(|t| t.dtype());
+        let feats = prompt
+            .images
+            .iter()
+            .map(|img| {
+                let f = self.encode_image(img)?;
+                Ok(match dtype {
+                    Some(d) => f.to_dtype(d)?,
+                    None => f,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let parts = prompt
+            .chunks
+            .iter()
+            .map(|c| match (c, &text) {
+                (Chunk::Text(r), Some(text)) => Ok(text.narrow(1, r.start, r.len())?),
+                (Chunk::Image { image, tokens }, _) => Ok(feats[*image].narrow(1, tokens.start, tokens.len())?),
+                (Chunk::Text(_), None) => Err(TesseraError::InvalidInput("a text chunk without tokens".into())),
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(Tensor::cat(&parts, 1)?)
     }
 

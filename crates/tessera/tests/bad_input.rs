@@ -147,11 +147,11 @@ fn missing_and_truncated_gguf() -> Result<()> {
 fn prompt_longer_than_the_context() -> Result<()> {
     let dir = common::fixtures().join("tiny/llama-gqa");
     let model = Model::load(dir.to_str().expect("utf-8"), &LoadOptions::default())?;
-    let prompt = vec![5u32; model.max_positions() + 3];
+    let prompt = model.prompt(vec![5u32; model.max_positions() + 3], &[])?;
     let err = model.generate(&prompt, &GenerateParams::default(), &mut |_| {}).unwrap_err().to_string();
     assert!(err.contains(&format!("{} tokens", prompt.len())) && err.contains("context"), "{err}");
     // Generation that runs into the end of the context stops cleanly.
-    let prompt = vec![5u32; model.max_positions() - 2];
+    let prompt = model.prompt(vec![5u32; model.max_positions() - 2], &[])?;
     let params = GenerateParams { max_new_tokens: 10, ignore_eos: true, ..Default::default() };
     let out = model.generate(&prompt, &params, &mut |_| {})?;
     assert_eq!(out.finish_reason, tessera::FinishReason::ContextFull);
@@ -163,9 +163,10 @@ fn prompt_longer_than_the_context() -> Result<()> {
 fn empty_prompt_and_out_of_range_token() -> Result<()> {
     let dir = common::fixtures().join("tiny/llama-gqa");
     let model = Model::load(dir.to_str().expect("utf-8"), &LoadOptions::default())?;
-    let err = model.generate(&[], &GenerateParams::default(), &mut |_| {}).unwrap_err().to_string();
+    let err = model.prompt(vec![], &[]).unwrap_err().to_string();
     assert!(err.contains("empty"), "{err}");
-    let err = model.generate(&[100_000], &GenerateParams::default(), &mut |_| {}).unwrap_err().to_string();
+    let prompt = model.prompt(vec![100_000], &[])?;
+    let err = model.generate(&prompt, &GenerateParams::default(), &mut |_| {}).unwrap_err().to_string();
     assert!(err.contains("100000"), "{err}");
     Ok(())
 }

@@ -41,7 +41,7 @@ fn bank_hidden_states_match_transformers_and_differ_by_context() -> Result<()> {
         let s = &meta["sentences"][name];
         let text = s["text"].as_str().context("text")?;
         let ids = common::ids(&s["ids"]);
-        let states = model.hidden_states(&[], &ids)?;
+        let states = model.hidden_states(&model.prompt(ids.clone(), &[])?)?;
         let want = &reference[name];
         assert_eq!(states.len(), want.dim(0)?, "{name}: number of layers");
         // SmolLM2 carries a massive-activation channel (|x| ≈ 2.4e4 from block 12 on) where one
@@ -80,7 +80,7 @@ fn attention_weights_match_transformers_eager() -> Result<()> {
     let reference = common::read_json(&common::fixtures().join("tiny/attention_reference.json"))?;
     let ids = common::ids(&reference["prompt_ids"]);
     let layers: Vec<usize> = (0..model.config().decoder.num_hidden_layers).collect();
-    let got = model.attention_weights(&[], &ids, &layers)?;
+    let got = model.attention_weights(&model.prompt(ids.clone(), &[])?, &layers)?;
     for (layer, weights) in got {
         let want: Vec<f32> = reference["attentions"][layer]
             .as_array()
@@ -108,7 +108,7 @@ fn hidden_states_of_every_layer_match_transformers_on_a_tiny_model() -> Result<(
     let model = tiny()?;
     let reference = common::read_json(&common::fixtures().join("tiny/attention_reference.json"))?;
     let ids = common::ids(&reference["prompt_ids"]);
-    let states = model.hidden_states(&[], &ids)?;
+    let states = model.hidden_states(&model.prompt(ids.clone(), &[])?)?;
     let want = reference["hidden_states"].as_array().context("hidden states")?;
     assert_eq!(states.len(), want.len());
     for (layer, (got, want)) in states.iter().zip(want).enumerate() {
@@ -194,7 +194,7 @@ fn bad_embedding_requests_are_clear_errors() -> Result<()> {
     assert!(err.contains("empty"), "{err}");
     let err = model.word_token("zyxwvutsrq").unwrap_err().to_string();
     assert!(err.contains("zyxwvutsrq") && err.contains("not a single token"), "{err}");
-    let err = model.attention_weights(&[], &[1, 2], &[n]).unwrap_err().to_string();
+    let err = model.attention_weights(&model.prompt(vec![1, 2], &[])?, &[n]).unwrap_err().to_string();
     assert!(err.contains("out of range"), "{err}");
     let e = model.contextual_embeddings(&[], "Keys and values", None)?;
     assert!(e.pooled(&Pooling::Token("absent".into()), false).is_err());

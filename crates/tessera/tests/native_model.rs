@@ -29,7 +29,7 @@ fn logits_and_greedy_answers_match_the_pytorch_reference() -> Result<()> {
         let image = load_image(&dir.join(name), DEFAULT_MAX_PIXELS)?;
         let question = item["question"].as_str().context("question")?;
         let prompt = model.encode_prompt(question, None, false, std::slice::from_ref(&image))?;
-        assert_eq!(prompt, common::ids(&item["prompt_ids"]), "{name}: prompt ids");
+        assert_eq!(prompt.ids(), common::ids(&item["prompt_ids"]), "{name}: prompt ids");
 
         let pixels: Vec<f32> = model.pixel_values(&image)?.flatten_all()?.to_vec1()?;
         let pv = &item["pixel_values"];
@@ -41,7 +41,7 @@ fn logits_and_greedy_answers_match_the_pytorch_reference() -> Result<()> {
         assert!(max_diff(&tokens, &common::floats(&item["image_token0_first8"])) < 1e-4, "{name}: image token 0");
 
         // Logits over the whole sequence: the last row in full, the top-5 at every text position.
-        let embeds = model.prompt_embeddings(std::slice::from_ref(&image), &prompt)?;
+        let embeds = model.prompt_embeddings(&prompt)?;
         let hidden = model.forward_hidden(&embeds, &mut model.new_cache(), &mut tessera::Trace::default())?;
         let logits: Vec<Vec<f32>> = model.logits(&hidden)?.to_vec2()?;
         let last = logits.last().context("rows")?;
@@ -58,7 +58,7 @@ fn logits_and_greedy_answers_match_the_pytorch_reference() -> Result<()> {
 
         let expected = common::ids(&item["greedy_ids"]);
         let params = GenerateParams { max_new_tokens: 32, ..Default::default() };
-        let out = model.generate_with_images(std::slice::from_ref(&image), &prompt, &params, &mut |_| {})?;
+        let out = model.generate(&prompt, &params, &mut |_| {})?;
         let mut ours = out.generated_tokens.clone();
         if out.finish_reason == tessera::FinishReason::Eos {
             ours.extend(model.eos_ids().first());
@@ -78,8 +78,7 @@ fn images_beyond_what_the_model_takes_are_refused() -> Result<()> {
     let err = model.encode_prompt("How many circles are there?", None, false, &two).unwrap_err().to_string();
     assert!(err.contains("2 images") && err.contains("at most 1"), "{err}");
     let prompt = model.encode_prompt("How many circles are there?", None, false, &two[..1])?;
-    let err =
-        model.generate_with_images(&two, &prompt, &GenerateParams::default(), &mut |_| {}).unwrap_err().to_string();
+    let err = model.prompt(prompt.ids().to_vec(), &two).unwrap_err().to_string();
     assert!(err.contains("2 images") && err.contains("at most 1"), "{err}");
     Ok(())
 }

@@ -18,7 +18,7 @@ fn load(dtype: Option<DType>) -> Result<Model> {
 /// The prompt ids our tokenizer and chat template produce for a fixture entry.
 fn prompt_ids(model: &Model, entry: &serde_json::Value) -> Result<Vec<u32>> {
     Ok(match entry["mode"].as_str() {
-        Some("raw") => model.encode_prompt(entry["text"].as_str().expect("text"), None, true, &[])?,
+        Some("raw") => model.encode_prompt(entry["text"].as_str().expect("text"), None, true, &[])?.ids().to_vec(),
         _ => {
             let messages: Vec<Message> = serde_json::from_value(entry["messages"].clone())?;
             let rendered = model.render_chat(&messages, true)?;
@@ -40,7 +40,7 @@ fn f32_greedy_ids_and_top5_logits_match_transformers() -> Result<()> {
         assert!(expected.len() >= 32);
         let params =
             GenerateParams { max_new_tokens: expected.len(), ignore_eos: true, logprobs: None, ..Default::default() };
-        let out = model.generate(&prompt, &params, &mut |_| {})?;
+        let out = model.generate(&model.prompt(prompt.clone(), &[])?, &params, &mut |_| {})?;
         assert_eq!(out.generated_tokens, expected, "{name}: greedy ids");
 
         // Raw logits at every generated position, for the reference's top-5 ids.

@@ -43,7 +43,7 @@ fn greedy_ids_match_transformers_for_16_tokens() -> Result<()> {
     for name in MODELS {
         let model = load(name)?;
         let reference = common::read_json(&common::fixtures().join("tiny").join(name).join("reference.json"))?;
-        let prompt = common::ids(&reference["prompt_ids"]);
+        let prompt = model.prompt(common::ids(&reference["prompt_ids"]), &[])?;
         let expected = common::ids(&reference["greedy_ids"]);
         let params = GenerateParams { max_new_tokens: expected.len(), ignore_eos: true, ..Default::default() };
         let out = model.generate(&prompt, &params, &mut |_| {})?;

@@ -82,9 +82,9 @@ fn prompts_render_and_tokenize_as_the_processor_does() -> Result<()> {
                 let rendered = model.render_chat(&messages, true)?;
                 assert_eq!(rendered, case.json["rendered"].as_str().context("rendered")?, "{name}/{}", case.name);
             }
-            let ids = model.encode_prompt(&user_text(case)?, None, false, &case.images)?;
-            assert_eq!(ids, common::ids(&case.json["input_ids"]), "{name}/{}: prompt ids", case.name);
-            let image_id = model.image_positions(&case.images, &ids).len();
+            let prompt = model.encode_prompt(&user_text(case)?, None, false, &case.images)?;
+            assert_eq!(prompt.ids(), common::ids(&case.json["input_ids"]), "{name}/{}: prompt ids", case.name);
+            let image_id = prompt.image_positions().len();
             assert_eq!(image_id as u64, case.json["num_image_tokens"].as_u64().context("num_image_tokens")?);
         }
     }
@@ -122,8 +122,8 @@ fn logits_and_16_greedy_ids_match_transformers() -> Result<()> {
         let (cases, tensors) = cases(name)?;
         for case in &cases {
             let what = format!("{name}/{}", case.name);
-            let ids = common::ids(&case.json["input_ids"]);
-            let embeds = model.prompt_embeddings(&case.images, &ids)?;
+            let prompt = model.prompt(common::ids(&case.json["input_ids"]), &case.images)?;
+            let embeds = model.prompt_embeddings(&prompt)?;
             let hidden = model.forward_hidden(&embeds, &mut model.new_cache(), &mut Default::default())?;
             let logits = model.logits(&hidden)?;
             let expected = reference_tensor(&tensors, &case.name, "logits").context("logits")?;
@@ -133,7 +133,7 @@ fn logits_and_16_greedy_ids_match_transformers() -> Result<()> {
 
             let greedy = common::ids(&case.json["greedy_ids"]);
             let params = GenerateParams { max_new_tokens: greedy.len(), ignore_eos: true, ..Default::default() };
-            let out = model.generate_with_images(&case.images, &ids, &params, &mut |_| {})?;
+            let out = model.generate(&prompt, &params, &mut |_| {})?;
             assert_eq!(out.generated_tokens, greedy, "{what}: greedy ids");
         }
     }
@@ -147,7 +147,10 @@ fn the_older_folder_layout_loads_the_same_processor() -> Result<()> {
     let (legacy, new) = (load("smolvlm-tiny-legacy")?, load("smolvlm-tiny")?);
     let image = load_image(&common::fixtures().join("images/chelsea.png"), DEFAULT_MAX_PIXELS)?;
     let images = std::slice::from_ref(&image);
-    assert_eq!(legacy.encode_prompt("Hi", None, false, images)?, new.encode_prompt("Hi", None, false, images)?);
+    assert_eq!(
+        legacy.encode_prompt("Hi", None, false, images)?.ids(),
+        new.encode_prompt("Hi", None, false, images)?.ids()
+    );
     let d = max_abs_diff(&legacy.encode_image(&image)?, &new.encode_image(&image)?, "image tokens")?;
     assert_eq!(d, 0.0);
     Ok(())
@@ -199,8 +202,8 @@ fn bad_input_gives_clear_errors() -> Result<()> {
             );
         }
         // Ids whose placeholders do not match the images given.
-        let ids = model.encode_prompt("what?", None, false, std::slice::from_ref(&chelsea))?;
-        let err = model.generate_with_images(&[], &ids, &GenerateParams::default(), &mut |_| {}).unwrap_err();
+        let ids = model.encode_prompt("what?", None, false, std::slice::from_ref(&chelsea))?.ids().to_vec();
+        let err = model.prompt(ids, &[]).unwrap_err();
         assert!(err.to_string().contains("image-token positions"), "{name}: {err}");
         // An image over the token budget.
         let n = model.image_tokens(&chelsea)?;
@@ -343,7 +346,7 @@ fn every_generation_of_tensor_names_loads() -> Result<()> {
         let case = cases.iter().find(|c| !c.images.is_empty()).context("a case with an image")?;
         let ids = common::ids(&case.json["input_ids"]);
         let logits = |m: &Model| -> Result<Tensor> {
-            let embeds = m.prompt_embeddings(&case.images, &ids)?;
+            let embeds = m.prompt_embeddings(&m.prompt(ids.clone(), &case.images)?)?;
             Ok(m.logits(&m.forward_hidden(&embeds, &mut m.new_cache(), &mut Default::default())?)?)
         };
         let expected = logits(&reference)?;
@@ -410,11 +413,11 @@ fn multi_turn_chats_with_images_match_transformers() -> Result<()> {
                 .iter()
                 .map(|src| Ok(load_image(&common::repo_root().join(src), DEFAULT_MAX_PIXELS)?))
                 .collect::<Result<Vec<_>>>()?;
-            let ids = model.encode_chat(&conv.messages, &images)?;
-            assert_eq!(ids, common::ids(&chat["input_ids"]), "{what}: prompt ids");
+            let prompt = model.encode_chat(&conv.messages, &images)?;
+            assert_eq!(prompt.ids(), common::ids(&chat["input_ids"]), "{what}: prompt ids");
             let greedy = common::ids(&chat["greedy_ids"]);
             let params = GenerateParams { max_new_tokens: greedy.len(), ignore_eos: true, ..Default::default() };
-            let out = model.generate_with_images(&images, &ids, &params, &mut |_| {})?;
+            let out = model.generate(&prompt, &params, &mut |_| {})?;
             assert_eq!(out.generated_tokens, greedy, "{what}: greedy ids");
             checked += 1;
         }
