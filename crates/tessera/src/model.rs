@@ -12,12 +12,11 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 use tessera_decoder::weights::MatrixWeight;
 use tessera_decoder::{AttentionMask, Decoder, GgufMode, KvCache, Linear, MaskPlan, Trace, Weights};
-use tessera_text::{ChatTemplate, Content, ContentPart, Message, TokenEmbedding, Tokenizer};
+use tessera_text::{ChatTemplate, Message, TokenEmbedding, Tokenizer};
 use tessera_vision::RgbImage;
 
 use crate::config::{Architecture, GenerationConfig, ModelConfig};
 use crate::error::{Result, TesseraError};
-use crate::prompt::{Chunk, Prompt};
 use crate::source::{self, ModelSource};
 use crate::vision::ImageEncoder;
 
@@ -52,17 +51,17 @@ pub struct ModelInfo {
 }
 
 pub struct Model {
-    config: ModelConfig,
-    info: ModelInfo,
-    device: Device,
-    tokenizer: Tokenizer,
-    chat_template: Option<ChatTemplate>,
-    generation_config: GenerationConfig,
-    eos_ids: Vec<u32>,
-    embed: TokenEmbedding,
-    decoder: Decoder,
-    lm_head: Linear,
-    image_encoder: Option<ImageEncoder>,
+    pub(crate) config: ModelConfig,
+    pub(crate) info: ModelInfo,
+    pub(crate) device: Device,
+    pub(crate) tokenizer: Tokenizer,
+    pub(crate) chat_template: Option<ChatTemplate>,
+    pub(crate) generation_config: GenerationConfig,
+    pub(crate) eos_ids: Vec<u32>,
+    pub(crate) embed: TokenEmbedding,
+    pub(crate) decoder: Decoder,
+    pub(crate) lm_head: Linear,
+    pub(crate) image_encoder: Option<ImageEncoder>,
 }
 
 impl Model {
@@ -250,125 +249,8 @@ impl Model {
         Ok(template.render(messages, add_generation_prompt)?)
     }
 
-    /// The prompt for a message about `images` (none for text): its token ids and images.
-    ///
-    /// - `raw`: the text as is, tokenized as the reference tokenizer does (with whatever BOS its
-    ///   post-processor adds); for the Hugging Face vision families the text must carry one
-    ///   image placeholder (`<image>`) per image, expanded as below.
-    /// - otherwise a chat: the text is the user message (content `[image, …, image, text]` with
-    ///   images), after an optional system message, rendered by the model's template. For the
-    ///   Hugging Face vision families each image placeholder then expands to what the reference
-    ///   processor writes (Idefics3: tiles and a global view; LLaVA/PaliGemma: one image token
-    ///   per feature), and the processor's rule for special tokens applies (the tokenizer adds
-    ///   its own, e.g. LLaVA's BOS, unless the rendered text starts with the BOS token).
-    ///   PaliGemma has no template: its processor's layout `<image>…<bos>prompt\n` is used.
-    pub fn encode_prompt(&self, text: &str, system: Option<&str>, raw: bool, images: &[RgbImage]) -> Result<Prompt> {
-        if !images.is_empty() {
-            self.check_image_count(images.len())?;
-        }
-        let placeholder = self.image_encoder.as_ref().and_then(|e| e.image_token()).map(str::to_string);
-        let paligemma = self.config.architecture == Architecture::PaliGemma;
-        let (rendered, add_special) = if paligemma && (!raw || !images.is_empty()) {
-            let image = placeholder.as_deref().unwrap_or("<image>");
-            let bos = self.tokenizer.special().bos_token.clone().unwrap_or_default();
-            // The processor turns the tokenizer's own BOS off: it writes it into the text.
-            (tessera_text::paligemma_prompt(text, images.len(), image, &bos), false)
-        } else if raw {
-            (text.to_string(), true)
-        } else {
-            // Vision-language templates read every message as a list of parts.
-            let message = |role: &str, images: usize, text: &str| {
-                if placeholder.is_none() && images == 0 {
-                    return Message::text(role, text);
-                }
-                let mut parts = vec![ContentPart::Image; images];
-                parts.push(ContentPart::Text { text: text.to_string() });
-                Message::parts(role, parts)
-            };
-            let mut messages = Vec::new();
-            if let Some(s) = system {
-                messages.push(message("system", 0, s));
-            }
-            messages.push(message("user", images.len(), text));
-            return self.encode_chat(&messages, images);
-        };
-        self.tokenize_with_images(&rendered, add_special, images)
-    }
-
-    /// The prompt of a whole conversation: `messages` rendered by the model's chat template
-    /// exactly as `apply_chat_template(messages, add_generation_prompt=True)` renders them, each
-    /// image part expanded into its image's tokens. `images` are the images of the image parts,
-    /// in order ([`tessera_text::Conversation`] reads both from the chat JSON). A text model's
-    /// messages given as lists of text parts are rendered with their text joined.
-    pub fn encode_chat(&self, messages: &[Message], images: &[RgbImage]) -> Result<Prompt> {
-        let image_parts: usize = messages
-            .iter()
-            .map(|m| match &m.content {
-                Content::Parts(p) => p.iter().filter(|p| matches!(p, ContentPart::Image)).count(),
-                Content::Text(_) => 0,
-            })
-            .sum();
-        if image_parts != images.len() {
-            return Err(TesseraError::InvalidInput(format!(
-                "the messages have {image_parts} image part(s) but {} image(s) were given",
-                images.len()
-            )));
-        }
-        if !images.is_empty() {
-            self.check_image_count(images.len())?;
-        }
-        if self.config.architecture == Architecture::PaliGemma {
-            return Err(TesseraError::InvalidInput(format!(
-                "{} (PaliGemma) has no chat template: give one prompt (it follows the image tokens)",
-                self.info.source.path().display()
-            )));
-        }
-        let placeholder = self.image_encoder.as_ref().and_then(|e| e.image_token());
-        let flat;
-        let messages = if placeholder.is_none() {
-            flat = messages
-                .iter()
-                .map(|m| match &m.content {
-                    Content::Parts(parts) => {
-                        let text: String = parts
-                            .iter()
-                            .filter_map(|p| match p {
-                                ContentPart::Text { text } => Some(text.as_str()),
-                                ContentPart::Image => None,
-                            })
-                            .collect();
-                        Message::text(&m.role, &text)
-                    }
-                    Content::Text(_) => m.clone(),
-                })
-                .collect::<Vec<_>>();
-            &flat[..]
-        } else {
-            messages
-        };
-        let rendered = self.render_chat(messages, true)?;
-        // A text model's chat template carries all its special tokens; a processor adds the
-        // tokenizer's unless the text already starts with BOS.
-        let add = placeholder.is_some()
-            && !self.tokenizer.special().bos_token.as_deref().is_some_and(|b| !b.is_empty() && rendered.starts_with(b));
-        self.tokenize_with_images(&rendered, add, images)
-    }
-
-    /// Tokenizes `text`, each image placeholder in it first expanded into its image's tokens.
-    fn tokenize_with_images(&self, text: &str, add_special: bool, images: &[RgbImage]) -> Result<Prompt> {
-        let placeholder = self.image_encoder.as_ref().and_then(|e| e.image_token());
-        let expanded = match (placeholder, self.image_encoder.as_ref()) {
-            (Some(p), Some(enc)) => {
-                let texts: Vec<String> = images.iter().filter_map(|img| enc.placeholder_text(img)).collect();
-                tessera_text::expand_placeholders(text, p, &texts)?
-            }
-            _ => text.to_string(),
-        };
-        self.prompt(self.tokenizer.encode(&expanded, add_special)?, images)
-    }
-
     /// Refuses more images than the model takes, naming the model.
-    fn check_image_count(&self, n: usize) -> Result<()> {
+    pub(crate) fn check_image_count(&self, n: usize) -> Result<()> {
         let max = self.max_images();
         if max == 0 {
             self.vision()?;
@@ -445,83 +327,6 @@ impl Model {
                 self.config.architecture.name()
             ))
         })
-    }
-
-    /// The prompt `ids` and `images` make, cut into chunks: the native model's image tokens
-    /// come first, then the text; the Hugging Face families' images replace the placeholder
-    /// ids in `ids` (as many as the images' tokens: each placeholder expanded as the processor
-    /// does).
-    pub fn prompt(&self, ids: Vec<u32>, images: &[RgbImage]) -> Result<Prompt> {
-        if !images.is_empty() {
-            self.check_image_count(images.len())?;
-        }
-        let tokens: Vec<usize> = match &self.image_encoder {
-            Some(e) => images.iter().map(|img| e.tokens_for(img)).collect(),
-            None => Vec::new(),
-        };
-        let chunks = match self.image_encoder.as_ref().and_then(|e| e.image_token_id()) {
-            Some(image_id) => {
-                if ids.is_empty() {
-                    return Err(TesseraError::InvalidInput("empty input: no tokens".into()));
-                }
-                let slots = ids.iter().filter(|&&t| t == image_id).count();
-                let needed: usize = tokens.iter().sum();
-                if slots != needed {
-                    return Err(TesseraError::InvalidInput(format!(
-                        "the prompt has {slots} image-token positions but the {} image(s) give {needed} image tokens \
-                         (each image needs its placeholder expanded as the processor does)",
-                        images.len()
-                    )));
-                }
-                crate::prompt::placeholder_chunks(&ids, image_id, &tokens)
-            }
-            None => {
-                let mut chunks: Vec<Chunk> =
-                    tokens.iter().enumerate().map(|(image, &n)| Chunk::Image { image, tokens: 0..n }).collect();
-                if !ids.is_empty() {
-                    chunks.push(Chunk::Text(0..ids.len()));
-                }
-                if chunks.is_empty() {
-                    return Err(TesseraError::InvalidInput("empty input: no images and no tokens".into()));
-                }
-                chunks
-            }
-        };
-        Ok(Prompt { ids, images: images.to_vec(), chunks })
-    }
-
-    /// The prompt's input embeddings `(1, t, hidden)`: each image encoded once, its tokens
-    /// placed where its chunks are (transformers' `masked_scatter` for the Hugging Face
-    /// families), the text embedded as tokens.
-    pub fn prompt_embeddings(&self, prompt: &Prompt) -> Result<Tensor> {
-        let image_id = self.image_encoder.as_ref().and_then(|e| e.image_token_id());
-        // A placeholder id outside the vocabulary embeds as id 0 before it is replaced.
-        let vocab = self.embed.vocab_size() as u32;
-        let safe: Vec<u32> =
-            prompt.ids.iter().map(|&t| if Some(t) == image_id && t >= vocab { 0 } else { t }).collect();
-        let text = if safe.is_empty() { None } else { Some(self.embed_ids(&safe)?) };
-        let dtype = text.as_ref().map(|t| t.dtype());
-        let feats = prompt
-            .images
-            .iter()
-            .map(|img| {
-                let f = self.encode_image(img)?;
-                Ok(match dtype {
-                    Some(d) => f.to_dtype(d)?,
-                    None => f,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let parts = prompt
-            .chunks
-            .iter()
-            .map(|c| match (c, &text) {
-                (Chunk::Text(r), Some(text)) => Ok(text.narrow(1, r.start, r.len())?),
-                (Chunk::Image { image, tokens }, _) => Ok(feats[*image].narrow(1, tokens.start, tokens.len())?),
-                (Chunk::Text(_), None) => Err(TesseraError::InvalidInput("a text chunk without tokens".into())),
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Tensor::cat(&parts, 1)?)
     }
 
     /// The token embedding matrix.
