@@ -176,7 +176,7 @@ struct ModelArgs {
     /// a dtype is given, which dequantizes every tensor to it.
     #[arg(long)]
     dtype: Option<String>,
-    /// CPU threads (default: all cores).
+    /// CPU threads, 1 to 256 (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
     /// Quantize the vision tower's and connector's matrices to 8 bits (Q8_0) on loading: on
@@ -273,6 +273,9 @@ fn load(args: &ModelArgs) -> Result<(Model, f64)> {
     if let Some(n) = args.threads {
         if n == 0 {
             bail!("--threads must be at least 1");
+        }
+        if n > tessera_kernels::MAX_THREADS {
+            bail!("--threads {n} is more than the {} threads tessera runs", tessera_kernels::MAX_THREADS);
         }
         // Candle sizes its thread pools from this variable on first use.
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());

@@ -207,6 +207,10 @@ fn bad_requests_fail_cleanly() {
     );
     assert_clean_failure(&tessera(&["generate", "--model", &m, "--dtype", "f8", "--prompt", "x"]), &["f8"]);
     assert_clean_failure(&tessera(&["generate", "--model", &m, "--temperature=-1", "--prompt", "x"]), &["temperature"]);
+    assert_clean_failure(
+        &tessera(&["generate", "--model", &m, "--threads", "100000", "--prompt", "x"]),
+        &["--threads 100000"],
+    );
     let tiny = root().join("tests/fixtures/tiny/llama-gqa");
     let long = "word ".repeat(400);
     assert_clean_failure(
