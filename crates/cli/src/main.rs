@@ -107,9 +107,9 @@ struct ExplainArgs {
     average: bool,
     #[arg(long, default_value_t = 32)]
     max_new_tokens: usize,
-    /// Upscaling of the model's view of the image in the pictures.
-    #[arg(long, default_value_t = 4)]
-    scale: usize,
+    /// Upscaling of the model's view of the image in the pictures (1 to 32).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=32))]
+    scale: u32,
 }
 
 #[derive(Args)]
@@ -644,7 +644,7 @@ fn explain(args: ExplainArgs) -> Result<()> {
     let text = prompt.text_positions();
     let prompt_tokens = model.token_strings(&text.iter().map(|&(_, id)| id).collect::<Vec<_>>())?;
     let save = |name: &str, weights: &[f32]| -> Result<PathBuf> {
-        let pic = tessera::render_heatmap(&view, weights, rows, cols, args.scale.max(1));
+        let pic = tessera::render_heatmap(&view, weights, rows, cols, args.scale as usize)?;
         let path = args.out.join(name);
         tessera::save_png(&pic, &path).with_context(|| format!("writing {}", path.display()))?;
         Ok(path)

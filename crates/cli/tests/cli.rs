@@ -102,7 +102,7 @@ fn explain_draws_one_picture_per_answer_token_from_the_captured_attention() -> R
         assert_eq!(weights.len(), rows * cols);
         let picture = tessera::load_image(std::path::Path::new(t["picture"].as_str().unwrap()), u64::MAX)?;
         // The picture is the captured weights drawn over the model's view…
-        assert_eq!(picture, tessera::render_heatmap(&view, &weights, rows, cols, 4));
+        assert_eq!(picture, tessera::render_heatmap(&view, &weights, rows, cols, 4)?);
         // …so the most attended patch keeps its pixels and the least attended is dimmed.
         let argmax = (0..weights.len()).max_by(|&a, &b| weights[a].total_cmp(&weights[b])).unwrap();
         let (r, c) = (argmax / cols, argmax % cols);
@@ -211,6 +211,17 @@ fn bad_requests_fail_cleanly() {
         &tessera(&["generate", "--model", &m, "--threads", "100000", "--prompt", "x"]),
         &["--threads 100000"],
     );
+    // Flag values the parser refuses: one message naming the value, usage exit code 2.
+    for (args, needle) in [
+        (&["generate", "--model", &m, "--device", "cpu:1", "--prompt", "x"][..], "no device number"),
+        (&["explain", "--image", "x.png", "--prompt", "x", "--scale", "18446744073709551615"][..], "--scale"),
+        (&["explain", "--image", "x.png", "--prompt", "x", "--scale", "0"][..], "--scale"),
+    ] {
+        let o = tessera(args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.starts_with("error: ") && err.contains(needle) && !err.contains("panicked"), "{err}");
+    }
     let tiny = root().join("tests/fixtures/tiny/llama-gqa");
     let long = "word ".repeat(400);
     assert_clean_failure(

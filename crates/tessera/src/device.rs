@@ -24,6 +24,7 @@ impl FromStr for DeviceChoice {
             None => (s, 0),
         };
         match name {
+            "auto" | "cpu" if s.contains(':') => Err(format!("`{name}` takes no device number (got `{s}`)")),
             "auto" => Ok(Self::Auto),
             "cpu" => Ok(Self::Cpu),
             "cuda" => Ok(Self::Cuda(ordinal)),

@@ -1,7 +1,11 @@
 //! Attention heatmaps: per-patch weights drawn over the image the model saw, so a person can
 //! see where a generated token looked.
 
+use crate::error::{Result, VisionError};
 use crate::image_io::RgbImage;
+
+/// The largest picture drawn, in pixels.
+const MAX_PIXELS: usize = 1 << 28;
 
 /// Weights scaled to `[0, 1]` by their maximum (all zeros stay zeros).
 pub fn patch_intensities(weights: &[f32]) -> Vec<f32> {
@@ -16,10 +20,20 @@ pub fn patch_intensities(weights: &[f32]) -> Vec<f32> {
 /// upscaled by `scale` (nearest neighbour): patches keep their brightness in proportion to
 /// their intensity (the most attended patch is shown as is, unattended ones are dimmed to 25%),
 /// so the picture shows where the token looked whatever the image's colours.
-pub fn render_heatmap(img: &RgbImage, weights: &[f32], rows: usize, cols: usize, scale: usize) -> RgbImage {
+pub fn render_heatmap(img: &RgbImage, weights: &[f32], rows: usize, cols: usize, scale: usize) -> Result<RgbImage> {
     const FLOOR: f32 = 0.25;
+    let too_large = || {
+        VisionError::Config(format!(
+            "a heatmap of the {}×{} view at scale {scale} is over {MAX_PIXELS} pixels",
+            img.width, img.height
+        ))
+    };
+    let w = img.width.checked_mul(scale).ok_or_else(too_large)?;
+    let h = img.height.checked_mul(scale).ok_or_else(too_large)?;
+    if scale == 0 || w.checked_mul(h).is_none_or(|n| n > MAX_PIXELS) {
+        return Err(too_large());
+    }
     let intensity = patch_intensities(weights);
-    let (w, h) = (img.width * scale, img.height * scale);
     let mut out = vec![0u8; w * h * 3];
     for y in 0..h {
         for x in 0..w {
@@ -32,7 +46,7 @@ pub fn render_heatmap(img: &RgbImage, weights: &[f32], rows: usize, cols: usize,
             }
         }
     }
-    RgbImage::new(w, h, out)
+    Ok(RgbImage::new(w, h, out))
 }
 
 #[cfg(test)]
@@ -43,7 +57,9 @@ mod tests {
     fn heatmap_follows_the_weights() {
         let img = RgbImage::new(4, 4, vec![128; 4 * 4 * 3]);
         let weights = [0.1, 0.4, 0.0, 0.5];
-        let out = render_heatmap(&img, &weights, 2, 2, 2);
+        let out = render_heatmap(&img, &weights, 2, 2, 2).unwrap();
+        assert!(render_heatmap(&img, &weights, 2, 2, usize::MAX).is_err());
+        assert!(render_heatmap(&img, &weights, 2, 2, 0).is_err());
         // A pixel of each 4×4 cell: brightness grows with the weight.
         let r = [out.pixel(1, 1)[0], out.pixel(5, 1)[0], out.pixel(1, 5)[0], out.pixel(5, 5)[0]];
         assert_eq!(r[2], 32, "a zero weight dims to 25%");
