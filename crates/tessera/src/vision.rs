@@ -92,8 +92,10 @@ impl ImageEncoder {
             VisionSpec::Native { encoder, image_mean, image_std, resample } => {
                 let path = dir.join("preprocessor_config.json");
                 let preprocess = if let Some(json) = crate::model::read_json_opt(&path)? {
-                    serde_json::from_value(json)
-                        .map_err(|e| TesseraError::Config { path: path.clone(), reason: e.to_string() })?
+                    let cfg: PreprocessConfig = serde_json::from_value(json)
+                        .map_err(|e| TesseraError::Config { path: path.clone(), reason: e.to_string() })?;
+                    cfg.validate().map_err(|e| TesseraError::Config { path: path.clone(), reason: e.to_string() })?;
+                    cfg
                 } else {
                     PreprocessConfig {
                         do_resize: true,
@@ -239,6 +241,7 @@ impl ImageProcessor {
         let t = &cfg.tower;
         let mut pre: PreprocessConfig =
             serde_json::from_value(image.clone()).map_err(|e| err(format!("image processor settings: {e}")))?;
+        pre.validate().map_err(|e| err(e.to_string()))?;
         let (views, tokens_per_view) = match &cfg.connector {
             ConnectorConfig::PixelShuffle { scale_factor } => {
                 let edge = |k: &str| image.get(k).and_then(|v| v.get("longest_edge")).and_then(Value::as_u64);

@@ -53,7 +53,45 @@ fn inv255() -> f64 {
     1.0 / 255.0
 }
 
+/// The largest image side a preprocessor may produce.
+pub const MAX_SIDE: usize = 16384;
+
 impl PreprocessConfig {
+    /// Refuses settings outside their domain, naming the field: sizes of 0 or over
+    /// [`MAX_SIDE`], a non-finite or non-positive `rescale_factor`, `image_mean`/`image_std`
+    /// without 3 finite values or with a `std` of 0. (`resample` is checked when an image is
+    /// resized.)
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(VisionError::Config(m));
+        for (name, size) in [("size", self.size), ("crop_size", self.crop_size)] {
+            let sides: Vec<usize> = match size {
+                Some(Size::HeightWidth { height, width }) => vec![height, width],
+                Some(Size::ShortestEdge { shortest_edge }) => vec![shortest_edge],
+                Some(Size::LongestEdge { longest_edge }) => vec![longest_edge],
+                None => Vec::new(),
+            };
+            if let Some(s) = sides.iter().find(|&&s| s == 0 || s > MAX_SIDE) {
+                return bad(format!("`{name}` of {s} pixels is outside 1..={MAX_SIDE}"));
+            }
+        }
+        if !(self.rescale_factor.is_finite() && self.rescale_factor > 0.0) {
+            return bad(format!("`rescale_factor` {} must be a positive number", self.rescale_factor));
+        }
+        for (name, v) in [("image_mean", &self.image_mean), ("image_std", &self.image_std)] {
+            if let Some(v) = v {
+                if v.len() != 3 || v.iter().any(|x| !x.is_finite()) {
+                    return bad(format!("`{name}` needs 3 finite values, got {v:?}"));
+                }
+            }
+        }
+        if let Some(std) = &self.image_std {
+            if std.contains(&0.0) {
+                return bad(format!("`image_std` {std:?} has a 0 (division by zero)"));
+            }
+        }
+        Ok(())
+    }
+
     pub fn filter(&self) -> Result<Filter> {
         Filter::from_pil(self.resample)
             .ok_or_else(|| VisionError::Config(format!("unsupported `resample` value {}", self.resample)))
@@ -138,6 +176,7 @@ pub fn to_tensor(img: &RgbImage, cfg: &PreprocessConfig, device: &Device) -> Res
 
 /// The whole pipeline: resize → center crop → rescale → normalize, `(3, H, W)` f32.
 pub fn preprocess(img: &RgbImage, cfg: &PreprocessConfig, device: &Device) -> Result<Tensor> {
+    cfg.validate()?;
     let mut img = img.clone();
     if cfg.do_resize {
         let size = cfg.size.ok_or_else(|| VisionError::Config("do_resize is set but `size` is missing".into()))?;

@@ -152,3 +152,34 @@ fn image_sources_load_the_same_pixels_or_say_why_not() -> Result<()> {
     assert!(matches!(e, VisionError::TooLarge { .. }), "{e}");
     Ok(())
 }
+
+/// Settings outside their domain are refused before any image is touched, naming the field.
+#[test]
+fn preprocessor_settings_outside_their_domain_are_refused() -> Result<()> {
+    let good: PreprocessConfig = serde_json::from_value(serde_json::json!({
+        "size": {"height": 32, "width": 32}, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]
+    }))?;
+    good.validate()?;
+    let img = load_image(&fixtures().join("images/chelsea.png"), DEFAULT_MAX_PIXELS)?;
+    for (patch, needle) in [
+        (serde_json::json!({"size": {"height": 0, "width": 0}}), "`size` of 0"),
+        (serde_json::json!({"size": {"shortest_edge": 100000}}), "`size` of 100000"),
+        (serde_json::json!({"crop_size": {"height": 0, "width": 4}}), "`crop_size` of 0"),
+        (serde_json::json!({"image_std": [0.5, 0.0, 0.5]}), "`image_std`"),
+        (serde_json::json!({"image_mean": [0.5, 0.5]}), "`image_mean` needs 3"),
+        (serde_json::json!({"rescale_factor": -1.0}), "`rescale_factor`"),
+    ] {
+        let mut v = serde_json::to_value(serde_json::json!({
+            "size": {"height": 32, "width": 32}, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]
+        }))?;
+        for (k, x) in patch.as_object().context("object")? {
+            v[k] = x.clone();
+        }
+        let cfg: PreprocessConfig = serde_json::from_value(v)?;
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains(needle), "{needle}: {err}");
+        // The pipeline checks too, before allocating anything from the sizes.
+        assert!(preprocess(&img, &cfg, &Device::Cpu).is_err(), "{needle}");
+    }
+    Ok(())
+}
