@@ -76,7 +76,7 @@ impl Linear {
                 return Ok(y);
             }
         }
-        act.apply(&self.unfused(x)?)
+        act.apply(&self.forward(x)?)
     }
 
     /// The dense f32 CPU path (`tessera_kernels::dense::linear`): bias, residual and epilogue
