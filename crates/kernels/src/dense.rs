@@ -87,26 +87,15 @@ pub fn linear(pool: &ThreadPool, a: LinearArgs<'_>, out: &mut [f32]) -> Result<(
                 }
             }
             // dst(r, c) = [dst +] x(r, :) · W(c, :)ᵀ; rhs (k, c) is W's rows read transposed.
-            gemm::gemm(
-                r.len(),
-                c.len(),
-                k,
+            sgemm(
+                (r.len(), c.len(), k),
                 at(r.start),
-                1,
-                n as isize,
+                n,
                 init,
                 x.as_ptr().add(r.start * k),
-                1,
-                k as isize,
+                k,
                 w.as_ptr().add(c.start * k),
-                k as isize,
-                1,
-                1.0f32,
-                1.0f32,
-                false,
-                false,
-                false,
-                gemm::Parallelism::None,
+                (1, k),
             );
             if epilogue == Epilogue::GeluTanh {
                 for i in r {
@@ -122,6 +111,52 @@ pub fn linear(pool: &ThreadPool, a: LinearArgs<'_>, out: &mut [f32]) -> Result<(
 fn split(len: usize, parts: usize, p: usize) -> Range<usize> {
     let per = len.div_ceil(parts.max(1));
     (p * per).min(len)..((p + 1) * per).min(len)
+}
+
+/// `dst (m × n) [+]= lhs (m × k) · rhs (k × n)`, single-threaded, by the `gemm` crate's f32
+/// micro-kernels: the one call every f32 GEMM of the kernels goes through. Rows of `dst` and
+/// `lhs` hold contiguous values (row strides `dst_rs`, `lhs_rs`); `rhs` element `(p, j)` is at
+/// `rhs + p·rhs_rs + j·rhs_cs` (a row-major weight read transposed: `rhs_rs = 1`, `rhs_cs = k`).
+/// With `accumulate` the product is added to what `dst` holds, otherwise it replaces it.
+///
+/// # Safety
+/// Every element the strides address lies inside its allocation, and `dst` overlaps neither
+/// `lhs` nor `rhs` nor what another thread writes meanwhile.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn sgemm(
+    (m, n, k): (usize, usize, usize),
+    dst: *mut f32,
+    dst_rs: usize,
+    accumulate: bool,
+    lhs: *const f32,
+    lhs_rs: usize,
+    rhs: *const f32,
+    (rhs_rs, rhs_cs): (usize, usize),
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            1,
+            dst_rs as isize,
+            accumulate,
+            lhs,
+            1,
+            lhs_rs as isize,
+            rhs,
+            rhs_cs as isize,
+            rhs_rs as isize,
+            1.0f32,
+            1.0f32,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
+    }
 }
 
 /// Query rows per attention job: the scores of one job (`rows × keys`) stay in cache.
@@ -204,27 +239,7 @@ pub fn attend_many(
                 let kp = k.as_ptr().add(kl.offset + b * kl.batch_stride + kvh * kl.head_stride + lo * kl.row_stride);
                 let vp = v.as_ptr().add(vl.offset + b * vl.batch_stride + kvh * vl.head_stride + lo * vl.row_stride);
                 // scores (nr, span) = q (nr, d) · keys (d, span), keys read transposed.
-                gemm::gemm(
-                    nr,
-                    span,
-                    d,
-                    scores.as_mut_ptr(),
-                    1,
-                    span as isize,
-                    false,
-                    qp,
-                    1,
-                    ql.row_stride as isize,
-                    kp,
-                    kl.row_stride as isize,
-                    1,
-                    0.0f32,
-                    1.0f32,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
+                sgemm((nr, span, d), scores.as_mut_ptr(), span, false, qp, ql.row_stride, kp, (1, kl.row_stride));
                 for (i, row) in scores.chunks_exact_mut(span).enumerate() {
                     let r = visible(first_q + rows.start + i);
                     let a = r.start.clamp(lo, hi) - lo;
@@ -234,27 +249,7 @@ pub fn attend_many(
                     wide(|| softmax_in_place(&mut row[a..z], scale));
                 }
                 // out rows (nr, d), row stride heads·d = scores (nr, span) · values (span, d).
-                gemm::gemm(
-                    nr,
-                    d,
-                    span,
-                    o,
-                    1,
-                    (s.heads * d) as isize,
-                    false,
-                    scores.as_ptr(),
-                    1,
-                    span as isize,
-                    vp,
-                    1,
-                    vl.row_stride as isize,
-                    0.0f32,
-                    1.0f32,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
+                sgemm((nr, d, span), o, s.heads * d, false, scores.as_ptr(), span, vp, (vl.row_stride, 1));
             }
         }
     })

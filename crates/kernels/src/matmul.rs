@@ -547,26 +547,15 @@ impl QMatrix {
                     // which no other tile writes. lhs (m, cols) row-major; rhs (cols, r1 − r0)
                     // is the tile read transposed (column stride `cols`).
                     unsafe {
-                        gemm::gemm(
-                            m,
-                            r1 - r0,
-                            cols,
+                        crate::dense::sgemm(
+                            (m, r1 - r0, cols),
                             dst.0.add(r0),
-                            1,
-                            rows as isize,
+                            rows,
                             false,
                             x.as_ptr(),
-                            1,
-                            cols as isize,
+                            cols,
                             w.as_ptr(),
-                            cols as isize,
-                            1,
-                            0.0f32,
-                            1.0f32,
-                            false,
-                            false,
-                            false,
-                            gemm::Parallelism::None,
+                            (1, cols),
                         );
                     }
                 }
