@@ -309,7 +309,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
             bail!(
                 "model `{}` ({}) takes no images; --image needs a vision-language model",
                 model.info().source.path().display(),
-                model.config().architecture.name()
+                model.config().family
             );
         }
         if args.image.len() > model.max_images() {
@@ -426,10 +426,10 @@ fn info(args: ModelArgs) -> Result<()> {
     let d = &c.decoder;
     let i = model.info();
     out!("model:          {}", i.source.path().display());
-    if c.text_architecture == c.architecture {
-        out!("architecture:   {}", c.architecture.name());
+    if c.text_family.name() == c.family {
+        out!("architecture:   {}", c.family);
     } else {
-        out!("architecture:   {} ({} decoder)", c.architecture.name(), c.text_architecture.name());
+        out!("architecture:   {} ({} decoder)", c.family, c.text_family.name());
     }
     out!(
         "decoder:        {} layers, width {}, MLP {}, {} heads / {} KV heads ({}), head_dim {}",

@@ -178,7 +178,7 @@ impl Model {
     pub fn contextual_embeddings_batch(&self, texts: &[&str], layer: Option<usize>) -> Result<Vec<Embeddings>> {
         let layer = layer.unwrap_or(self.config().decoder.num_hidden_layers);
         self.check_layer(layer)?;
-        if self.config().architecture == crate::Architecture::PaliGemma {
+        if self.config().prompt == crate::PromptStyle::PrefixLm {
             // A prefix-LM prompt attends both ways: padding would be seen, so run one by one.
             return texts.iter().map(|t| self.contextual_embeddings(&[], t, Some(layer))).collect();
         }

@@ -15,7 +15,7 @@ use tessera_decoder::{AttentionMask, Decoder, GgufMode, KvCache, Linear, MaskPla
 use tessera_text::{ChatTemplate, Message, TokenEmbedding, Tokenizer};
 use tessera_vision::RgbImage;
 
-use crate::config::{Architecture, GenerationConfig, ModelConfig};
+use crate::config::{GenerationConfig, ModelConfig, PromptStyle};
 use crate::error::{Result, TesseraError};
 use crate::source::{self, ModelSource};
 use crate::vision::ImageEncoder;
@@ -103,8 +103,8 @@ impl Model {
         let image_encoder = match &config.vision {
             Some(spec) => {
                 let image_token = match spec {
-                    crate::config::VisionSpec::Hf(v) => tokenizer.id_to_token(v.image_token_id),
-                    _ => None,
+                    crate::config::VisionSpec::Tower(v) => tokenizer.id_to_token(v.image_token_id),
+                    crate::config::VisionSpec::Native { .. } => None,
                 };
                 let vision_vb = if opts.vision_q8_0 { vb.with_q8_0_matrices() } else { vb.clone() };
                 Some(ImageEncoder::load(spec, dir, &vision_vb, config.decoder.hidden_size, image_token)?)
@@ -324,7 +324,7 @@ impl Model {
             TesseraError::InvalidInput(format!(
                 "model `{}` ({}) takes no images",
                 self.info.source.path().display(),
-                self.config.architecture.name()
+                self.config.family
             ))
         })
     }
@@ -365,11 +365,12 @@ impl Model {
         self.logits(&hidden.narrow(1, t - 1, 1)?)?.squeeze(0).map_err(Into::into)
     }
 
-    /// The mask of every layer for `t` new positions after `cached` ones. PaliGemma's prompt
-    /// (image + text, the first forward) attends both ways; everything after it is causal.
+    /// The mask of every layer for `t` new positions after `cached` ones. A prefix-LM prompt
+    /// (PaliGemma's image + text, the first forward) attends both ways; everything after it is
+    /// causal.
     pub fn mask_plan(&self, cached: usize, t: usize) -> MaskPlan {
-        let mask = match (self.config.architecture, self.config.sliding_window) {
-            (Architecture::PaliGemma, _) if cached == 0 => AttentionMask::PrefixLm { prefix_len: t },
+        let mask = match (self.config.prompt, self.config.sliding_window) {
+            (PromptStyle::PrefixLm, _) if cached == 0 => AttentionMask::PrefixLm { prefix_len: t },
             (_, Some(window)) => AttentionMask::SlidingWindow { window },
             _ => AttentionMask::Causal,
         };

@@ -10,7 +10,7 @@ use candle_core::Tensor;
 use tessera_text::{Content, ContentPart, Message};
 use tessera_vision::RgbImage;
 
-use crate::config::Architecture;
+use crate::config::PromptStyle;
 use crate::error::{Result, TesseraError};
 use crate::model::Model;
 
@@ -119,7 +119,7 @@ impl Model {
             self.check_image_count(images.len())?;
         }
         let placeholder = self.image_encoder.as_ref().and_then(|e| e.image_token()).map(str::to_string);
-        let paligemma = self.config.architecture == Architecture::PaliGemma;
+        let paligemma = self.config.prompt == PromptStyle::PrefixLm;
         let (rendered, add_special) = if paligemma && (!raw || !images.is_empty()) {
             let image = placeholder.as_deref().unwrap_or("<image>");
             let bos = self.tokenizer.special().bos_token.clone().unwrap_or_default();
@@ -169,7 +169,7 @@ impl Model {
         if !images.is_empty() {
             self.check_image_count(images.len())?;
         }
-        if self.config.architecture == Architecture::PaliGemma {
+        if self.config.prompt == PromptStyle::PrefixLm {
             return Err(TesseraError::InvalidInput(format!(
                 "{} (PaliGemma) has no chat template: give one prompt (it follows the image tokens)",
                 self.info.source.path().display()

@@ -10,13 +10,12 @@ use candle_core::{Device, Tensor};
 use serde_json::Value;
 use tessera_decoder::Weights;
 use tessera_vision::{
-    drop_class_token, preprocess, split_image, tiling, Connector, FeatureLayer, Filter, NativePatchEncoder,
-    PreprocessConfig, RgbImage, Size, TilingConfig, VisionTower,
+    drop_class_token, preprocess, split_image, tiling, Connector, FeatureLayer, NativePatchEncoder, PreprocessConfig,
+    RgbImage, TilingConfig, VisionTower,
 };
 
-use crate::config::VisionSpec;
+use crate::config::{ConnectorConfig, ProcessorRule, TowerSpec, VisionSpec};
 use crate::error::{Result, TesseraError};
-use crate::vlm_config::{ConnectorConfig, HfVisionConfig, VlmFamily};
 
 pub(crate) enum ImageEncoder {
     Native { encoder: NativePatchEncoder, preprocess: PreprocessConfig },
@@ -45,7 +44,7 @@ pub struct ImageProcessor {
 }
 
 pub(crate) struct HfImageEncoder {
-    cfg: HfVisionConfig,
+    cfg: TowerSpec,
     tower: VisionTower,
     feature: FeatureLayer,
     drop_cls: bool,
@@ -89,7 +88,7 @@ impl ImageEncoder {
         image_token: Option<String>,
     ) -> Result<Self> {
         match spec {
-            VisionSpec::Native { encoder, image_mean, image_std, resample } => {
+            VisionSpec::Native { encoder, preprocess } => {
                 let path = dir.join("preprocessor_config.json");
                 let preprocess = if let Some(json) = crate::model::read_json_opt(&path)? {
                     let cfg: PreprocessConfig = serde_json::from_value(json)
@@ -97,22 +96,11 @@ impl ImageEncoder {
                     cfg.validate().map_err(|e| TesseraError::Config { path: path.clone(), reason: e.to_string() })?;
                     cfg
                 } else {
-                    PreprocessConfig {
-                        do_resize: true,
-                        size: Some(Size::HeightWidth { height: encoder.image_size, width: encoder.image_size }),
-                        resample: *resample,
-                        do_center_crop: false,
-                        crop_size: None,
-                        do_rescale: true,
-                        rescale_factor: 1.0 / 255.0,
-                        do_normalize: true,
-                        image_mean: Some(image_mean.clone()),
-                        image_std: Some(image_std.clone()),
-                    }
+                    preprocess.clone()
                 };
                 Ok(Self::Native { encoder: NativePatchEncoder::new(*encoder, vb)?, preprocess })
             }
-            VisionSpec::Hf(cfg) => {
+            VisionSpec::Tower(cfg) => {
                 let image_token = image_token.ok_or_else(|| TesseraError::Config {
                     path: dir.join("tokenizer.json"),
                     reason: format!("the tokenizer has no token for image_token_id {}", cfg.image_token_id),
@@ -168,14 +156,8 @@ impl ImageEncoder {
         match self {
             Self::Native { encoder, preprocess: cfg } => {
                 let c = encoder.config();
-                let s = c.image_size;
-                let view = if (img.width, img.height) == (s, s) {
-                    img.clone()
-                } else {
-                    tessera_vision::preprocess::resize(img, s, s, cfg.filter()?)
-                };
-                let g = s / c.patch_size;
-                Ok((view, g, g))
+                let g = c.image_size / c.patch_size;
+                Ok((tessera_vision::preprocess::view(img, cfg)?, g, g))
             }
             Self::Hf(e) => e.model_view(img),
         }
@@ -235,66 +217,30 @@ impl ImageEncoder {
 
 impl ImageProcessor {
     /// Reads the image processor of the checkpoint in `dir` for the image side `cfg` describes.
-    pub fn load(dir: &Path, cfg: &HfVisionConfig) -> Result<Self> {
+    pub fn load(dir: &Path, cfg: &TowerSpec) -> Result<Self> {
         let (image, processor, origin) = processor_files(dir)?;
         let err = |reason: String| TesseraError::Config { path: origin.clone(), reason };
-        let t = &cfg.tower;
-        let mut pre: PreprocessConfig =
+        let pre: PreprocessConfig =
             serde_json::from_value(image.clone()).map_err(|e| err(format!("image processor settings: {e}")))?;
         pre.validate().map_err(|e| err(e.to_string()))?;
-        let (views, tokens_per_view) = match &cfg.connector {
-            ConnectorConfig::PixelShuffle { scale_factor } => {
-                let edge = |k: &str| image.get(k).and_then(|v| v.get("longest_edge")).and_then(Value::as_u64);
-                let tile = edge("max_image_size").unwrap_or(364) as usize;
-                if tile != t.image_size {
-                    return Err(err(format!(
-                        "max_image_size.longest_edge {tile} differs from the vision tower's image_size {}",
-                        t.image_size
-                    )));
-                }
-                let side = t.patches_per_side();
-                if *scale_factor == 0 || !side.is_multiple_of(*scale_factor) {
-                    return Err(err(format!("scale_factor {scale_factor} does not divide {side} patches per side")));
-                }
-                let seq_len = t.num_patches() / (scale_factor * scale_factor);
-                if let Some(stated) = processor.get("image_seq_len").and_then(Value::as_u64) {
-                    if stated as usize != seq_len {
-                        return Err(err(format!(
-                            "image_seq_len {stated} disagrees with the model ({side}² patches / scale_factor² = {seq_len})"
-                        )));
+        let (views, tokens_per_view) = match &cfg.processor {
+            ProcessorRule::Tiled { tokens_per_view } => {
+                let (tiling, normalize) =
+                    crate::families::tiled_processor(&image, &processor, pre, cfg.tower.image_size, *tokens_per_view)
+                        .map_err(err)?;
+                (Views::Tiled { tiling, normalize }, *tokens_per_view)
+            }
+            ProcessorRule::Single { tokens, stated_len } => {
+                let stated = stated_len.and_then(|k| processor.get(k).or_else(|| image.get(k)));
+                if let (Some(n), Some(k)) = (stated.and_then(Value::as_u64), stated_len) {
+                    if n as usize != *tokens {
+                        return Err(err(format!("{k} {n} disagrees with the vision tower's {tokens} image tokens")));
                     }
                 }
-                // Idefics3ImageProcessor's own defaults: Lanczos, longest edge 4·364.
-                let resample = image.get("resample").and_then(Value::as_u64).unwrap_or(1) as u32;
-                let filter = Filter::from_pil(resample)
-                    .ok_or_else(|| err(format!("unsupported `resample` value {resample}")))?;
-                let tiling = TilingConfig {
-                    longest_edge: pre.do_resize.then(|| edge("size").unwrap_or(4 * 364) as usize),
-                    tile,
-                    do_image_splitting: image.get("do_image_splitting").and_then(Value::as_bool).unwrap_or(true),
-                    filter,
-                };
-                pre.do_resize = false;
-                pre.do_center_crop = false;
-                (Views::Tiled { tiling, normalize: pre }, seq_len)
-            }
-            ConnectorConfig::LlavaMlp { drop_class_token, .. } => {
-                (Views::Single(pre), t.num_positions() - usize::from(*drop_class_token))
-            }
-            ConnectorConfig::Linear { .. } => {
-                let stated = processor.get("image_seq_length").or_else(|| image.get("image_seq_length"));
-                if let Some(n) = stated.and_then(Value::as_u64) {
-                    if n as usize != t.num_patches() {
-                        return Err(err(format!(
-                            "image_seq_length {n} disagrees with the vision tower's {} patches",
-                            t.num_patches()
-                        )));
-                    }
-                }
-                (Views::Single(pre), t.num_patches())
+                (Views::Single(pre), *tokens)
             }
         };
-        Ok(Self { views, tokens_per_view, image_size: t.image_size })
+        Ok(Self { views, tokens_per_view, image_size: cfg.tower.image_size })
     }
 
     /// Image tokens per image when that does not depend on the image (not for tiling).
@@ -372,60 +318,30 @@ impl ImageProcessor {
 }
 
 impl HfImageEncoder {
-    fn load(cfg: &HfVisionConfig, dir: &Path, vb: &Weights, text_hidden: usize, image_token: String) -> Result<Self> {
+    fn load(cfg: &TowerSpec, dir: &Path, vb: &Weights, text_hidden: usize, image_token: String) -> Result<Self> {
         let t = &cfg.tower;
-        let (tower_root, connector_root) = match cfg.family {
-            VlmFamily::Idefics3 => (
-                first_prefix(vb, &["model.vision_model", "vision_model"], "embeddings.patch_embedding.weight"),
-                first_prefix(vb, &["model.connector", "connector"], "modality_projection.proj.weight"),
-            ),
-            VlmFamily::Llava | VlmFamily::PaliGemma => (
-                first_prefix(
-                    vb,
-                    &[
-                        "vision_tower.vision_model",
-                        "vision_tower",
-                        "model.vision_tower.vision_model",
-                        "model.vision_tower",
-                    ],
-                    "embeddings.patch_embedding.weight",
-                ),
-                first_prefix(vb, &["multi_modal_projector", "model.multi_modal_projector"], ""),
-            ),
-        };
-        let config_err = |reason: String| TesseraError::Config { path: dir.join("config.json"), reason };
-        let (feature, drop_cls, with_post_norm) = match &cfg.connector {
-            ConnectorConfig::LlavaMlp { feature_layer, drop_class_token, .. } => {
-                let layers = t.num_hidden_layers as i64;
-                let k = if *feature_layer < 0 { layers + 1 + feature_layer } else { *feature_layer };
-                if !(0..=layers).contains(&k) {
-                    return Err(config_err(format!(
-                        "vision_feature_layer {feature_layer} is out of range for a {layers}-layer tower"
-                    )));
-                }
-                (FeatureLayer::Hidden(k as usize), *drop_class_token, false)
-            }
-            _ => (FeatureLayer::PostNorm, false, true),
-        };
+        let tower_root = first_prefix(vb, cfg.weights.tower, "embeddings.patch_embedding.weight");
+        let connector_root = first_prefix(vb, cfg.weights.connector, cfg.weights.connector_probe);
         let processor = ImageProcessor::load(dir, cfg)?;
-        let tower = VisionTower::new(t, &tower_root, with_post_norm)?;
+        let tower = VisionTower::new(t, &tower_root, cfg.feature == FeatureLayer::PostNorm)?;
         let connector = match &cfg.connector {
             ConnectorConfig::PixelShuffle { scale_factor } => {
                 Connector::pixel_shuffle(t.hidden_size, text_hidden, *scale_factor, &connector_root)?
             }
-            ConnectorConfig::LlavaMlp { act, bias, .. } => {
+            ConnectorConfig::Mlp { act, bias } => {
                 Connector::mlp(t.hidden_size, text_hidden, *act, *bias, &connector_root)?
             }
-            ConnectorConfig::Linear { projection_dim } => {
-                if *projection_dim != text_hidden {
-                    return Err(config_err(format!(
-                        "projection_dim {projection_dim} differs from the text model's width {text_hidden}"
-                    )));
-                }
-                Connector::linear(t.hidden_size, *projection_dim, &connector_root)?
-            }
+            ConnectorConfig::Linear => Connector::linear(t.hidden_size, text_hidden, &connector_root)?,
         };
-        Ok(Self { cfg: cfg.clone(), tower, feature, drop_cls, connector, processor, image_token })
+        Ok(Self {
+            cfg: cfg.clone(),
+            tower,
+            feature: cfg.feature,
+            drop_cls: cfg.drop_class_token,
+            connector,
+            processor,
+            image_token,
+        })
     }
 
     fn describe(&self) -> String {
@@ -452,7 +368,9 @@ impl HfImageEncoder {
     fn model_view(&self, img: &RgbImage) -> Result<(RgbImage, usize, usize)> {
         let g = self.tower.config().patches_per_side();
         match &self.processor.views {
-            Views::Single(cfg) if self.processor.tokens_per_view == g * g => Ok((processed_image(img, cfg)?, g, g)),
+            Views::Single(cfg) if self.processor.tokens_per_view == g * g => {
+                Ok((tessera_vision::preprocess::view(img, cfg)?, g, g))
+            }
             _ => Err(TesseraError::InvalidInput(
                 "this model's image tokens are not one grid of patches (tiles, pixel shuffle or a class token); \
                  attention pictures are not available for it"
@@ -473,23 +391,6 @@ impl HfImageEncoder {
         let (v, n, d) = y.dims3()?;
         Ok(y.reshape((v * n, d))?)
     }
-}
-
-/// The image as the processor resizes (and crops) it, before rescaling.
-fn processed_image(img: &RgbImage, cfg: &PreprocessConfig) -> Result<RgbImage> {
-    let mut out = img.clone();
-    if cfg.do_resize {
-        let size =
-            cfg.size.ok_or_else(|| TesseraError::InvalidInput("do_resize is set but `size` is missing".into()))?;
-        let (h, w) = tessera_vision::preprocess::output_size(img.height, img.width, size);
-        out = tessera_vision::preprocess::resize(&out, h, w, cfg.filter()?);
-    }
-    if cfg.do_center_crop {
-        if let Some(Size::HeightWidth { height, width }) = cfg.crop_size {
-            out = tessera_vision::preprocess::center_crop(&out, height, width);
-        }
-    }
-    Ok(out)
 }
 
 /// The first of `candidates` under which `probe` exists (the checkpoint's naming generation);

@@ -8,13 +8,12 @@ mod common;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use tessera::vlm_config::{ConnectorConfig, VlmFamily};
+use tessera::config::{ConnectorConfig, ProcessorRule, PromptStyle, TextFamily, TowerSpec};
 use tessera::{
-    load_image, Architecture, ChatTemplate, ContentPart, ImageProcessor, Message, ModelConfig, VisionSpec,
-    DEFAULT_MAX_PIXELS,
+    load_image, ChatTemplate, ContentPart, ImageProcessor, Message, ModelConfig, VisionSpec, DEFAULT_MAX_PIXELS,
 };
 use tessera_decoder::{Activation, NormStyle};
-use tessera_vision::TowerKind;
+use tessera_vision::{FeatureLayer, TowerKind};
 
 fn real(name: &str) -> PathBuf {
     common::fixtures().join("real_configs").join(name)
@@ -24,9 +23,9 @@ fn config(name: &str) -> Result<ModelConfig> {
     Ok(ModelConfig::from_config_file(&real(name).join("config.json"))?)
 }
 
-fn hf_vision(cfg: &ModelConfig) -> Result<&tessera::vlm_config::HfVisionConfig> {
+fn hf_vision(cfg: &ModelConfig) -> Result<&TowerSpec> {
     match &cfg.vision {
-        Some(VisionSpec::Hf(v)) => Ok(v),
+        Some(VisionSpec::Tower(v)) => Ok(v),
         other => anyhow::bail!("expected a Hugging Face vision config, got {other:?}"),
     }
 }
@@ -42,13 +41,16 @@ fn image_question(text: &str) -> Vec<Message> {
 #[test]
 fn smolvlm_256m() -> Result<()> {
     let cfg = config("smolvlm-256m-instruct")?;
-    assert_eq!((cfg.architecture, cfg.text_architecture), (Architecture::Idefics3, Architecture::Llama));
+    assert_eq!((cfg.family, cfg.text_family), ("idefics3", TextFamily::Llama));
     let d = &cfg.decoder;
     assert_eq!((d.hidden_size, d.num_hidden_layers, d.num_attention_heads, d.num_key_value_heads), (576, 30, 9, 3));
     assert_eq!((d.head_dim, d.intermediate_size, d.rope.theta, cfg.vocab_size), (64, 1536, 100_000.0, 49280));
     assert!(!cfg.tie_word_embeddings);
     let v = hf_vision(&cfg)?;
-    assert_eq!(v.family, VlmFamily::Idefics3);
+    assert_eq!(
+        (v.feature, v.drop_class_token, &v.processor),
+        (FeatureLayer::PostNorm, false, &ProcessorRule::Tiled { tokens_per_view: 64 })
+    );
     assert_eq!((v.tower.kind, v.tower.hidden_size, v.tower.num_hidden_layers), (TowerKind::Siglip, 768, 12));
     assert_eq!((v.tower.image_size, v.tower.patch_size, v.tower.hidden_act), (512, 16, Activation::GeluTanh));
     assert_eq!((v.image_token_id, &v.connector), (49190, &ConnectorConfig::PixelShuffle { scale_factor: 4 }));
@@ -72,7 +74,7 @@ fn smolvlm_256m() -> Result<()> {
 #[test]
 fn granite_docling_idefics3_with_a_jinja_template() -> Result<()> {
     let cfg = config("granite-docling-258m")?;
-    assert_eq!(cfg.architecture, Architecture::Idefics3);
+    assert_eq!(cfg.family, "idefics3");
     let v = hf_vision(&cfg)?;
     let processor = ImageProcessor::load(&real("granite-docling-258m"), v)?;
     assert_eq!(processor.fixed_tokens(), None);
@@ -85,7 +87,7 @@ fn granite_docling_idefics3_with_a_jinja_template() -> Result<()> {
 #[test]
 fn llava_1_5_7b() -> Result<()> {
     let cfg = config("llava-1.5-7b-hf")?;
-    assert_eq!((cfg.architecture, cfg.text_architecture), (Architecture::Llava, Architecture::Llama));
+    assert_eq!((cfg.family, cfg.text_family, cfg.prompt), ("llava", TextFamily::Llama, PromptStyle::Chat));
     // text_config states only vocab, context and eps: the rest are LlamaConfig's defaults.
     let d = &cfg.decoder;
     assert_eq!((d.hidden_size, d.intermediate_size, d.num_hidden_layers), (4096, 11008, 32));
@@ -96,10 +98,9 @@ fn llava_1_5_7b() -> Result<()> {
     assert_eq!((v.tower.kind, v.tower.hidden_size, v.tower.num_hidden_layers), (TowerKind::Clip, 1024, 24));
     assert_eq!((v.tower.image_size, v.tower.patch_size), (336, 14));
     assert_eq!((v.tower.hidden_act, v.tower.layer_norm_eps), (Activation::QuickGelu, 1e-5));
-    assert_eq!(
-        v.connector,
-        ConnectorConfig::LlavaMlp { feature_layer: -2, drop_class_token: true, act: Activation::Gelu, bias: true }
-    );
+    // vision_feature_layer −2 of 24 layers → hidden_states[23]; the `default` strategy drops CLS.
+    assert_eq!((v.feature, v.drop_class_token), (FeatureLayer::Hidden(23), true));
+    assert_eq!(v.connector, ConnectorConfig::Mlp { act: Activation::Gelu, bias: true });
     assert_eq!(v.image_token_id, 32000);
     // Both folder layouts: the Hub's flat preprocessor_config.json, and a transformers-5 save.
     for dir in ["llava-1.5-7b-hf", "llava-1.5-7b-hf-v5"] {
@@ -117,16 +118,15 @@ fn llava_1_5_7b() -> Result<()> {
 #[test]
 fn llava_interleave_qwen() -> Result<()> {
     let cfg = config("llava-interleave-qwen-7b-hf")?;
-    assert_eq!((cfg.architecture, cfg.text_architecture), (Architecture::Llava, Architecture::Qwen2));
+    assert_eq!((cfg.family, cfg.text_family), ("llava", TextFamily::Qwen2));
     let d = &cfg.decoder;
     assert!(d.qkv_bias, "Qwen2 has q/k/v biases");
     assert_eq!((d.hidden_size, d.intermediate_size, d.rope.theta, cfg.vocab_size), (4096, 11008, 1e6, 152000));
     let v = hf_vision(&cfg)?;
     assert_eq!((v.tower.kind, v.tower.hidden_size, v.tower.num_hidden_layers), (TowerKind::Siglip, 1152, 26));
-    assert_eq!(
-        v.connector,
-        ConnectorConfig::LlavaMlp { feature_layer: -1, drop_class_token: false, act: Activation::Gelu, bias: true }
-    );
+    // vision_feature_layer −1 of 26 → the last layer's output (before post_layernorm), `full`.
+    assert_eq!((v.feature, v.drop_class_token), (FeatureLayer::Hidden(26), false));
+    assert_eq!(v.connector, ConnectorConfig::Mlp { act: Activation::Gelu, bias: true });
     let processor = ImageProcessor::load(&real("llava-interleave-qwen-7b-hf"), v)?;
     assert_eq!(processor.fixed_tokens(), Some(27 * 27));
     let template = ChatTemplate::from_model_dir(&real("llava-interleave-qwen-7b-hf"))?.context("template")?;
@@ -144,7 +144,7 @@ fn llava_interleave_qwen() -> Result<()> {
 #[test]
 fn paligemma_3b() -> Result<()> {
     let cfg = config("paligemma-3b-pt-224")?;
-    assert_eq!((cfg.architecture, cfg.text_architecture), (Architecture::PaliGemma, Architecture::Gemma));
+    assert_eq!((cfg.family, cfg.text_family, cfg.prompt), ("paligemma", TextFamily::Gemma, PromptStyle::PrefixLm));
     let d = &cfg.decoder;
     assert_eq!((d.hidden_size, d.num_hidden_layers, d.num_attention_heads, d.num_key_value_heads), (2048, 18, 8, 1));
     assert_eq!((d.head_dim, d.intermediate_size, cfg.vocab_size), (256, 16384, 257216));
@@ -155,6 +155,7 @@ fn paligemma_3b() -> Result<()> {
     // vision_config has no image_size: SiglipVisionConfig's 224 → 16×16 patches of 14.
     assert_eq!((v.tower.image_size, v.tower.patch_size, v.tower.num_hidden_layers), (224, 14, 27));
     assert_eq!(v.tower.num_patches(), 256);
-    assert_eq!((v.image_token_id, &v.connector), (257152, &ConnectorConfig::Linear { projection_dim: 2048 }));
+    assert_eq!((v.image_token_id, &v.connector), (257152, &ConnectorConfig::Linear));
+    assert_eq!(v.processor, ProcessorRule::Single { tokens: 256, stated_len: Some("image_seq_length") });
     Ok(())
 }

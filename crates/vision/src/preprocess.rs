@@ -22,7 +22,7 @@ pub enum Size {
 }
 
 /// The fields of `preprocessor_config.json` this pipeline honours.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct PreprocessConfig {
     #[serde(default = "yes")]
     pub do_resize: bool,
@@ -174,8 +174,8 @@ pub fn to_tensor(img: &RgbImage, cfg: &PreprocessConfig, device: &Device) -> Res
     Ok(Tensor::from_vec(out, (3, h, w), device)?)
 }
 
-/// The whole pipeline: resize → center crop → rescale → normalize, `(3, H, W)` f32.
-pub fn preprocess(img: &RgbImage, cfg: &PreprocessConfig, device: &Device) -> Result<Tensor> {
+/// The image as the processor resizes and crops it, before rescaling: what the model "sees".
+pub fn view(img: &RgbImage, cfg: &PreprocessConfig) -> Result<RgbImage> {
     cfg.validate()?;
     let mut img = img.clone();
     if cfg.do_resize {
@@ -191,5 +191,10 @@ pub fn preprocess(img: &RgbImage, cfg: &PreprocessConfig, device: &Device) -> Re
         };
         img = center_crop(&img, h, w);
     }
-    to_tensor(&img, cfg, device)
+    Ok(img)
+}
+
+/// The whole pipeline: resize → center crop ([`view`]) → rescale → normalize, `(3, H, W)` f32.
+pub fn preprocess(img: &RgbImage, cfg: &PreprocessConfig, device: &Device) -> Result<Tensor> {
+    to_tensor(&view(img, cfg)?, cfg, device)
 }

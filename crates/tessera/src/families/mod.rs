@@ -1,0 +1,329 @@
+//! The model families, one module each: its `config.json` as a serde type (with transformers'
+//! class defaults as `Option` fields filled in code), and what it resolves to — the decoder, the
+//! prompt layout and mask rule, and for the vision-language families the tower, connector,
+//! processor rule and weight names. [`Checkpoint`] is the one place that dispatches on
+//! `model_type`; everything downstream reads the resolved [`ModelConfig`] as data.
+//!
+//! Adding a family: a module here, a variant of [`Checkpoint`] and its arm in
+//! [`Checkpoint::resolve`], plus its tests and fixtures.
+
+mod idefics3;
+mod llava;
+mod native;
+mod paligemma;
+pub mod text;
+pub mod vit;
+
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::Value;
+use tessera_decoder::{Activation, DecoderConfig};
+use tessera_vision::{FeatureLayer, NativeVisionConfig, PreprocessConfig, VisionTowerConfig};
+
+use crate::error::{Result, TesseraError};
+pub(crate) use idefics3::tiled_processor;
+pub use text::{TextFamily, TextFields, TextModel};
+
+/// A checkpoint's `config.json`, by its `model_type`.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "model_type")]
+enum Checkpoint {
+    #[serde(rename = "llama", alias = "smollm", alias = "smollm2")]
+    Llama(TextFields),
+    #[serde(rename = "mistral")]
+    Mistral(TextFields),
+    #[serde(rename = "qwen2")]
+    Qwen2(TextFields),
+    #[serde(rename = "gemma")]
+    Gemma(TextFields),
+    /// tessera's native single-stream image + text model (ARCHITECTURE.md).
+    #[serde(rename = "tessera_native")]
+    TesseraNative(native::NativeConfig),
+    /// Idefics3 / SmolVLM: SigLIP tiles, pixel shuffle, a Llama decoder.
+    #[serde(rename = "idefics3")]
+    Idefics3(Box<idefics3::Idefics3Config>),
+    /// LLaVA: CLIP or SigLIP tower, two-layer projector, a Llama or Qwen2 decoder.
+    #[serde(rename = "llava")]
+    Llava(Box<llava::LlavaConfig>),
+    /// PaliGemma: SigLIP tower, linear projector, Gemma decoder, prefix-LM mask.
+    #[serde(rename = "paligemma")]
+    PaliGemma(Box<paligemma::PaliGemmaConfig>),
+    #[serde(other)]
+    Unsupported,
+}
+
+/// What `tessera` reads, for error messages.
+pub const SUPPORTED: &str = "llama, mistral, qwen2, gemma, tessera_native, idefics3, llava, paligemma \
+     (config.json model_type) / llama, qwen2 (GGUF)";
+
+impl Checkpoint {
+    fn resolve(self, json: &Value, path: &Path) -> Result<ModelConfig> {
+        let err = |reason: String| TesseraError::Config { path: path.to_path_buf(), reason };
+        let text = |family: TextFamily, f: &TextFields| -> Result<ModelConfig> {
+            Ok(ModelConfig::text_only(family.name(), family.resolve(f, false).map_err(err)?))
+        };
+        match self {
+            Self::Llama(f) => text(TextFamily::Llama, &f),
+            Self::Mistral(f) => text(TextFamily::Mistral, &f),
+            Self::Qwen2(f) => text(TextFamily::Qwen2, &f),
+            Self::Gemma(f) => text(TextFamily::Gemma, &f),
+            Self::TesseraNative(c) => c.resolve().map_err(err),
+            Self::Idefics3(c) => c.resolve().map_err(err),
+            Self::Llava(c) => c.resolve().map_err(err),
+            Self::PaliGemma(c) => c.resolve().map_err(err),
+            Self::Unsupported => Err(TesseraError::UnsupportedArchitecture {
+                found: json.get("model_type").map(|v| v.to_string().trim_matches('"').to_string()).unwrap_or_default(),
+                path: path.to_path_buf(),
+                supported: SUPPORTED.to_string(),
+            }),
+        }
+    }
+}
+
+/// Everything the assembly needs to build a model.
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    /// The checkpoint's `model_type`.
+    pub family: &'static str,
+    /// The decoder's family (a VLM's `text_config.model_type`).
+    pub text_family: TextFamily,
+    pub decoder: DecoderConfig,
+    /// Token embeddings are multiplied by this (Gemma: √width), image features are not.
+    pub embed_scale: Option<f64>,
+    pub vocab_size: usize,
+    pub tie_word_embeddings: bool,
+    pub bos_token_id: Option<u32>,
+    pub eos_token_ids: Vec<u32>,
+    pub sliding_window: Option<usize>,
+    pub prompt: PromptStyle,
+    /// The image side, for models that take images.
+    pub vision: Option<VisionSpec>,
+}
+
+/// How a user turn becomes a prompt, and how the prompt attends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptStyle {
+    /// The model's chat template renders the turns; the sequence is causal (within the
+    /// decoder's sliding window, if any).
+    Chat,
+    /// PaliGemma: no template; the processor writes `<image>…<bos>prompt\n`, and that prompt
+    /// (image and text) attends both ways on its first forward, the generated text causally.
+    PrefixLm,
+}
+
+/// How a model turns images into tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub enum VisionSpec {
+    /// Patches projected straight into the decoder width; the image tokens go before the text
+    /// (`tessera_native`).
+    Native { encoder: NativeVisionConfig, preprocess: PreprocessConfig },
+    /// A ViT tower and a connector whose features replace the prompt's image placeholders.
+    Tower(TowerSpec),
+}
+
+/// A tower + connector family's image side, resolved from its config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TowerSpec {
+    pub tower: VisionTowerConfig,
+    /// Which tower output the connector reads.
+    pub feature: FeatureLayer,
+    /// Drop the class token from the features (LLaVA's `default` select strategy on CLIP).
+    pub drop_class_token: bool,
+    pub connector: ConnectorConfig,
+    /// The placeholder id the processor expands and the model replaces with image features.
+    pub image_token_id: u32,
+    pub processor: ProcessorRule,
+    /// Where the tower's and the connector's weights live, by checkpoint naming generation
+    /// (the first that holds `probe` is used).
+    pub weights: WeightRoots,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConnectorConfig {
+    /// Pixel shuffle by `scale_factor`, then `modality_projection.proj` (Idefics3).
+    PixelShuffle { scale_factor: usize },
+    /// `linear_1` → activation → `linear_2` (LLaVA).
+    Mlp { act: Activation, bias: bool },
+    /// One linear layer (PaliGemma).
+    Linear,
+}
+
+/// How the family's processor turns one image into views and tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProcessorRule {
+    /// Resize (and crop), rescale, normalize: one view of `tokens` image tokens. When the
+    /// processor's settings state the count under `stated_len`, it must agree.
+    Single { tokens: usize, stated_len: Option<&'static str> },
+    /// Idefics3: tiles and a global view of `tokens_per_view` tokens each.
+    Tiled { tokens_per_view: usize },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WeightRoots {
+    pub tower: &'static [&'static str],
+    pub connector: &'static [&'static str],
+    /// The tensor under the connector root that tells which root holds it (`""`: any tensor).
+    pub connector_probe: &'static str,
+}
+
+impl ModelConfig {
+    /// Reads and converts `config.json`.
+    pub fn from_config_file(path: &Path) -> Result<Self> {
+        Self::from_config_json(&crate::model::read_json(path)?, path)
+    }
+
+    /// Converts a parsed `config.json`; `path` is used in error messages.
+    pub fn from_config_json(json: &Value, path: &Path) -> Result<Self> {
+        let checkpoint: Checkpoint = serde_json::from_value(json.clone())
+            .map_err(|e| TesseraError::Config { path: path.to_path_buf(), reason: e.to_string() })?;
+        let cfg = checkpoint.resolve(json, path)?;
+        cfg.decoder.validate().map_err(|e| TesseraError::Config { path: path.to_path_buf(), reason: e.to_string() })?;
+        Ok(cfg)
+    }
+
+    /// A decoder-only text model.
+    pub(crate) fn text_only(family: &'static str, t: TextModel) -> Self {
+        Self {
+            family,
+            text_family: t.family,
+            decoder: t.decoder,
+            embed_scale: t.embed_scale,
+            vocab_size: t.vocab_size,
+            tie_word_embeddings: t.tie_word_embeddings,
+            bos_token_id: t.bos_token_id,
+            eos_token_ids: t.eos_token_ids,
+            sliding_window: t.sliding_window,
+            prompt: PromptStyle::Chat,
+            vision: None,
+        }
+    }
+
+    /// A vision-language model: text side `t` under the VLM's top-level tying and EOS, when it
+    /// states them.
+    fn vlm(
+        family: &'static str,
+        t: TextModel,
+        tie: Option<bool>,
+        eos: Option<&TokenIds>,
+        prompt: PromptStyle,
+        vision: VisionSpec,
+    ) -> Self {
+        let mut cfg = Self::text_only(family, t);
+        if let Some(tie) = tie {
+            cfg.tie_word_embeddings = tie;
+        }
+        if cfg.eos_token_ids.is_empty() {
+            cfg.eos_token_ids = eos.map(TokenIds::to_vec).unwrap_or_default();
+        }
+        cfg.prompt = prompt;
+        cfg.vision = Some(vision);
+        cfg
+    }
+}
+
+/// A VLM's `text_config`, under `default` when it names no `model_type` (transformers gives a
+/// sub-config dict its own class's defaults, nothing from the composite).
+fn text_config(sub: &Option<text::TextSubConfig>, default: TextFamily) -> std::result::Result<TextModel, String> {
+    let sub = sub.clone().unwrap_or_default();
+    sub.model_type.unwrap_or(default).resolve(&sub.fields, true).map_err(|e| format!("text_config: {e}"))
+}
+
+/// One id or a list of ids (`eos_token_id` is either in real configs).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum TokenIds {
+    One(u32),
+    Many(Vec<u32>),
+}
+
+impl TokenIds {
+    pub fn to_vec(&self) -> Vec<u32> {
+        match self {
+            Self::One(i) => vec![*i],
+            Self::Many(v) => v.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn resolve(json: Value) -> Result<ModelConfig> {
+        ModelConfig::from_config_json(&json, Path::new("config.json"))
+    }
+
+    fn tiny_text(model_type: &str) -> Value {
+        json!({
+            "model_type": model_type, "vocab_size": 100, "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 256
+        })
+    }
+
+    #[test]
+    fn each_text_family_applies_its_rules() -> Result<()> {
+        let llama = resolve(tiny_text("llama"))?;
+        assert_eq!((llama.family, llama.decoder.qkv_bias, llama.embed_scale), ("llama", false, None));
+        let qwen = resolve(tiny_text("qwen2"))?;
+        assert!(qwen.decoder.qkv_bias, "Qwen2 always has q/k/v biases");
+        let mut sliding = tiny_text("qwen2");
+        sliding["sliding_window"] = 16.into();
+        assert_eq!(resolve(sliding.clone())?.sliding_window, None, "Qwen2 needs use_sliding_window");
+        sliding["use_sliding_window"] = true.into();
+        assert_eq!(resolve(sliding)?.sliding_window, Some(16));
+        let mut mistral = tiny_text("mistral");
+        mistral["sliding_window"] = 16.into();
+        assert_eq!(resolve(mistral)?.sliding_window, Some(16));
+        let gemma = resolve(tiny_text("gemma"))?;
+        assert_eq!((gemma.decoder.hidden_act, gemma.embed_scale), (Activation::GeluTanh, Some(8.0)));
+        Ok(())
+    }
+
+    #[test]
+    fn a_top_level_text_config_needs_its_sizes() {
+        let mut c = tiny_text("llama");
+        c.as_object_mut().map(|o| o.remove("intermediate_size"));
+        let err = resolve(c).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("intermediate_size") && err.contains("config.json"), "{err}");
+    }
+
+    #[test]
+    fn null_fields_take_the_class_defaults_in_a_sub_config() -> Result<()> {
+        let cfg = resolve(json!({
+            "model_type": "llava",
+            "text_config": {"model_type": "llama", "vocab_size": 100, "hidden_size": 64, "intermediate_size": null,
+                            "num_hidden_layers": 1, "num_attention_heads": 4},
+            "vision_config": {"hidden_size": 32, "num_attention_heads": 2, "num_hidden_layers": 2, "image_size": 28,
+                              "patch_size": 14, "intermediate_size": 64},
+            "image_token_index": null
+        }))?;
+        assert_eq!((cfg.decoder.intermediate_size, cfg.decoder.max_position_embeddings), (11008, 2048));
+        let Some(VisionSpec::Tower(v)) = &cfg.vision else { panic!("a LLaVA has a tower") };
+        // CLIP by default: 2×2 patches + CLS, CLS dropped; −2 of 2 layers → hidden_states[1].
+        assert_eq!(
+            (v.image_token_id, v.feature, &v.processor),
+            (32000, FeatureLayer::Hidden(1), &ProcessorRule::Single { tokens: 4, stated_len: None })
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn unknown_or_unsupported_values_are_named() {
+        let err = |json: Value| resolve(json).err().map(|e| e.to_string()).unwrap_or_default();
+        let e = err(tiny_text("mamba"));
+        assert!(e.contains("`mamba`") && e.contains("supported"), "{e}");
+        let e = err(json!({"model_type": "llava", "text_config": {"model_type": "mamba"}}));
+        assert!(e.contains("mamba") && e.contains("llama"), "{e}");
+        let e = err(json!({"model_type": "llava", "vision_feature_layer": [-2, -5]}));
+        assert!(e.contains("vision_feature_layer") && e.contains("[-2, -5]"), "{e}");
+        let mut rope = tiny_text("llama");
+        rope["rope_scaling"] = json!({"rope_type": "yarn", "factor": 4.0});
+        let e = err(rope);
+        assert!(e.contains("yarn") && e.contains("llama3"), "{e}");
+        let e = err(json!({"model_type": "paligemma", "projection_dim": 5}));
+        assert!(e.contains("projection_dim 5"), "{e}");
+    }
+}

@@ -1,0 +1,297 @@
+//! The decoder-only text families (Llama, Mistral, Qwen2, Gemma): the fields of their
+//! `config.json`, each class's defaults as transformers v5.23 writes them (what a VLM's
+//! `text_config` falls back to), and each family's rules (Qwen2's q/k/v bias, Mistral's sliding
+//! window, Gemma's GeGLU, `(1 + w)` norms and √width embedding scale).
+
+use serde::Deserialize;
+use tessera_decoder::{Activation, DecoderConfig, NormStyle, RopeConfig, RopeScaling, RopeStyle};
+
+use super::TokenIds;
+
+/// The text families, by `model_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum TextFamily {
+    #[serde(rename = "llama", alias = "smollm", alias = "smollm2")]
+    Llama,
+    #[serde(rename = "mistral")]
+    Mistral,
+    #[serde(rename = "qwen2")]
+    Qwen2,
+    /// Gemma 1: GeGLU, `(1 + w)` RMSNorm, embeddings scaled by √width.
+    #[serde(rename = "gemma")]
+    Gemma,
+}
+
+/// A text config class's defaults (the fields transformers leaves out of a `text_config`
+/// that equals them) and its family's rules.
+struct TextClass {
+    name: &'static str,
+    vocab_size: usize,
+    hidden_size: usize,
+    intermediate_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    /// `None`: as many as the attention heads.
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    max_position_embeddings: usize,
+    hidden_act: Activation,
+    tie_word_embeddings: bool,
+    bos_token_id: Option<u32>,
+    eos_token_id: Option<u32>,
+    /// Q/K/V projections always carry a bias (Qwen2), whatever `attention_bias` says.
+    qkv_bias: bool,
+    /// How the family reads `sliding_window`.
+    sliding: Sliding,
+    gemma: bool,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Sliding {
+    Never,
+    /// `sliding_window` applies when set (Mistral).
+    WhenSet,
+    /// Only with `use_sliding_window: true` (Qwen2).
+    WhenEnabled,
+}
+
+impl TextFamily {
+    /// The one place that tells the text families apart.
+    fn class(self) -> TextClass {
+        let llama = TextClass {
+            name: "llama",
+            vocab_size: 32000,
+            hidden_size: 4096,
+            intermediate_size: 11008,
+            num_hidden_layers: 32,
+            num_attention_heads: 32,
+            num_key_value_heads: None,
+            head_dim: None,
+            max_position_embeddings: 2048,
+            hidden_act: Activation::Silu,
+            tie_word_embeddings: false,
+            bos_token_id: Some(1),
+            eos_token_id: Some(2),
+            qkv_bias: false,
+            sliding: Sliding::Never,
+            gemma: false,
+        };
+        match self {
+            Self::Llama => llama,
+            Self::Mistral => TextClass {
+                name: "mistral",
+                intermediate_size: 14336,
+                num_key_value_heads: Some(8),
+                max_position_embeddings: 131072,
+                sliding: Sliding::WhenSet,
+                ..llama
+            },
+            Self::Qwen2 => TextClass {
+                name: "qwen2",
+                vocab_size: 151936,
+                intermediate_size: 22016,
+                max_position_embeddings: 32768,
+                bos_token_id: None,
+                eos_token_id: None,
+                qkv_bias: true,
+                sliding: Sliding::WhenEnabled,
+                ..llama
+            },
+            Self::Gemma => TextClass {
+                name: "gemma",
+                vocab_size: 256000,
+                hidden_size: 3072,
+                intermediate_size: 24576,
+                num_hidden_layers: 28,
+                num_attention_heads: 16,
+                num_key_value_heads: Some(16),
+                head_dim: Some(256),
+                max_position_embeddings: 8192,
+                hidden_act: Activation::GeluTanh,
+                tie_word_embeddings: true,
+                bos_token_id: Some(2),
+                eos_token_id: Some(1),
+                gemma: true,
+                ..llama
+            },
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.class().name
+    }
+
+    /// The rotation layout of llama.cpp's GGUF files: its converter permutes Llama's (and
+    /// Mistral's) q/k rows for interleaved rotation; Qwen2 is stored as is.
+    pub fn gguf_rope_style(self) -> RopeStyle {
+        match self {
+            Self::Llama | Self::Mistral => RopeStyle::Interleaved,
+            Self::Qwen2 | Self::Gemma => RopeStyle::Half,
+        }
+    }
+}
+
+/// The fields of a text model's `config.json` (or a VLM's `text_config`); `null` counts as
+/// absent.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct TextFields {
+    pub vocab_size: Option<usize>,
+    pub hidden_size: Option<usize>,
+    pub intermediate_size: Option<usize>,
+    pub num_hidden_layers: Option<usize>,
+    pub num_attention_heads: Option<usize>,
+    pub num_key_value_heads: Option<usize>,
+    pub head_dim: Option<usize>,
+    pub rms_norm_eps: Option<f64>,
+    pub max_position_embeddings: Option<usize>,
+    pub rope_theta: Option<f64>,
+    /// The older form: `rope_theta` at the top and an optional `rope_scaling` object.
+    pub rope_scaling: Option<RopeFields>,
+    /// transformers 5's form: everything in `rope_parameters`.
+    pub rope_parameters: Option<RopeFields>,
+    pub tie_word_embeddings: Option<bool>,
+    pub bos_token_id: Option<TokenIds>,
+    pub eos_token_id: Option<TokenIds>,
+    pub attention_bias: Option<bool>,
+    pub hidden_act: Option<Activation>,
+    /// Older Gemma configs name the activation so.
+    pub hidden_activation: Option<Activation>,
+    pub sliding_window: Option<usize>,
+    pub use_sliding_window: Option<bool>,
+}
+
+/// `rope_scaling` / `rope_parameters`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct RopeFields {
+    pub rope_type: Option<RopeKind>,
+    /// The older name of `rope_type`.
+    #[serde(rename = "type")]
+    pub kind: Option<RopeKind>,
+    pub rope_theta: Option<f64>,
+    pub factor: Option<f64>,
+    pub low_freq_factor: Option<f64>,
+    pub high_freq_factor: Option<f64>,
+    pub original_max_position_embeddings: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RopeKind {
+    Default,
+    Linear,
+    Llama3,
+}
+
+/// A VLM's `text_config`: its `model_type` (the family's default text model when absent) and
+/// fields.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct TextSubConfig {
+    pub model_type: Option<TextFamily>,
+    #[serde(flatten)]
+    pub fields: TextFields,
+}
+
+/// The text side of a checkpoint, resolved.
+#[derive(Debug, Clone)]
+pub struct TextModel {
+    pub family: TextFamily,
+    pub decoder: DecoderConfig,
+    pub embed_scale: Option<f64>,
+    pub vocab_size: usize,
+    pub tie_word_embeddings: bool,
+    pub bos_token_id: Option<u32>,
+    pub eos_token_ids: Vec<u32>,
+    pub sliding_window: Option<usize>,
+}
+
+impl TextFamily {
+    /// Resolves `f`. `class_defaults`: fill what `f` lacks from the class's defaults (a VLM's
+    /// `text_config`, as transformers does); otherwise the size fields are required. Errors
+    /// name the field.
+    pub fn resolve(self, f: &TextFields, class_defaults: bool) -> Result<TextModel, String> {
+        let c = self.class();
+        let need = |v: Option<usize>, default: usize, name: &str| -> Result<usize, String> {
+            match (v, class_defaults) {
+                (Some(v), _) => Ok(v),
+                (None, true) => Ok(default),
+                (None, false) => Err(format!("missing field `{name}`")),
+            }
+        };
+        let hidden_size = need(f.hidden_size, c.hidden_size, "hidden_size")?;
+        let heads = need(f.num_attention_heads, c.num_attention_heads, "num_attention_heads")?;
+        if heads == 0 {
+            return Err("num_attention_heads must be positive".into());
+        }
+        // A top-level config states its shape; a sub-config falls back to its class's.
+        let fallback = |v: Option<usize>| v.filter(|_| class_defaults);
+        let hidden_act = match (f.hidden_activation.or(f.hidden_act), c.gemma) {
+            // GemmaConfig turns the legacy `gelu` into the tanh approximation it always meant.
+            (Some(Activation::Gelu), true) | (None, true) => Activation::GeluTanh,
+            (act, _) => act.unwrap_or(c.hidden_act),
+        };
+        let decoder = DecoderConfig {
+            hidden_size,
+            intermediate_size: need(f.intermediate_size, c.intermediate_size, "intermediate_size")?,
+            num_hidden_layers: need(f.num_hidden_layers, c.num_hidden_layers, "num_hidden_layers")?,
+            num_attention_heads: heads,
+            num_key_value_heads: f.num_key_value_heads.or(fallback(c.num_key_value_heads)).unwrap_or(heads),
+            head_dim: f.head_dim.or(fallback(c.head_dim)).unwrap_or(hidden_size / heads),
+            rms_norm_eps: f.rms_norm_eps.unwrap_or(1e-6),
+            rope: rope(f)?,
+            max_position_embeddings: need(
+                f.max_position_embeddings,
+                c.max_position_embeddings,
+                "max_position_embeddings",
+            )?,
+            qkv_bias: c.qkv_bias || f.attention_bias.unwrap_or(false),
+            hidden_act,
+            norm_style: if c.gemma { NormStyle::OnePlusWeight } else { NormStyle::Plain },
+            query_pre_attn_scalar: None,
+            position_offset: 0,
+        };
+        let sliding_window = match c.sliding {
+            Sliding::WhenSet => f.sliding_window,
+            Sliding::WhenEnabled if f.use_sliding_window == Some(true) => f.sliding_window,
+            _ => None,
+        };
+        let defaults = |v: Option<u32>| v.filter(|_| class_defaults).map(TokenIds::One);
+        Ok(TextModel {
+            family: self,
+            decoder,
+            embed_scale: c.gemma.then(|| (hidden_size as f64).sqrt()),
+            vocab_size: need(f.vocab_size, c.vocab_size, "vocab_size")?,
+            tie_word_embeddings: f.tie_word_embeddings.unwrap_or(c.tie_word_embeddings),
+            bos_token_id: f.bos_token_id.clone().or(defaults(c.bos_token_id)).and_then(|b| b.to_vec().first().copied()),
+            eos_token_ids: f.eos_token_id.clone().or(defaults(c.eos_token_id)).map(|e| e.to_vec()).unwrap_or_default(),
+            sliding_window,
+        })
+    }
+}
+
+/// RoPE settings from either config form. Errors name the offending field.
+fn rope(f: &TextFields) -> Result<RopeConfig, String> {
+    let params = f.rope_parameters.as_ref().or(f.rope_scaling.as_ref());
+    let theta = f.rope_parameters.as_ref().and_then(|p| p.rope_theta).or(f.rope_theta).unwrap_or(10_000.0);
+    let scaling = match params {
+        None => RopeScaling::Default,
+        Some(p) => {
+            let kind = p.rope_type.or(p.kind).unwrap_or(RopeKind::Default);
+            let num = |v: Option<f64>, k: &str| v.ok_or_else(|| format!("rope scaling `{kind:?}` needs `{k}`"));
+            match kind {
+                RopeKind::Default => RopeScaling::Default,
+                RopeKind::Linear => RopeScaling::Linear { factor: num(p.factor, "factor")? },
+                RopeKind::Llama3 => RopeScaling::Llama3 {
+                    factor: num(p.factor, "factor")?,
+                    low_freq_factor: num(p.low_freq_factor, "low_freq_factor")?,
+                    high_freq_factor: num(p.high_freq_factor, "high_freq_factor")?,
+                    original_max_position_embeddings: p
+                        .original_max_position_embeddings
+                        .ok_or("rope scaling `Llama3` needs `original_max_position_embeddings`")?,
+                },
+            }
+        }
+    };
+    Ok(RopeConfig { theta, scaling, style: RopeStyle::Half })
+}
