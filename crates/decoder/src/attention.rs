@@ -121,14 +121,17 @@ fn query_chunk(heads: usize, kv_len: usize) -> usize {
     (SCORE_BYTES / 4 / (heads * kv_len).max(1)).max(1)
 }
 
-/// [`scaled_dot_product_attention`] over the queries `rows` at a time, the mask built per
-/// chunk, keeping only the output: a long prompt never holds its `T × T` scores of every
-/// head at once. `q` `(b, heads, tq, d)` follows `tk − tq` cached positions.
+/// [`scaled_dot_product_attention`] over the queries `rows` at a time, keeping only the
+/// output: a long prompt never holds its `T × T` scores of every head at once. `q`
+/// `(b, heads, tq, d)` follows `tk − tq` cached positions. `bias`: `mask`'s bias `(tq, tk)`
+/// when the caller built it once for every layer (each chunk reads its rows); `None` builds
+/// each chunk's rows here.
 pub fn attention_in_query_chunks(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     mask: &AttentionMask,
+    bias: Option<&Tensor>,
     scale: f64,
     rows: usize,
 ) -> Result<Tensor> {
@@ -148,8 +151,12 @@ pub fn attention_in_query_chunks(
             outs.push(fused_chunk(&qc, k, v, mask, scale, first + start)?);
             continue;
         }
-        let bias = mask.bias_at(first + start, n, tk, DType::F32, q.device())?;
-        outs.push(scaled_dot_product_attention(&qc, k, v, bias.as_ref(), scale)?.0);
+        let rows_bias = match bias {
+            Some(b) if n == tq => Some(b.clone()),
+            Some(b) => Some(b.narrow(0, start, n)?),
+            None => mask.bias_at(first + start, n, tk, DType::F32, q.device())?,
+        };
+        outs.push(scaled_dot_product_attention(&qc, k, v, rows_bias.as_ref(), scale)?.0);
     }
     if outs.len() == 1 {
         return Ok(outs.remove(0));
@@ -310,6 +317,10 @@ pub struct AttentionInput<'a> {
     pub rope: Option<&'a RopeAngles>,
     /// Which keys each query sees; queries are at absolute positions `cached .. cached + t`.
     pub mask: &'a AttentionMask,
+    /// `mask`'s additive bias `(t, kv_len)`, when the caller built it once for all layers (the
+    /// paths that add a bias use it; the fused CPU path reads `mask`). `None`: built here if
+    /// needed.
+    pub bias: Option<&'a Tensor>,
     /// The cache and this layer's index in it; `None` attends over `x` alone.
     pub cache: Option<(&'a mut KvCache, usize)>,
     /// Return the attention weights `(b, heads, tq, tk)`.
@@ -384,12 +395,19 @@ impl Attention {
             return Ok((self.o_proj.forward_add(&out, residual)?, None));
         }
         let (out, weights) = if input.capture {
-            let bias = input.mask.bias(t, kv_len, DType::F32, x.device())?;
-            let (out, weights) = scaled_dot_product_attention(&q, &k, &v, bias.as_ref(), self.scale)?;
+            let built;
+            let bias = match input.bias {
+                Some(b) => Some(b),
+                None => {
+                    built = input.mask.bias(t, kv_len, DType::F32, x.device())?;
+                    built.as_ref()
+                }
+            };
+            let (out, weights) = scaled_dot_product_attention(&q, &k, &v, bias, self.scale)?;
             (out, Some(weights))
         } else {
             let rows = query_chunk(b * self.num_heads, kv_len);
-            (attention_in_query_chunks(&q, &k, &v, input.mask, self.scale, rows)?, None)
+            (attention_in_query_chunks(&q, &k, &v, input.mask, input.bias, self.scale, rows)?, None)
         };
         let out = out.transpose(1, 2)?.reshape((b, t, self.num_heads * self.head_dim))?;
         Ok((self.o_proj.forward_add(&out, residual)?, weights))

@@ -6,13 +6,16 @@
 //! Follows transformers' `modeling_llama.py` (v4.57 / v5): `x + attn(norm(x))`, then
 //! `x + mlp(norm(x))`.
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 use crate::activation::Activation;
 use crate::attention::{Attention, AttentionConfig, AttentionInput};
 use crate::error::{DecoderError, Result};
 use crate::kv_cache::KvCache;
-use crate::mask::{AttentionMask, MaskPlan};
+use crate::mask::{AttentionMask, MaskBiases, MaskPlan};
+
+/// The largest `queries × keys` bias a forward builds once and shares across layers (64 MiB of f32).
+const MAX_SHARED_BIAS: usize = 16 << 20;
 use crate::mlp::GatedMlp;
 use crate::norm::{NormStyle, RmsNorm};
 use crate::rope::{RopeConfig, RotaryEmbedding};
@@ -194,6 +197,16 @@ impl Decoder {
         if rope.len() != t {
             return Err(DecoderError::Config(format!("{} positions for {t} rows", rope.len())));
         }
+        // The paths that add a bias (not the fused CPU kernels) share one per distinct rule,
+        // built here once rather than in every layer (up to 64 MiB; longer prompts build each
+        // query chunk's rows as they go).
+        let kv_len = offset + t;
+        let fused = embeds.device().is_cpu() && embeds.dtype() == DType::F32;
+        let biases = if (!fused || !trace.attention_layers.is_empty()) && t * kv_len <= MAX_SHARED_BIAS {
+            masks.biases(t, kv_len, embeds.device())?
+        } else {
+            MaskBiases::default()
+        };
         let mut x = embeds.clone();
         if trace.capture_hidden {
             trace.hidden_states.push(x.clone());
@@ -203,6 +216,7 @@ impl Decoder {
             let input = AttentionInput {
                 rope: Some(&rope),
                 mask: masks.layer(i)?,
+                bias: biases.bias_of(masks.layer(i)?),
                 cache: Some((&mut *cache, i)),
                 capture,
                 residual: None,

@@ -52,6 +52,30 @@ impl MaskPlan {
     pub fn is_empty(&self) -> bool {
         self.layers.is_empty()
     }
+
+    /// The additive bias of each distinct rule in the plan, built once for a forward of `q_len`
+    /// queries after `kv_len − q_len` cached positions (`None` where nothing is masked), to be
+    /// looked up per layer with [`bias_of`](Self::bias_of).
+    pub fn biases(&self, q_len: usize, kv_len: usize, device: &Device) -> Result<MaskBiases> {
+        let mut out: Vec<(AttentionMask, Option<Tensor>)> = Vec::new();
+        for m in &self.layers {
+            if !out.iter().any(|(seen, _)| seen == m) {
+                out.push((*m, m.bias(q_len, kv_len, DType::F32, device)?));
+            }
+        }
+        Ok(MaskBiases(out))
+    }
+}
+
+/// The biases of a [`MaskPlan`]'s rules for one forward ([`MaskPlan::biases`]).
+#[derive(Debug, Clone, Default)]
+pub struct MaskBiases(Vec<(AttentionMask, Option<Tensor>)>);
+
+impl MaskBiases {
+    /// The bias of `mask`, when it was built and masks something.
+    pub fn bias_of(&self, mask: &AttentionMask) -> Option<&Tensor> {
+        self.0.iter().find(|(m, _)| m == mask).and_then(|(_, b)| b.as_ref())
+    }
 }
 
 impl AttentionMask {
@@ -95,6 +119,10 @@ impl AttentionMask {
         device: &Device,
     ) -> Result<Option<Tensor>> {
         let offset = first_q;
+        // Nothing to add when every query sees every key (bidirectional, one decode step).
+        if (0..q_len).all(|i| self.visible_keys(offset + i, kv_len) == (0..kv_len)) {
+            return Ok(None);
+        }
         let mut any_masked = false;
         let mut values = Vec::with_capacity(q_len * kv_len);
         for i in 0..q_len {

@@ -34,11 +34,50 @@ pub struct RopeConfig {
     pub theta: f64,
     pub scaling: RopeScaling,
     pub style: RopeStyle,
+    /// Multimodal RoPE: the frequencies read three position streams.
+    pub mrope: Option<MRope>,
 }
 
 impl Default for RopeConfig {
     fn default() -> Self {
-        Self { theta: 10_000.0, scaling: RopeScaling::Default, style: RopeStyle::Half }
+        Self { theta: 10_000.0, scaling: RopeScaling::Default, style: RopeStyle::Half, mrope: None }
+    }
+}
+
+/// Multimodal RoPE (Qwen2-VL onwards): each of the `head_dim/2` frequencies rotates by one of
+/// three position streams — temporal, height, width — so an image token's angle encodes its
+/// grid cell while text tokens (all three streams equal) rotate as plain RoPE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MRope {
+    /// Frequencies per stream (`mrope_section`), summing to `head_dim/2`.
+    pub section: [usize; 3],
+    /// Qwen3-VL's layout: frequency `i` reads height when `i % 3 == 1` and `i < 3·section[1]`,
+    /// width when `i % 3 == 2` and `i < 3·section[2]`, time otherwise. Otherwise (Qwen2-VL)
+    /// the sections are consecutive blocks: time, then height, then width.
+    pub interleaved: bool,
+}
+
+impl MRope {
+    /// The stream (0 time, 1 height, 2 width) each of the `half` frequencies reads.
+    pub fn streams(&self, half: usize) -> Result<Vec<usize>> {
+        let [t, h, w] = self.section;
+        if t + h + w != half {
+            return Err(DecoderError::Config(format!(
+                "mrope_section {:?} sums to {}, not head_dim/2 = {half}",
+                self.section,
+                t + h + w
+            )));
+        }
+        Ok((0..half)
+            .map(|i| match self.interleaved {
+                true if i % 3 == 1 && i < 3 * h => 1,
+                true if i % 3 == 2 && i < 3 * w => 2,
+                true => 0,
+                false if i < t => 0,
+                false if i < t + h => 1,
+                false => 2,
+            })
+            .collect())
     }
 }
 
@@ -80,6 +119,9 @@ impl RopeConfig {
 pub struct RotaryEmbedding {
     /// `(1, head_dim/2)`, f32.
     inv_freq: Tensor,
+    /// M-RoPE: `(3, 1, head_dim/2)` one-hot over the streams, f32 — which stream each
+    /// frequency reads.
+    streams: Option<Tensor>,
     style: RopeStyle,
     head_dim: usize,
     dtype: DType,
@@ -92,14 +134,51 @@ impl RotaryEmbedding {
         }
         let inv_freq = cfg.inv_freq(head_dim);
         let half = inv_freq.len();
-        Ok(Self { inv_freq: Tensor::from_vec(inv_freq, (1, half), device)?, style: cfg.style, head_dim, dtype })
+        let streams = match cfg.mrope {
+            Some(m) => {
+                let of = m.streams(half)?;
+                let one_hot: Vec<f32> =
+                    (0..3).flat_map(|s| of.iter().map(move |&o| f32::from(u8::from(o == s)))).collect();
+                Some(Tensor::from_vec(one_hot, (3, 1, half), device)?)
+            }
+            None => None,
+        };
+        Ok(Self {
+            inv_freq: Tensor::from_vec(inv_freq, (1, half), device)?,
+            streams,
+            style: cfg.style,
+            head_dim,
+            dtype,
+        })
     }
 
-    /// The angles of `positions` `(t,)` (u32 or any integer/float dtype), `position × inv_freq` in
-    /// f32 as transformers computes them.
+    /// The angles of `positions` (u32 or any integer/float dtype), `position × inv_freq` in f32
+    /// as transformers computes them: `(t,)` — one stream — or, for M-RoPE, `(3, t)`: the
+    /// temporal, height and width positions (one stream is all three equal).
     pub fn at(&self, positions: &Tensor) -> Result<RopeAngles> {
-        let t = positions.dims1()?;
-        let angles = positions.to_dtype(DType::F32)?.reshape((t, 1))?.broadcast_mul(&self.inv_freq)?;
+        let angles = match (positions.rank(), &self.streams) {
+            (1, _) => {
+                let t = positions.dims1()?;
+                positions.to_dtype(DType::F32)?.reshape((t, 1))?.broadcast_mul(&self.inv_freq)?
+            }
+            (2, Some(one_hot)) => {
+                let (n, t) = positions.dims2()?;
+                if n != 3 {
+                    return Err(DecoderError::Config(format!("M-RoPE takes 3 position streams, got {n}")));
+                }
+                // (3, t, half) angles of every stream, then each frequency's own stream (the
+                // others multiplied by 0 and added: exact).
+                let all = positions.to_dtype(DType::F32)?.reshape((3, t, 1))?.broadcast_mul(&self.inv_freq)?;
+                all.broadcast_mul(one_hot)?.sum(0)?
+            }
+            _ => {
+                return Err(DecoderError::Config(format!(
+                    "RoPE positions must be (t,){}, got {:?}",
+                    if self.streams.is_some() { " or (3, t)" } else { "" },
+                    positions.dims()
+                )))
+            }
+        };
         Ok(RopeAngles {
             cos: angles.cos()?.to_dtype(self.dtype)?,
             sin: angles.sin()?.to_dtype(self.dtype)?,

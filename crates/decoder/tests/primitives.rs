@@ -4,7 +4,7 @@ use anyhow::Result;
 use candle_core::{DType, Device, Tensor, D};
 use tessera_decoder::attention::scaled_dot_product_attention_slow;
 use tessera_decoder::{
-    scaled_dot_product_attention, AttentionMask, NormStyle, RmsNorm, RopeConfig, RopeScaling, RopeStyle,
+    scaled_dot_product_attention, AttentionMask, MaskPlan, NormStyle, RmsNorm, RopeConfig, RopeScaling, RopeStyle,
     RotaryEmbedding,
 };
 
@@ -87,9 +87,17 @@ fn attention_in_query_chunks_equals_one_pass_for_every_mask() -> Result<()> {
         let bias = mask.bias(9, 13, DType::F32, &Device::Cpu)?;
         let (whole, _) = scaled_dot_product_attention(&q, &k, &v, bias.as_ref(), 0.3)?;
         for rows in [1, 2, 4, 9] {
-            let chunked = attention_in_query_chunks(&q, &k, &v, &mask, 0.3, rows)?;
+            let chunked = attention_in_query_chunks(&q, &k, &v, &mask, None, 0.3, rows)?;
             let diff = (&whole - chunked)?.abs()?.max_all()?.to_scalar::<f32>()?;
             assert!(diff < 1e-6, "{mask:?} in chunks of {rows}: diff {diff}");
+            // f64 takes the bias-adding path (not the fused f32 kernels), here with the bias
+            // built once by the caller, as a decoder forward shares it across layers.
+            let q64 = q.to_dtype(DType::F64)?;
+            let (k64, v64) = (k.to_dtype(DType::F64)?, v.to_dtype(DType::F64)?);
+            let shared = MaskPlan::uniform(mask, 2).biases(9, 13, &Device::Cpu)?;
+            let chunked = attention_in_query_chunks(&q64, &k64, &v64, &mask, shared.bias_of(&mask), 0.3, rows)?;
+            let diff = (&whole - chunked.to_dtype(DType::F32)?)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            assert!(diff < 1e-6, "{mask:?} in chunks of {rows} with a shared bias: diff {diff}");
         }
     }
     // A prompt longer than the CPU path's causal chunk (128 rows): chunks that each multiply
@@ -104,7 +112,7 @@ fn attention_in_query_chunks_equals_one_pass_for_every_mask() -> Result<()> {
     ] {
         let bias = mask.bias(300, 310, DType::F32, &Device::Cpu)?;
         let (whole, _) = scaled_dot_product_attention(&q, &k, &v, bias.as_ref(), 0.3)?;
-        let chunked = attention_in_query_chunks(&q, &k, &v, &mask, 0.3, 1000)?;
+        let chunked = attention_in_query_chunks(&q, &k, &v, &mask, None, 0.3, 1000)?;
         let diff = (&whole - chunked)?.abs()?.max_all()?.to_scalar::<f32>()?;
         assert!(diff < 1e-5, "{mask:?} over 300 queries: diff {diff}");
     }
@@ -177,7 +185,7 @@ fn causal_bias_respects_the_cache_offset() -> Result<()> {
 }
 
 fn rope(style: RopeStyle, scaling: RopeScaling) -> Result<RotaryEmbedding> {
-    let cfg = RopeConfig { theta: 10_000.0, scaling, style };
+    let cfg = RopeConfig { theta: 10_000.0, scaling, style, mrope: None };
     Ok(RotaryEmbedding::new(&cfg, 8, DType::F32, &Device::Cpu)?)
 }
 
@@ -246,6 +254,7 @@ fn llama3_scaling_keeps_high_and_divides_low_frequencies() {
             original_max_position_embeddings: 32,
         },
         style: RopeStyle::Half,
+        mrope: None,
     }
     .inv_freq(16);
     assert_eq!(scaled[0], base[0], "the highest frequency is untouched");
@@ -261,5 +270,46 @@ fn rms_norm_matches_slow_twin() -> Result<()> {
         let diff = (n.forward(&x)? - n.forward_slow(&x)?)?.abs()?.max_all()?.to_scalar::<f32>()?;
         assert!(diff < 1e-5, "{style:?}: {diff}");
     }
+    Ok(())
+}
+
+/// M-RoPE against transformers (scripts/reference_mrope.py → tests/fixtures/mrope_reference.json):
+/// Qwen2-VL's sectioned and Qwen3-VL's interleaved layouts, on positions of text, a 2×3 image
+/// grid and text continuing after it.
+#[test]
+fn mrope_matches_transformers_for_qwen2_vl_and_qwen3_vl() -> Result<()> {
+    use tessera_decoder::rope::MRope;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/mrope_reference.json");
+    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path)?)?;
+    let n = |k: &str| fx[k].as_u64().map(|v| v as usize).ok_or_else(|| anyhow::anyhow!("{k}"));
+    let (head_dim, heads) = (n("head_dim")?, n("heads")?);
+    let floats = |v: &serde_json::Value| -> Vec<f32> {
+        v.as_array().into_iter().flatten().filter_map(|x| x.as_f64()).map(|x| x as f32).collect()
+    };
+    let section: Vec<usize> = serde_json::from_value(fx["mrope_section"].clone())?;
+    let positions: Vec<Vec<u32>> = serde_json::from_value(fx["positions"].clone())?;
+    let t = positions[0].len();
+    let pos = Tensor::new(positions.clone(), &Device::Cpu)?;
+    let q = Tensor::from_vec(floats(&fx["q"]), (1, heads, t, head_dim), &Device::Cpu)?;
+    for (case, interleaved) in [("qwen2_vl", false), ("qwen3_vl", true)] {
+        let mrope = MRope { section: [section[0], section[1], section[2]], interleaved };
+        let cfg = RopeConfig { theta: fx["theta"].as_f64().unwrap_or(0.0), mrope: Some(mrope), ..Default::default() };
+        let rope = RotaryEmbedding::new(&cfg, head_dim, DType::F32, &Device::Cpu)?;
+        let angles = rope.at(&pos)?;
+        let expected = floats(&fx["cases"][case]["rotated"]);
+        assert_eq!(expected.len(), heads * t * head_dim, "{case}");
+        for (what, got) in [("kernel", angles.apply(&q)?), ("slow twin", angles.apply_slow(&q)?)] {
+            assert_close(&got.flatten_all()?.to_vec1::<f32>()?, &expected, 1e-5, &format!("{case} {what}"));
+        }
+        // Text (all streams equal) rotates exactly as one-stream RoPE at those positions.
+        let text = Tensor::new(&positions[0][..3], &Device::Cpu)?;
+        let one = rope.at(&text)?.apply(&q.narrow(2, 0, 3)?)?;
+        let three =
+            rope.at(&Tensor::new(vec![positions[0][..3].to_vec(); 3], &Device::Cpu)?)?.apply(&q.narrow(2, 0, 3)?)?;
+        assert_eq!(one.flatten_all()?.to_vec1::<f32>()?, three.flatten_all()?.to_vec1::<f32>()?, "{case}");
+    }
+    // A section that does not cover head_dim/2 is refused.
+    let bad = RopeConfig { mrope: Some(MRope { section: [1, 2, 3], interleaved: false }), ..Default::default() };
+    assert!(RotaryEmbedding::new(&bad, head_dim, DType::F32, &Device::Cpu).is_err());
     Ok(())
 }

@@ -71,6 +71,7 @@ impl ModelConfig {
                 theta: get_f("rope.freq_base").unwrap_or(10_000.0),
                 scaling: RopeScaling::Default,
                 style: family.gguf_rope_style(),
+                mrope: None,
             },
             max_position_embeddings: get_u("context_length")?,
             qkv_bias: content.tensor_infos.contains_key("blk.0.attn_q.bias"),

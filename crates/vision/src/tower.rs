@@ -125,6 +125,7 @@ impl EncoderLayer {
         let input = AttentionInput {
             rope: None,
             mask: &AttentionMask::Bidirectional,
+            bias: None,
             cache: None,
             capture: false,
             residual: Some(x),

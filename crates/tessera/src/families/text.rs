@@ -293,5 +293,5 @@ fn rope(f: &TextFields) -> Result<RopeConfig, String> {
             }
         }
     };
-    Ok(RopeConfig { theta, scaling, style: RopeStyle::Half })
+    Ok(RopeConfig { theta, scaling, style: RopeStyle::Half, mrope: None })
 }
