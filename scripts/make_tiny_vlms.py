@@ -9,6 +9,10 @@ Writes tests/fixtures/vlm/<name>/ for
                          + LlavaProcessor (PIL SigLIP image processor)
   paligemma-tiny         PaliGemmaForConditionalGeneration (SigLIP vision, Gemma text, prefix-LM mask)
                          + PaliGemmaProcessor
+  paligemma2-tiny        the same wrapper over Gemma 2 text (attention and final logit soft-capping, sliding and
+                         global layers alternating from a sliding one with a window shorter than the prompt,
+                         query_pre_attn_scalar, post-attention and pre/post-FFN norms); its reference.json also
+                         holds, per case, the greedy ids with each Gemma 2 rule removed ("ablations")
 Each folder holds exactly what `model.save_pretrained` and `processor.save_pretrained` write with the installed
 transformers (config.json, generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
 processor_config.json, chat_template.jinja), plus
@@ -28,9 +32,12 @@ Also writes
                          come out the same through AutoProcessor
   tests/fixtures/vlm/images/               small images derived from tests/fixtures/images (a 20x14 crop)
   tests/fixtures/tiny/gemma/               a text-only GemmaForCausalLM in the format of scripts/make_tiny_models.py
+  tests/fixtures/tiny/gemma2/              a text-only Gemma2ForCausalLM (window 6, 12-token prompt), same format
 
-Dev-time only, needs no network: /work/py/bin/python scripts/make_tiny_vlms.py
+Dev-time only, needs no network: /work/py/bin/python scripts/make_tiny_vlms.py [NAME ...] (default: all; names are
+the folder names above, e.g. paligemma2-tiny gemma2)
 """
+import copy
 import json
 import os
 import shutil
@@ -41,7 +48,7 @@ from PIL import Image
 from safetensors.torch import save_file
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer,
-                          CLIPVisionConfig, GemmaConfig, GemmaForCausalLM, Idefics3Config,
+                          CLIPVisionConfig, Gemma2Config, Gemma2ForCausalLM, GemmaConfig, GemmaForCausalLM, Idefics3Config,
                           Idefics3ForConditionalGeneration, Idefics3Processor, Idefics3VisionConfig, LlamaConfig,
                           LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor, PaliGemmaConfig,
                           PaliGemmaForConditionalGeneration, PaliGemmaProcessor, PreTrainedTokenizerFast,
@@ -159,6 +166,7 @@ def paligemma_tokenizer():
 def randomize(model, seed, std=0.3):
     """std-0.3 Gaussian weights; norm weights near their identity value (1, or 0 for Gemma's (1 + w) RMSNorm)."""
     g = torch.Generator().manual_seed(seed)
+    sandwich = "Gemma2" in type(model).__name__ or "gemma2" in str(getattr(model.config.get_text_config(), "model_type", ""))
     norm = {}
     for mname, m in model.named_modules():
         cls = type(m).__name__
@@ -168,7 +176,12 @@ def randomize(model, seed, std=0.3):
     with torch.no_grad():
         for name, p in model.named_parameters():
             r = torch.randn(p.shape, generator=g)
-            if name in norm and name.endswith("weight"):
+            if name in norm and name.endswith("weight") and ("post_attention_layernorm" in name or
+                                                              "post_feedforward_layernorm" in name) and sandwich:
+                # Gemma 2's norms on the sublayer outputs: x4 (3 + w), or the random sublayers are drowned by the
+                # sqrt(width)-scaled embeddings and the model repeats one token whatever the rules.
+                p.copy_(3.0 + 0.3 * r)
+            elif name in norm and name.endswith("weight"):
                 p.copy_((0.0 if norm[name] else 1.0) + 0.1 * r)
             elif name in norm:
                 p.copy_(0.1 * r)
@@ -306,6 +319,35 @@ def paligemma_spec():
         ])
 
 
+def gemma2_text_config(vocab, ids, sliding_window):
+    # An attention soft-cap small enough to bite (scores reach several units with these weights), a query scale
+    # that is not head_dim's.
+    return Gemma2Config(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, hidden_activation="gelu_pytorch_tanh",
+                        max_position_embeddings=2048, rms_norm_eps=1e-6, rope_parameters={"rope_type": "default",
+                        "rope_theta": 10000.0}, query_pre_attn_scalar=24, sliding_window=sliding_window,
+                        attn_logit_softcapping=3.0, final_logit_softcapping=30.0, tie_word_embeddings=True,
+                        bos_token_id=ids("<bos>"), eos_token_id=ids("<eos>"), pad_token_id=ids("<pad>"))
+
+
+# What each Gemma 2 rule contributes: the text config changed so, greedy ids recomputed.
+GEMMA2_ABLATIONS = {
+    "no_attn_softcap": dict(attn_logit_softcapping=None),
+    "no_sliding_window": dict(layer_types=["full_attention"] * 4),
+}
+
+
+def paligemma2_spec():
+    spec = paligemma_spec()
+    tok = spec["processor"].tokenizer
+    ids = tok.convert_tokens_to_ids
+    config = spec["config"]
+    # 64 image tokens + the prompt: a window of 8 drops most of the image for the generated tokens.
+    config.text_config = gemma2_text_config(len(tok), ids, sliding_window=8)
+    spec.update(name="paligemma2-tiny", seed=600, ablations=GEMMA2_ABLATIONS, config=config)
+    return spec
+
+
 def chat_case(name, images, text):
     content = [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
     return dict(name=name, images=images, messages=[{"role": "user", "content": content}], prompt=text)
@@ -435,6 +477,22 @@ def build(spec):
             record, t = run_case(spec, model, processor, case)
             records.append(record)
             tensors.update(t)
+        for name, change in spec.get("ablations", {}).items():
+            # The layers read these fields when built: change a copy of the config, then build.
+            config = copy.deepcopy(model.config)
+            for k, v in change.items():
+                setattr(config.get_text_config(), k, v)
+            ablated = spec["cls"](config).eval()
+            ablated.load_state_dict(model.state_dict())
+            ablated.generation_config.eos_token_id = None
+            for record, case in zip(records, spec["cases"]):
+                _, inputs = prepare(processor, case, "paligemma")
+                with torch.no_grad():
+                    gen = ablated.generate(**inputs, do_sample=False, max_new_tokens=N_NEW)
+                record.setdefault("ablations", {})[name] = gen[0, inputs["input_ids"].shape[1]:].tolist()
+            changed = [r["name"] for r in records if r["ablations"][name] != r["greedy_ids"]]
+            print(f"  {spec['name']}: {name} changes the greedy ids of {changed}")
+            assert changed, (spec["name"], name, "the rule must change some case's greedy ids")
         margin = min(r["min_greedy_margin"] for r in records)
         if margin > 1e-3:
             break
@@ -514,19 +572,23 @@ def write_legacy(src, ref, tensors):
 # ----------------------------------------------------------------------------------------------------------------
 # Text-only Gemma in the tests/fixtures/tiny format (see scripts/make_tiny_models.py)
 
-def build_gemma_text():
+def build_gemma_text(variant="gemma"):
     raw = gemma_raw_tokenizer()
     tok = PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>",
                                   pad_token="<pad>", mask_token="<mask>", add_bos_token=True, add_eos_token=False)
     ids = tok.convert_tokens_to_ids
-    folder = os.path.join(ROOT, "tests", "fixtures", "tiny", "gemma")
-    config = gemma_text_config(len(tok), ids)
+    folder = os.path.join(ROOT, "tests", "fixtures", "tiny", variant)
+    if variant == "gemma2":
+        # A 12-token prompt and 16 new tokens under a window of 6: the sliding layers drop most of the context.
+        config, cls, first_seed = gemma2_text_config(len(tok), ids, sliding_window=6), Gemma2ForCausalLM, 700
+    else:
+        config, cls, first_seed = gemma_text_config(len(tok), ids), GemmaForCausalLM, 500
     for attempt in range(20):
-        seed = 500 + attempt
+        seed = first_seed + attempt
         shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(folder)
         torch.manual_seed(seed)
-        model = GemmaForCausalLM(config).eval()
+        model = cls(config).eval()
         randomize(model, seed)
         model.generation_config.bos_token_id = ids("<bos>")
         model.generation_config.eos_token_id = ids("<eos>")
@@ -538,7 +600,7 @@ def build_gemma_text():
         if margin > 1e-3:
             break
     else:
-        raise SystemExit("gemma: no seed with clear greedy margins")
+        raise SystemExit(f"{variant}: no seed with clear greedy margins")
     with torch.no_grad():
         logits = model(torch.tensor([prompt])).logits[0]
     tok.backend_tokenizer.save(os.path.join(folder, "tokenizer.json"))
@@ -547,7 +609,7 @@ def build_gemma_text():
                   f, indent=2)
     ref = {
         "transformers_version": transformers.__version__,
-        "variant": "gemma",
+        "variant": variant,
         "prompt_ids": prompt,
         "logits": [[round(float(x), 6) for x in row] for row in logits],
         "greedy_ids": out,
@@ -555,7 +617,7 @@ def build_gemma_text():
     }
     with open(os.path.join(folder, "reference.json"), "w") as f:
         json.dump(ref, f)
-    print(f"gemma (tests/fixtures/tiny/gemma): params {n_params(model)}, prompt {len(prompt)} ids, greedy {out}, "
+    print(f"{variant} (tests/fixtures/tiny/{variant}): params {n_params(model)}, prompt {len(prompt)} ids, greedy {out}, "
           f"margin {margin:.4f}, files {sorted(os.listdir(folder))}")
 
 
@@ -572,11 +634,15 @@ def folder_size(path):
 
 
 def main():
+    import sys
+    wanted = set(sys.argv[1:])
     torch.set_num_threads(2)
     os.makedirs(OUT, exist_ok=True)
     derive_images()
-    for make in (smolvlm_spec, llava_spec, llava_interleave_spec, paligemma_spec):
+    for make in (smolvlm_spec, llava_spec, llava_interleave_spec, paligemma_spec, paligemma2_spec):
         spec = make()
+        if wanted and spec["name"] not in wanted:
+            continue
         folder, ref, tensors = build(spec)
         print(f"{spec['name']}: seed {ref['seed']}, params {ref['param_count']}, "
               f"vocab {spec['config'].get_text_config().vocab_size}, files {sorted(os.listdir(folder))}")
@@ -586,7 +652,9 @@ def main():
         if spec["name"] == "smolvlm-tiny":
             legacy = write_legacy(folder, ref, tensors)
             print(f"smolvlm-tiny-legacy: files {sorted(os.listdir(legacy))} (chelsea case checked through AutoProcessor)")
-    build_gemma_text()
+    for variant in ("gemma", "gemma2"):
+        if not wanted or variant in wanted:
+            build_gemma_text(variant)
     print(f"tests/fixtures/vlm: {folder_size(OUT) / 1e6:.2f} MB")
 
 

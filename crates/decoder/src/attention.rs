@@ -26,6 +26,32 @@ pub fn scaled_dot_product_attention(
     bias: Option<&Tensor>,
     scale: f64,
 ) -> Result<(Tensor, Tensor)> {
+    capped_attention(q, k, v, bias, Scores::scaled(scale))
+}
+
+/// How the scores `q·kᵀ` become logits before the mask: multiplied by `scale`, then (Gemma 2)
+/// soft-capped to `cap · tanh(scores / cap)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scores {
+    pub scale: f64,
+    pub softcap: Option<f64>,
+}
+
+impl Scores {
+    pub fn scaled(scale: f64) -> Self {
+        Self { scale, softcap: None }
+    }
+}
+
+/// [`scaled_dot_product_attention`] with the scores' rule `scores` (Gemma 2's soft-capping).
+pub fn capped_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    bias: Option<&Tensor>,
+    scores_rule: Scores,
+) -> Result<(Tensor, Tensor)> {
+    let Scores { scale, softcap } = scores_rule;
     let (b, heads, tq, d) = q.dims4()?;
     let (_, kv_heads, tk, _) = k.dims4()?;
     if kv_heads == 0 || heads % kv_heads != 0 {
@@ -37,6 +63,10 @@ pub fn scaled_dot_product_attention(
     let q = q.contiguous()?.reshape((b, kv_heads, groups * tq, d))?;
     let scores = q.matmul(&k.t()?)?.to_dtype(DType::F32)?; // (b, kv_heads, groups·tq, tk)
     let scores = (scores * scale)?;
+    let scores = match softcap {
+        Some(cap) => ((scores / cap)?.tanh()? * cap)?,
+        None => scores,
+    };
     let scores = match bias {
         Some(bias) => scores
             .reshape((b, kv_heads, groups, tq, tk))?
@@ -132,15 +162,16 @@ pub fn attention_in_query_chunks(
     v: &Tensor,
     mask: &AttentionMask,
     bias: Option<&Tensor>,
-    scale: f64,
+    scores: Scores,
     rows: usize,
 ) -> Result<Tensor> {
+    let Scores { scale, softcap } = scores;
     let tq = q.dim(2)?;
     let tk = k.dim(2)?;
     let first = tk.saturating_sub(tq);
     let rows = rows.max(1);
     let mut outs = Vec::with_capacity(tq.div_ceil(rows));
-    let fused = q.device().is_cpu() && q.dtype() == DType::F32;
+    let fused = q.device().is_cpu() && q.dtype() == DType::F32 && softcap.is_none();
     // Where later queries see more keys (causal masks), smaller chunks let each one multiply
     // only the keys its queries see: a causal prompt of T tokens does about half of T² work.
     let rows = if fused && *mask != AttentionMask::Bidirectional { rows.min(CAUSAL_CHUNK_ROWS) } else { rows };
@@ -156,7 +187,7 @@ pub fn attention_in_query_chunks(
             Some(b) => Some(b.narrow(0, start, n)?),
             None => mask.bias_at(first + start, n, tk, DType::F32, q.device())?,
         };
-        outs.push(scaled_dot_product_attention(&qc, k, v, rows_bias.as_ref(), scale)?.0);
+        outs.push(capped_attention(&qc, k, v, rows_bias.as_ref(), scores)?.0);
     }
     if outs.len() == 1 {
         return Ok(outs.remove(0));
@@ -295,6 +326,8 @@ pub struct AttentionConfig {
     pub out_bias: bool,
     /// Softmax scale; usually `1/√head_dim`.
     pub scale: f64,
+    /// Gemma 2's attention logit soft-cap (`attn_logit_softcapping`).
+    pub softcap: Option<f64>,
     /// The output projection's name in the checkpoint (`o_proj` in LMs, `out_proj` in ViTs).
     pub out_name: &'static str,
 }
@@ -340,6 +373,7 @@ pub struct Attention {
     num_kv_heads: usize,
     head_dim: usize,
     scale: f64,
+    softcap: Option<f64>,
 }
 
 impl Attention {
@@ -355,6 +389,7 @@ impl Attention {
             num_kv_heads: cfg.num_kv_heads,
             head_dim: cfg.head_dim,
             scale: cfg.scale,
+            softcap: cfg.softcap,
         })
     }
 
@@ -364,7 +399,8 @@ impl Attention {
         let (b, t, _) = x.dims3()?;
         let residual = input.residual;
         // The kernels' attention reads strided heads; everything else takes contiguous ones.
-        let fused = !input.capture && x.device().is_cpu() && x.dtype() == DType::F32;
+        // (Soft-capped scores take the tensor path: the kernels do not cap.)
+        let fused = !input.capture && x.device().is_cpu() && x.dtype() == DType::F32 && self.softcap.is_none();
         let heads = |y: Tensor, n: usize, copy: bool| -> Result<Tensor> {
             // (b, t, n·d) → (b, n, t, d)
             let y = y.reshape((b, t, n, self.head_dim))?.transpose(1, 2)?;
@@ -403,14 +439,18 @@ impl Attention {
                     built.as_ref()
                 }
             };
-            let (out, weights) = scaled_dot_product_attention(&q, &k, &v, bias, self.scale)?;
+            let (out, weights) = capped_attention(&q, &k, &v, bias, self.scores())?;
             (out, Some(weights))
         } else {
             let rows = query_chunk(b * self.num_heads, kv_len);
-            (attention_in_query_chunks(&q, &k, &v, input.mask, input.bias, self.scale, rows)?, None)
+            (attention_in_query_chunks(&q, &k, &v, input.mask, input.bias, self.scores(), rows)?, None)
         };
         let out = out.transpose(1, 2)?.reshape((b, t, self.num_heads * self.head_dim))?;
         Ok((self.o_proj.forward_add(&out, residual)?, weights))
+    }
+
+    fn scores(&self) -> Scores {
+        Scores { scale: self.scale, softcap: self.softcap }
     }
 
     /// Flash-attention v2 on CUDA for f16/bf16 when the mask is causal (bottom-right aligned,
@@ -423,7 +463,8 @@ impl Attention {
             AttentionMask::Bidirectional => false,
             _ => return Ok(None),
         };
-        if capture || !q.device().is_cuda() || !matches!(q.dtype(), DType::F16 | DType::BF16) {
+        if capture || self.softcap.is_some() || !q.device().is_cuda() || !matches!(q.dtype(), DType::F16 | DType::BF16)
+        {
             return Ok(None);
         }
         // flash_attn takes (b, seq, heads, d).

@@ -41,6 +41,13 @@ pub struct DecoderConfig {
     /// The RoPE position of the first token: 0, or 1 for PaliGemma (whose positions are
     /// 1-indexed in transformers' `PaliGemmaModel.forward`).
     pub position_offset: usize,
+    /// Gemma 2's attention logit soft-cap: scores become `cap · tanh(scores / cap)`.
+    pub attn_logit_softcapping: Option<f64>,
+    /// Gemma 2 / 3's four norms per layer: the attention output and the MLP output are normed
+    /// before their residual adds (`post_attention_layernorm`, `post_feedforward_layernorm`),
+    /// and the MLP input by `pre_feedforward_layernorm`. Otherwise (Llama) two norms:
+    /// `input_layernorm` and the pre-MLP `post_attention_layernorm`.
+    pub sandwich_norms: bool,
 }
 
 impl DecoderConfig {
@@ -75,6 +82,7 @@ impl DecoderConfig {
             out_bias: false,
             scale,
             out_name: "o_proj",
+            softcap: self.attn_logit_softcapping,
         }
     }
 }
@@ -96,25 +104,41 @@ pub struct Trace {
 struct DecoderLayer {
     input_layernorm: RmsNorm,
     self_attn: Attention,
+    /// Llama: the MLP's input norm. With sandwich norms: the attention output's norm.
     post_attention_layernorm: RmsNorm,
     mlp: GatedMlp,
+    /// Sandwich norms: `pre_feedforward_layernorm` and `post_feedforward_layernorm`.
+    feedforward_norms: Option<(RmsNorm, RmsNorm)>,
 }
 
 impl DecoderLayer {
     fn new(cfg: &DecoderConfig, vb: &Weights) -> Result<Self> {
         let (h, eps, style) = (cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_style);
+        let norm = |name: &str| RmsNorm::load(h, eps, style, &vb.pp(name));
         Ok(Self {
-            input_layernorm: RmsNorm::load(h, eps, style, &vb.pp("input_layernorm"))?,
+            input_layernorm: norm("input_layernorm")?,
             self_attn: Attention::new(&cfg.attention(), &vb.pp("self_attn"))?,
-            post_attention_layernorm: RmsNorm::load(h, eps, style, &vb.pp("post_attention_layernorm"))?,
+            post_attention_layernorm: norm("post_attention_layernorm")?,
             mlp: GatedMlp::new(h, cfg.intermediate_size, cfg.hidden_act, false, &vb.pp("mlp"))?,
+            feedforward_norms: match cfg.sandwich_norms {
+                true => Some((norm("pre_feedforward_layernorm")?, norm("post_feedforward_layernorm")?)),
+                false => None,
+            },
         })
     }
 
     fn forward(&self, x: &Tensor, input: AttentionInput<'_>) -> Result<(Tensor, Option<Tensor>)> {
-        let input = AttentionInput { residual: Some(x), ..input };
-        let (x, weights) = self.self_attn.forward(&self.input_layernorm.forward(x)?, input)?;
-        let x = self.mlp.forward_add(&self.post_attention_layernorm.forward(&x)?, Some(&x))?;
+        let Some((pre_ff, post_ff)) = &self.feedforward_norms else {
+            // The residual adds run inside the output projections' passes.
+            let input = AttentionInput { residual: Some(x), ..input };
+            let (x, weights) = self.self_attn.forward(&self.input_layernorm.forward(x)?, input)?;
+            let x = self.mlp.forward_add(&self.post_attention_layernorm.forward(&x)?, Some(&x))?;
+            return Ok((x, weights));
+        };
+        let (a, weights) = self.self_attn.forward(&self.input_layernorm.forward(x)?, input)?;
+        let x = (x + self.post_attention_layernorm.forward(&a)?)?;
+        let m = self.mlp.forward_add(&pre_ff.forward(&x)?, None)?;
+        let x = (&x + post_ff.forward(&m)?)?;
         Ok((x, weights))
     }
 }

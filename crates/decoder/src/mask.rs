@@ -17,6 +17,9 @@ pub enum AttentionMask {
     PrefixLm { prefix_len: usize },
     /// Causal, limited to the last `window` positions (Mistral's sliding window).
     SlidingWindow { window: usize },
+    /// [`PrefixLm`](Self::PrefixLm) in a sliding-window layer (PaliGemma 2): the prefix sees
+    /// itself both ways, whatever its length; later positions see the last `window`.
+    SlidingPrefixLm { prefix_len: usize, window: usize },
 }
 
 /// The attention rule of every layer for one forward, decided once by the model: most
@@ -86,6 +89,9 @@ impl AttentionMask {
             Self::Bidirectional => true,
             Self::PrefixLm { prefix_len } => k <= q || (q < prefix_len && k < prefix_len),
             Self::SlidingWindow { window } => k <= q && q - k < window,
+            Self::SlidingPrefixLm { prefix_len, window } => {
+                (k <= q && q - k < window) || (q < prefix_len && k < prefix_len)
+            }
         }
     }
 
@@ -97,7 +103,10 @@ impl AttentionMask {
             Self::Bidirectional => 0..kv_len,
             Self::PrefixLm { prefix_len } if q < prefix_len => 0..prefix_len,
             Self::PrefixLm { .. } => 0..q.saturating_add(1),
-            Self::SlidingWindow { window } => q.saturating_add(1).saturating_sub(window)..q.saturating_add(1),
+            Self::SlidingPrefixLm { prefix_len, .. } if q < prefix_len => 0..prefix_len,
+            Self::SlidingWindow { window } | Self::SlidingPrefixLm { window, .. } => {
+                q.saturating_add(1).saturating_sub(window)..q.saturating_add(1)
+            }
         };
         r.start.min(kv_len)..r.end.min(kv_len)
     }

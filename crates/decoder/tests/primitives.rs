@@ -72,7 +72,7 @@ fn grouped_attention_matches_slow_twin_for_mha_gqa_mqa() -> Result<()> {
 
 #[test]
 fn attention_in_query_chunks_equals_one_pass_for_every_mask() -> Result<()> {
-    use tessera_decoder::attention::attention_in_query_chunks;
+    use tessera_decoder::attention::{attention_in_query_chunks, Scores};
     // 9 new queries after 4 cached positions, in chunks of 1, 2, 4 and all 9.
     let q = random(&[1, 6, 9, 8], 5)?;
     let k = random(&[1, 2, 13, 8], 6)?;
@@ -82,12 +82,13 @@ fn attention_in_query_chunks_equals_one_pass_for_every_mask() -> Result<()> {
         AttentionMask::Bidirectional,
         AttentionMask::PrefixLm { prefix_len: 7 },
         AttentionMask::SlidingWindow { window: 3 },
+        AttentionMask::SlidingPrefixLm { prefix_len: 7, window: 3 },
     ];
     for mask in masks {
         let bias = mask.bias(9, 13, DType::F32, &Device::Cpu)?;
         let (whole, _) = scaled_dot_product_attention(&q, &k, &v, bias.as_ref(), 0.3)?;
         for rows in [1, 2, 4, 9] {
-            let chunked = attention_in_query_chunks(&q, &k, &v, &mask, None, 0.3, rows)?;
+            let chunked = attention_in_query_chunks(&q, &k, &v, &mask, None, Scores::scaled(0.3), rows)?;
             let diff = (&whole - chunked)?.abs()?.max_all()?.to_scalar::<f32>()?;
             assert!(diff < 1e-6, "{mask:?} in chunks of {rows}: diff {diff}");
             // f64 takes the bias-adding path (not the fused f32 kernels), here with the bias
@@ -95,7 +96,8 @@ fn attention_in_query_chunks_equals_one_pass_for_every_mask() -> Result<()> {
             let q64 = q.to_dtype(DType::F64)?;
             let (k64, v64) = (k.to_dtype(DType::F64)?, v.to_dtype(DType::F64)?);
             let shared = MaskPlan::uniform(mask, 2).biases(9, 13, &Device::Cpu)?;
-            let chunked = attention_in_query_chunks(&q64, &k64, &v64, &mask, shared.bias_of(&mask), 0.3, rows)?;
+            let chunked =
+                attention_in_query_chunks(&q64, &k64, &v64, &mask, shared.bias_of(&mask), Scores::scaled(0.3), rows)?;
             let diff = (&whole - chunked.to_dtype(DType::F32)?)?.abs()?.max_all()?.to_scalar::<f32>()?;
             assert!(diff < 1e-6, "{mask:?} in chunks of {rows} with a shared bias: diff {diff}");
         }
@@ -109,10 +111,11 @@ fn attention_in_query_chunks_equals_one_pass_for_every_mask() -> Result<()> {
         AttentionMask::Causal,
         AttentionMask::SlidingWindow { window: 50 },
         AttentionMask::PrefixLm { prefix_len: 200 },
+        AttentionMask::SlidingPrefixLm { prefix_len: 200, window: 50 },
     ] {
         let bias = mask.bias(300, 310, DType::F32, &Device::Cpu)?;
         let (whole, _) = scaled_dot_product_attention(&q, &k, &v, bias.as_ref(), 0.3)?;
-        let chunked = attention_in_query_chunks(&q, &k, &v, &mask, None, 0.3, 1000)?;
+        let chunked = attention_in_query_chunks(&q, &k, &v, &mask, None, Scores::scaled(0.3), 1000)?;
         let diff = (&whole - chunked)?.abs()?.max_all()?.to_scalar::<f32>()?;
         assert!(diff < 1e-5, "{mask:?} over 300 queries: diff {diff}");
     }
@@ -157,6 +160,8 @@ fn visible_key_ranges_are_exactly_the_allowed_keys() {
         AttentionMask::PrefixLm { prefix_len: 0 },
         AttentionMask::SlidingWindow { window: 3 },
         AttentionMask::SlidingWindow { window: 1 },
+        AttentionMask::SlidingPrefixLm { prefix_len: 4, window: 2 },
+        AttentionMask::SlidingPrefixLm { prefix_len: 0, window: 3 },
     ];
     for m in masks {
         for kv_len in [1usize, 5, 9] {
@@ -311,5 +316,30 @@ fn mrope_matches_transformers_for_qwen2_vl_and_qwen3_vl() -> Result<()> {
     // A section that does not cover head_dim/2 is refused.
     let bad = RopeConfig { mrope: Some(MRope { section: [1, 2, 3], interleaved: false }), ..Default::default() };
     assert!(RotaryEmbedding::new(&bad, head_dim, DType::F32, &Device::Cpu).is_err());
+    Ok(())
+}
+
+#[test]
+fn soft_capped_scores_follow_cap_tanh_and_a_huge_cap_changes_nothing() -> Result<()> {
+    use tessera_decoder::attention::{capped_attention, Scores};
+    let q = random(&[1, 2, 5, 8], 21)?;
+    let k = random(&[1, 1, 5, 8], 22)?;
+    let v = random(&[1, 1, 5, 8], 23)?;
+    let bias = AttentionMask::Causal.bias(5, 5, DType::F32, &Device::Cpu)?;
+    let (plain, wp) = scaled_dot_product_attention(&q, &k, &v, bias.as_ref(), 0.7)?;
+    let (huge, wh) = capped_attention(&q, &k, &v, bias.as_ref(), Scores { scale: 0.7, softcap: Some(1e6) })?;
+    assert!((&plain - &huge)?.abs()?.max_all()?.to_scalar::<f32>()? < 1e-5);
+    assert!((&wp - &wh)?.abs()?.max_all()?.to_scalar::<f32>()? < 1e-6);
+    // Query row 4 (sees all 5 keys) of head 0, by hand: softmax(cap · tanh(0.7 q·k / cap)).
+    let cap = 0.5f32;
+    let (_, w) = capped_attention(&q, &k, &v, bias.as_ref(), Scores { scale: 0.7, softcap: Some(cap as f64) })?;
+    let qr: Vec<f32> = q.get(0)?.get(0)?.get(4)?.to_vec1()?;
+    let ks: Vec<Vec<f32>> = k.get(0)?.get(0)?.to_vec2()?;
+    let s: Vec<f32> =
+        ks.iter().map(|kr| cap * (0.7 * qr.iter().zip(kr).map(|(a, b)| a * b).sum::<f32>() / cap).tanh()).collect();
+    let m = s.iter().cloned().fold(f32::MIN, f32::max);
+    let z: f32 = s.iter().map(|x| (x - m).exp()).sum();
+    let expected: Vec<f32> = s.iter().map(|x| (x - m).exp() / z).collect();
+    assert_close(&w.get(0)?.get(0)?.get(4)?.to_vec1::<f32>()?, &expected, 1e-6, "capped weights");
     Ok(())
 }

@@ -79,8 +79,11 @@ impl ModelConfig {
             norm_style: NormStyle::Plain,
             query_pre_attn_scalar: None,
             position_offset: 0,
+            attn_logit_softcapping: None,
+            sandwich_norms: false,
         };
         decoder.validate().map_err(|e| err(e.to_string()))?;
+        let layers = decoder.num_hidden_layers;
         let id = |k: &str| md.get(k).and_then(gguf_usize).map(|v| v as u32);
         Ok(Self {
             family: family.name(),
@@ -92,7 +95,8 @@ impl ModelConfig {
             tie_word_embeddings: !content.tensor_infos.contains_key("output.weight"),
             bos_token_id: id("tokenizer.ggml.bos_token_id"),
             eos_token_ids: id("tokenizer.ggml.eos_token_id").into_iter().collect(),
-            sliding_window: None,
+            layer_windows: vec![None; layers],
+            final_logit_softcapping: None,
             vision: None,
         })
     }

@@ -369,12 +369,19 @@ impl Model {
     /// (PaliGemma's image + text, the first forward) attends both ways; everything after it is
     /// causal.
     pub fn mask_plan(&self, cached: usize, t: usize) -> MaskPlan {
-        let mask = match (self.config.prompt, self.config.sliding_window) {
-            (PromptStyle::PrefixLm, _) if cached == 0 => AttentionMask::PrefixLm { prefix_len: t },
-            (_, Some(window)) => AttentionMask::SlidingWindow { window },
-            _ => AttentionMask::Causal,
-        };
-        MaskPlan::uniform(mask, self.config.decoder.num_hidden_layers)
+        let prefix = (self.config.prompt == PromptStyle::PrefixLm && cached == 0).then_some(t);
+        MaskPlan::per_layer(
+            self.config
+                .layer_windows
+                .iter()
+                .map(|&window| match (prefix, window) {
+                    (Some(prefix_len), None) => AttentionMask::PrefixLm { prefix_len },
+                    (Some(prefix_len), Some(window)) => AttentionMask::SlidingPrefixLm { prefix_len, window },
+                    (None, Some(window)) => AttentionMask::SlidingWindow { window },
+                    (None, None) => AttentionMask::Causal,
+                })
+                .collect(),
+        )
     }
 
     /// The decoder over embeddings `(b, t, hidden)` → final-normed hidden states.
@@ -397,7 +404,12 @@ impl Model {
 
     /// The LM head: hidden `(1, t, hidden)` → f32 logits `(t, vocab)`.
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
-        Ok(self.lm_head.forward(hidden)?.squeeze(0)?.to_dtype(DType::F32)?)
+        let logits = self.lm_head.forward(hidden)?;
+        let logits = match self.config.final_logit_softcapping {
+            Some(cap) => ((logits / cap)?.tanh()? * cap)?,
+            None => logits,
+        };
+        Ok(logits.squeeze(0)?.to_dtype(DType::F32)?)
     }
 }
 

@@ -1,6 +1,6 @@
 //! Hugging Face vision-language families against transformers: tiny random-weight Idefics3
-//! (SmolVLM), LLaVA (CLIP + Llama), LLaVA-interleave (SigLIP + Qwen2) and PaliGemma (SigLIP +
-//! Gemma) checkpoints written by scripts/make_tiny_vlms.py with the real classes, processors
+//! (SmolVLM), LLaVA (CLIP + Llama), LLaVA-interleave (SigLIP + Qwen2), PaliGemma (SigLIP +
+//! Gemma) and PaliGemma 2 (SigLIP + Gemma 2) checkpoints written by scripts/make_tiny_vlms.py with the real classes, processors
 //! and chat templates, with the reference's rendered prompts, ids, pixel values, tower
 //! features, projected image features, logits and 16 greedy ids on real photos.
 
@@ -14,7 +14,7 @@ use candle_core::{Device, Tensor};
 use serde_json::Value;
 use tessera::{load_image, GenerateParams, LoadOptions, Message, Model, RgbImage, DEFAULT_MAX_PIXELS};
 
-const FAMILIES: &[&str] = &["smolvlm-tiny", "llava-tiny", "llava-interleave-tiny", "paligemma-tiny"];
+const FAMILIES: &[&str] = &["smolvlm-tiny", "llava-tiny", "llava-interleave-tiny", "paligemma-tiny", "paligemma2-tiny"];
 
 fn vlm_dir(name: &str) -> PathBuf {
     common::fixtures().join("vlm").join(name)
@@ -193,7 +193,7 @@ fn bad_input_gives_clear_errors() -> Result<()> {
     for name in FAMILIES {
         let model = load(name)?;
         // More images than placeholders in a raw prompt (PaliGemma places them itself).
-        if *name != "paligemma-tiny" {
+        if !name.starts_with("paligemma") {
             let err =
                 model.encode_prompt("<image> what?", None, true, &[chelsea.clone(), chelsea.clone()]).unwrap_err();
             assert!(
@@ -433,5 +433,47 @@ fn multi_turn_chats_with_images_match_transformers() -> Result<()> {
     let chelsea = load_image(&common::fixtures().join("images/chelsea.png"), DEFAULT_MAX_PIXELS)?;
     let err = load("paligemma-tiny")?.encode_chat(&conv.messages, &[chelsea]).unwrap_err().to_string();
     assert!(err.contains("PaliGemma") && err.contains("no chat template"), "{err}");
+    Ok(())
+}
+
+/// PaliGemma 2's Gemma 2 rules each matter: with attention soft-capping or the sliding window
+/// removed from the config, transformers' greedy ids change (scripts/make_tiny_vlms.py records
+/// them as "ablations"), and tessera with the same edit follows it to the same ids — so the
+/// rules are implemented, not merely harmless. The logits move by several units without the cap.
+#[test]
+fn paligemma2_soft_capping_and_sliding_window_each_change_the_answer() -> Result<()> {
+    let (cases, _) = cases("paligemma2-tiny")?;
+    let mut changed = 0;
+    let all_global = Value::from(vec!["full_attention"; 4]);
+    for (ablation, field, value) in
+        [("no_attn_softcap", "attn_logit_softcapping", Value::Null), ("no_sliding_window", "layer_types", all_global)]
+    {
+        let dir = scratch_copy("paligemma2-tiny", ablation)?;
+        let config_path = dir.join("config.json");
+        let mut config = common::read_json(&config_path)?;
+        ensure!(config["text_config"].get(field).is_some(), "the fixture's text_config states {field}");
+        config["text_config"][field] = value;
+        std::fs::write(&config_path, serde_json::to_string_pretty(&config)?)?;
+        let (model, ablated) =
+            (load("paligemma2-tiny")?, Model::load(dir.to_str().context("utf-8")?, &LoadOptions::default())?);
+        for case in &cases {
+            let what = format!("{ablation}/{}", case.name);
+            let expected = common::ids(&case.json["ablations"][ablation]);
+            let params = GenerateParams { max_new_tokens: expected.len(), ignore_eos: true, ..Default::default() };
+            let prompt = ablated.prompt(common::ids(&case.json["input_ids"]), &case.images)?;
+            let out = ablated.generate(&prompt, &params, &mut |_| {})?;
+            assert_eq!(out.generated_tokens, expected, "{what}: tessera without the rule = transformers without it");
+            changed += usize::from(expected != common::ids(&case.json["greedy_ids"]));
+            if ablation == "no_attn_softcap" {
+                let last = |m: &Model| -> Result<Tensor> {
+                    let embeds = m.prompt_embeddings(&prompt)?;
+                    Ok(m.logits(&m.forward_hidden(&embeds, &mut m.new_cache(), &mut Default::default())?)?)
+                };
+                let d = max_abs_diff(&last(&model)?, &last(&ablated)?, "logits")?;
+                assert!(d > 0.1, "{what}: removing the soft-cap moves the prompt logits by only {d}");
+            }
+        }
+    }
+    assert!(changed >= 2, "each rule changes some case's greedy ids ({changed} changed)");
     Ok(())
 }

@@ -85,6 +85,7 @@ impl VisionTowerConfig {
             out_bias: true,
             scale: 1.0 / (head_dim as f64).sqrt(),
             out_name: "out_proj",
+            softcap: None,
         }
     }
 }

@@ -37,6 +37,8 @@ enum Checkpoint {
     Qwen2(TextFields),
     #[serde(rename = "gemma")]
     Gemma(TextFields),
+    #[serde(rename = "gemma2")]
+    Gemma2(TextFields),
     /// tessera's native single-stream image + text model (ARCHITECTURE.md).
     #[serde(rename = "tessera_native")]
     TesseraNative(native::NativeConfig),
@@ -54,7 +56,7 @@ enum Checkpoint {
 }
 
 /// What `tessera` reads, for error messages.
-pub const SUPPORTED: &str = "llama, mistral, qwen2, gemma, tessera_native, idefics3, llava, paligemma \
+pub const SUPPORTED: &str = "llama, mistral, qwen2, gemma, gemma2, tessera_native, idefics3, llava, paligemma \
      (config.json model_type) / llama, qwen2 (GGUF)";
 
 impl Checkpoint {
@@ -68,6 +70,7 @@ impl Checkpoint {
             Self::Mistral(f) => text(TextFamily::Mistral, &f),
             Self::Qwen2(f) => text(TextFamily::Qwen2, &f),
             Self::Gemma(f) => text(TextFamily::Gemma, &f),
+            Self::Gemma2(f) => text(TextFamily::Gemma2, &f),
             Self::TesseraNative(c) => c.resolve().map_err(err),
             Self::Idefics3(c) => c.resolve().map_err(err),
             Self::Llava(c) => c.resolve().map_err(err),
@@ -95,7 +98,10 @@ pub struct ModelConfig {
     pub tie_word_embeddings: bool,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
-    pub sliding_window: Option<usize>,
+    /// Each decoder layer's sliding window (`None`: global attention).
+    pub layer_windows: Vec<Option<usize>>,
+    /// Logits become `cap · tanh(logits / cap)` (Gemma 2).
+    pub final_logit_softcapping: Option<f64>,
     pub prompt: PromptStyle,
     /// The image side, for models that take images.
     pub vision: Option<VisionSpec>,
@@ -193,7 +199,8 @@ impl ModelConfig {
             tie_word_embeddings: t.tie_word_embeddings,
             bos_token_id: t.bos_token_id,
             eos_token_ids: t.eos_token_ids,
-            sliding_window: t.sliding_window,
+            layer_windows: t.layer_windows,
+            final_logit_softcapping: t.final_logit_softcapping,
             prompt: PromptStyle::Chat,
             vision: None,
         }
@@ -271,14 +278,33 @@ mod tests {
         assert!(qwen.decoder.qkv_bias, "Qwen2 always has q/k/v biases");
         let mut sliding = tiny_text("qwen2");
         sliding["sliding_window"] = 16.into();
-        assert_eq!(resolve(sliding.clone())?.sliding_window, None, "Qwen2 needs use_sliding_window");
+        assert_eq!(resolve(sliding.clone())?.layer_windows, [None, None], "Qwen2 needs use_sliding_window");
         sliding["use_sliding_window"] = true.into();
-        assert_eq!(resolve(sliding)?.sliding_window, Some(16));
+        assert_eq!(resolve(sliding)?.layer_windows, [Some(16), Some(16)]);
         let mut mistral = tiny_text("mistral");
         mistral["sliding_window"] = 16.into();
-        assert_eq!(resolve(mistral)?.sliding_window, Some(16));
+        assert_eq!(resolve(mistral)?.layer_windows, [Some(16), Some(16)]);
         let gemma = resolve(tiny_text("gemma"))?;
         assert_eq!((gemma.decoder.hidden_act, gemma.embed_scale), (Activation::GeluTanh, Some(8.0)));
+        assert!(!gemma.decoder.sandwich_norms && gemma.final_logit_softcapping.is_none());
+        // Gemma 2: the class's soft-caps, window and scalar; sliding layers first, alternating.
+        let mut g2 = tiny_text("gemma2");
+        g2["num_hidden_layers"] = 3.into();
+        let gemma2 = resolve(g2.clone())?;
+        assert_eq!(gemma2.layer_windows, [Some(4096), None, Some(4096)]);
+        assert_eq!((gemma2.decoder.attn_logit_softcapping, gemma2.final_logit_softcapping), (Some(50.0), Some(30.0)));
+        assert_eq!((gemma2.decoder.query_pre_attn_scalar, gemma2.decoder.sandwich_norms), (Some(256.0), true));
+        // `null` turns a cap or the window off; layer_types overrides the pattern.
+        g2["final_logit_softcapping"] = Value::Null;
+        g2["sliding_window"] = 8.into();
+        g2["layer_types"] = json!(["full_attention", "sliding_attention", "sliding_attention"]);
+        let gemma2 = resolve(g2.clone())?;
+        assert_eq!(
+            (gemma2.final_logit_softcapping, gemma2.layer_windows.clone()),
+            (None, vec![None, Some(8), Some(8)])
+        );
+        g2["sliding_window"] = Value::Null;
+        assert_eq!(resolve(g2)?.layer_windows, [None, None, None]);
         Ok(())
     }
 

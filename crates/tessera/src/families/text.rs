@@ -1,9 +1,10 @@
-//! The decoder-only text families (Llama, Mistral, Qwen2, Gemma): the fields of their
+//! The decoder-only text families (Llama, Mistral, Qwen2, Gemma, Gemma 2): the fields of their
 //! `config.json`, each class's defaults as transformers v5.23 writes them (what a VLM's
 //! `text_config` falls back to), and each family's rules (Qwen2's q/k/v bias, Mistral's sliding
-//! window, Gemma's GeGLU, `(1 + w)` norms and √width embedding scale).
+//! window, Gemma's GeGLU, `(1 + w)` norms and √width embedding scale, Gemma 2's soft-caps,
+//! four norms per layer and alternating sliding/global layers).
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use tessera_decoder::{Activation, DecoderConfig, NormStyle, RopeConfig, RopeScaling, RopeStyle};
 
 use super::TokenIds;
@@ -20,6 +21,11 @@ pub enum TextFamily {
     /// Gemma 1: GeGLU, `(1 + w)` RMSNorm, embeddings scaled by √width.
     #[serde(rename = "gemma")]
     Gemma,
+    /// Gemma 2: Gemma plus attention and final logit soft-capping, `query_pre_attn_scalar`,
+    /// post-attention and pre/post-FFN norms, sliding-window layers alternating with global
+    /// ones (starting with a sliding one).
+    #[serde(rename = "gemma2")]
+    Gemma2,
 }
 
 /// A text config class's defaults (the fields transformers leaves out of a `text_config`
@@ -43,7 +49,14 @@ struct TextClass {
     qkv_bias: bool,
     /// How the family reads `sliding_window`.
     sliding: Sliding,
+    /// `sliding_window` when the config does not state it.
+    sliding_window: Option<usize>,
     gemma: bool,
+    /// Gemma 2: the four-norm layer.
+    sandwich_norms: bool,
+    query_pre_attn_scalar: Option<f64>,
+    attn_logit_softcapping: Option<f64>,
+    final_logit_softcapping: Option<f64>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -53,6 +66,8 @@ enum Sliding {
     WhenSet,
     /// Only with `use_sliding_window: true` (Qwen2).
     WhenEnabled,
+    /// Every other layer, starting with the first (Gemma 2's default `layer_types`).
+    Alternating,
 }
 
 impl TextFamily {
@@ -74,7 +89,29 @@ impl TextFamily {
             eos_token_id: Some(2),
             qkv_bias: false,
             sliding: Sliding::Never,
+            sliding_window: None,
             gemma: false,
+            sandwich_norms: false,
+            query_pre_attn_scalar: None,
+            attn_logit_softcapping: None,
+            final_logit_softcapping: None,
+        };
+        let gemma = TextClass {
+            name: "gemma",
+            vocab_size: 256000,
+            hidden_size: 3072,
+            intermediate_size: 24576,
+            num_hidden_layers: 28,
+            num_attention_heads: 16,
+            num_key_value_heads: Some(16),
+            head_dim: Some(256),
+            max_position_embeddings: 8192,
+            hidden_act: Activation::GeluTanh,
+            tie_word_embeddings: true,
+            bos_token_id: Some(2),
+            eos_token_id: Some(1),
+            gemma: true,
+            ..llama
         };
         match self {
             Self::Llama => llama,
@@ -97,22 +134,21 @@ impl TextFamily {
                 sliding: Sliding::WhenEnabled,
                 ..llama
             },
-            Self::Gemma => TextClass {
-                name: "gemma",
-                vocab_size: 256000,
-                hidden_size: 3072,
-                intermediate_size: 24576,
-                num_hidden_layers: 28,
-                num_attention_heads: 16,
-                num_key_value_heads: Some(16),
-                head_dim: Some(256),
-                max_position_embeddings: 8192,
-                hidden_act: Activation::GeluTanh,
-                tie_word_embeddings: true,
-                bos_token_id: Some(2),
-                eos_token_id: Some(1),
-                gemma: true,
-                ..llama
+            Self::Gemma => gemma,
+            Self::Gemma2 => TextClass {
+                name: "gemma2",
+                hidden_size: 2304,
+                intermediate_size: 9216,
+                num_hidden_layers: 26,
+                num_attention_heads: 8,
+                num_key_value_heads: Some(4),
+                sliding: Sliding::Alternating,
+                sliding_window: Some(4096),
+                sandwich_norms: true,
+                query_pre_attn_scalar: Some(256.0),
+                attn_logit_softcapping: Some(50.0),
+                final_logit_softcapping: Some(30.0),
+                ..gemma
             },
         }
     }
@@ -126,7 +162,7 @@ impl TextFamily {
     pub fn gguf_rope_style(self) -> RopeStyle {
         match self {
             Self::Llama | Self::Mistral => RopeStyle::Interleaved,
-            Self::Qwen2 | Self::Gemma => RopeStyle::Half,
+            Self::Qwen2 | Self::Gemma | Self::Gemma2 => RopeStyle::Half,
         }
     }
 }
@@ -157,8 +193,30 @@ pub struct TextFields {
     pub hidden_act: Option<Activation>,
     /// Older Gemma configs name the activation so.
     pub hidden_activation: Option<Activation>,
-    pub sliding_window: Option<usize>,
+    /// `null` turns the window off (where the class has one).
+    #[serde(deserialize_with = "explicit")]
+    pub sliding_window: Option<Option<usize>>,
     pub use_sliding_window: Option<bool>,
+    /// Per layer `sliding_attention` or `full_attention` (transformers 5 writes it).
+    pub layer_types: Option<Vec<LayerType>>,
+    pub query_pre_attn_scalar: Option<f64>,
+    /// `null` turns the cap off.
+    #[serde(deserialize_with = "explicit")]
+    pub attn_logit_softcapping: Option<Option<f64>>,
+    #[serde(deserialize_with = "explicit")]
+    pub final_logit_softcapping: Option<Option<f64>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LayerType {
+    SlidingAttention,
+    FullAttention,
+}
+
+/// A field that may be absent (`None`: the class default) or `null` (`Some(None)`: off).
+fn explicit<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
 }
 
 /// `rope_scaling` / `rope_parameters`.
@@ -203,7 +261,10 @@ pub struct TextModel {
     pub tie_word_embeddings: bool,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
-    pub sliding_window: Option<usize>,
+    /// Each layer's sliding window (`None`: global attention).
+    pub layer_windows: Vec<Option<usize>>,
+    /// Gemma 2: logits become `cap · tanh(logits / cap)`.
+    pub final_logit_softcapping: Option<f64>,
 }
 
 impl TextFamily {
@@ -248,14 +309,35 @@ impl TextFamily {
             qkv_bias: c.qkv_bias || f.attention_bias.unwrap_or(false),
             hidden_act,
             norm_style: if c.gemma { NormStyle::OnePlusWeight } else { NormStyle::Plain },
-            query_pre_attn_scalar: None,
+            query_pre_attn_scalar: f.query_pre_attn_scalar.or(c.query_pre_attn_scalar),
             position_offset: 0,
+            attn_logit_softcapping: f.attn_logit_softcapping.unwrap_or(c.attn_logit_softcapping),
+            sandwich_norms: c.sandwich_norms,
         };
-        let sliding_window = match c.sliding {
-            Sliding::WhenSet => f.sliding_window,
-            Sliding::WhenEnabled if f.use_sliding_window == Some(true) => f.sliding_window,
-            _ => None,
+        let layers = decoder.num_hidden_layers;
+        let window = f.sliding_window.unwrap_or(c.sliding_window);
+        let layer_windows = match (&f.layer_types, c.sliding) {
+            (Some(types), _) if types.len() != layers => {
+                return Err(format!("layer_types has {} entries for {layers} layers", types.len()))
+            }
+            (Some(types), _) => types.iter().map(|t| window.filter(|_| *t == LayerType::SlidingAttention)).collect(),
+            (None, Sliding::Never) => vec![None; layers],
+            (None, Sliding::WhenSet) => vec![window; layers],
+            (None, Sliding::WhenEnabled) => vec![window.filter(|_| f.use_sliding_window == Some(true)); layers],
+            (None, Sliding::Alternating) => (0..layers).map(|i| window.filter(|_| i % 2 == 0)).collect(),
         };
+        if let Some(w) = layer_windows.iter().flatten().find(|&&w| w == 0) {
+            return Err(format!("sliding_window {w} must be positive"));
+        }
+        for (name, cap) in [
+            ("attn_logit_softcapping", decoder.attn_logit_softcapping),
+            ("final_logit_softcapping", f.final_logit_softcapping.unwrap_or(c.final_logit_softcapping)),
+            ("query_pre_attn_scalar", decoder.query_pre_attn_scalar),
+        ] {
+            if cap.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
+                return Err(format!("{name} must be a positive number, got {cap:?}"));
+            }
+        }
         let defaults = |v: Option<u32>| v.filter(|_| class_defaults).map(TokenIds::One);
         Ok(TextModel {
             family: self,
@@ -265,7 +347,8 @@ impl TextFamily {
             tie_word_embeddings: f.tie_word_embeddings.unwrap_or(c.tie_word_embeddings),
             bos_token_id: f.bos_token_id.clone().or(defaults(c.bos_token_id)).and_then(|b| b.to_vec().first().copied()),
             eos_token_ids: f.eos_token_id.clone().or(defaults(c.eos_token_id)).map(|e| e.to_vec()).unwrap_or_default(),
-            sliding_window,
+            layer_windows,
+            final_logit_softcapping: f.final_logit_softcapping.unwrap_or(c.final_logit_softcapping),
         })
     }
 }
