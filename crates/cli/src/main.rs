@@ -413,7 +413,7 @@ fn report_timings(out: &GenerationOutput, load_s: f64) {
         if out.generated_tokens.len() > 1 { format!("{:.1} tok/s", t.generated_tokens_per_s) } else { "-".to_string() };
     eprintln!(
         "load {load_s:.2}s | prompt {} tokens, {:.1} tok/s | generated {} tokens, {gen_rate} | finish: {:?}",
-        out.prompt_tokens.len() + out.image_tokens,
+        out.prompt_positions,
         t.prompt_tokens_per_s,
         out.generated_tokens.len(),
         out.finish_reason

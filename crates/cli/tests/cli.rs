@@ -50,6 +50,9 @@ fn default_model_answers_about_an_image_and_reports_timings() -> Result<()> {
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
     assert_eq!(v["image_tokens"], 64);
+    // The native model's image tokens go before the text ids.
+    let ids = v["prompt_tokens"].as_array().map(|a| a.len() as u64 + 64);
+    assert_eq!(v["prompt_positions"].as_u64(), ids);
     assert_eq!(v["finish_reason"], "eos");
     let answer = v["text"].as_str().unwrap_or("").trim().to_string();
     assert!(answer.parse::<u32>().is_ok(), "a count, got {answer:?}");
@@ -326,9 +329,13 @@ fn photo(name: &str) -> String {
 fn vision_language_checkpoints_answer_and_describe_themselves() -> Result<()> {
     // Each family, from its folder, with its own template and processor: --image files go before
     // the prompt in one user message.
-    for (name, tokens) in
-        [("smolvlm-tiny", 80), ("llava-tiny", 25), ("llava-interleave-tiny", 16), ("paligemma-tiny", 64)]
-    {
+    for (name, tokens) in [
+        ("smolvlm-tiny", 80),
+        ("llava-tiny", 25),
+        ("llava-interleave-tiny", 16),
+        ("paligemma-tiny", 64),
+        ("paligemma2-tiny", 64),
+    ] {
         let o = tessera(&[
             "generate",
             "--model",
@@ -346,6 +353,9 @@ fn vision_language_checkpoints_answer_and_describe_themselves() -> Result<()> {
         let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
         assert_eq!(v["image_tokens"], tokens, "{name}");
         assert_eq!(v["generated_tokens"].as_array().map(Vec::len), Some(4), "{name}");
+        // The placeholder families' ids hold the image positions: the prompt is counted once.
+        let ids = v["prompt_tokens"].as_array().map(|a| a.len() as u64);
+        assert_eq!(v["prompt_positions"].as_u64(), ids, "{name}");
     }
     // Two images where the family takes several.
     let o = tessera(&[

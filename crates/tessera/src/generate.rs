@@ -77,6 +77,8 @@ pub struct GenerationOutput {
     /// Positions holding image tokens: before the prompt (native model) or among the prompt
     /// tokens, in place of the placeholders (Hugging Face families).
     pub image_tokens: usize,
+    /// Positions the prompt takes in the sequence (text and image tokens, each once).
+    pub prompt_positions: usize,
     pub generated_tokens: Vec<u32>,
     pub text: String,
     pub finish_reason: FinishReason,
@@ -204,6 +206,7 @@ impl Model {
         Ok(GenerationOutput {
             prompt_tokens: prompt.ids().to_vec(),
             image_tokens: image_positions,
+            prompt_positions: prompt.len(),
             generated_tokens: generated,
             text,
             finish_reason: finish,
