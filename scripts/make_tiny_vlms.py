@@ -13,6 +13,13 @@ Writes tests/fixtures/vlm/<name>/ for
                          global layers alternating from a sliding one with a window shorter than the prompt,
                          query_pre_attn_scalar, post-attention and pre/post-FFN norms); its reference.json also
                          holds, per case, the greedy ids with each Gemma 2 rule removed ("ablations")
+  gemma3-tiny            Gemma3ForConditionalGeneration (SigLIP vision, 2x2 average pooling, mm_soft_emb_norm, a
+                         Gemma 3 text model: q/k norms, 5 local : 1 global layers with their own RoPE bases and linear
+                         scaling on the global one, a window of 8 under 16 image tokens, images attending to themselves
+                         both ways; the image token id is outside the text vocabulary as the reference allows) +
+                         Gemma3Processor (<start_of_image> expanded, the real Gemma 3 chat template); ablation: the
+                         images attending causally (no token_type_ids): its prompt logits
+                         as <case>.logits_causal_images
 Each folder holds exactly what `model.save_pretrained` and `processor.save_pretrained` write with the installed
 transformers (config.json, generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
 processor_config.json, chat_template.jinja), plus
@@ -48,13 +55,15 @@ from PIL import Image
 from safetensors.torch import save_file
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer,
-                          CLIPVisionConfig, Gemma2Config, Gemma2ForCausalLM, GemmaConfig, GemmaForCausalLM, Idefics3Config,
+                          CLIPVisionConfig, Gemma3Config, Gemma3ForConditionalGeneration, Gemma3Processor,
+                          Gemma3TextConfig, Gemma2Config, Gemma2ForCausalLM, GemmaConfig, GemmaForCausalLM, Idefics3Config,
                           Idefics3ForConditionalGeneration, Idefics3Processor, Idefics3VisionConfig, LlamaConfig,
                           LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor, PaliGemmaConfig,
                           PaliGemmaForConditionalGeneration, PaliGemmaProcessor, PreTrainedTokenizerFast,
                           Qwen2Config, SiglipVisionConfig)
 from transformers.image_utils import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, load_image
 from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 from transformers.models.paligemma.processing_paligemma import EXTRA_TOKENS as PALIGEMMA_EXTRA_TOKENS
 from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
@@ -87,6 +96,26 @@ GEMMA_CHAT = ("{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_e
               "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}"
               "{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}"
               "{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}")
+
+# Gemma 3's chat template (google/gemma-3-*-it): images become <start_of_image>, which the processor expands.
+GEMMA3_CHAT = (
+    "{{ bos_token }}\n{%- if messages[0]['role'] == 'system' -%}\n    {%- if messages[0]['content'] is string -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}\n    {%- else -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}\n    {%- endif -%}\n"
+    "    {%- set loop_messages = messages[1:] -%}\n{%- else -%}\n    {%- set first_user_prefix = \"\" -%}\n"
+    "    {%- set loop_messages = messages -%}\n{%- endif -%}\n{%- for message in loop_messages -%}\n"
+    "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n"
+    "        {{ raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") }}\n"
+    "    {%- endif -%}\n    {%- if (message['role'] == 'assistant') -%}\n        {%- set role = \"model\" -%}\n"
+    "    {%- else -%}\n        {%- set role = message['role'] -%}\n    {%- endif -%}\n"
+    "    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else \"\") }}\n"
+    "    {%- if message['content'] is string -%}\n        {{ message['content'] | trim }}\n"
+    "    {%- elif message['content'] is iterable -%}\n        {%- for item in message['content'] -%}\n"
+    "            {%- if item['type'] == 'image' -%}\n                {{ '<start_of_image>' }}\n"
+    "            {%- elif item['type'] == 'text' -%}\n                {{ item['text'] | trim }}\n"
+    "            {%- endif -%}\n        {%- endfor -%}\n    {%- else -%}\n"
+    "        {{ raise_exception(\"Invalid content type\") }}\n    {%- endif -%}\n    {{ '<end_of_turn>\n' }}\n"
+    "{%- endfor -%}\n{%- if add_generation_prompt -%}\n    {{'<start_of_turn>model\n'}}\n{%- endif -%}\n")
 
 TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             max_position_embeddings=2048)
@@ -160,13 +189,23 @@ def paligemma_tokenizer():
                                    extra_special_tokens=["<image>"])
 
 
+def gemma3_tokenizer():
+    # Gemma 3: Gemma vocabulary, then <start_of_image>, <end_of_image> and the image soft token.
+    tok = gemma_raw_tokenizer()
+    append_special(tok, ["<start_of_image>", "<end_of_image>", "<image_soft_token>"])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>",
+                                   pad_token="<pad>", mask_token="<mask>", add_bos_token=True, add_eos_token=False,
+                                   extra_special_tokens={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
+                                                         "image_token": "<image_soft_token>"})
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Weights
 
 def randomize(model, seed, std=0.3):
     """std-0.3 Gaussian weights; norm weights near their identity value (1, or 0 for Gemma's (1 + w) RMSNorm)."""
     g = torch.Generator().manual_seed(seed)
-    sandwich = "Gemma2" in type(model).__name__ or "gemma2" in str(getattr(model.config.get_text_config(), "model_type", ""))
+    sandwich = str(getattr(model.config.get_text_config(), "model_type", "")).startswith(("gemma2", "gemma3"))
     norm = {}
     for mname, m in model.named_modules():
         cls = type(m).__name__
@@ -178,7 +217,7 @@ def randomize(model, seed, std=0.3):
             r = torch.randn(p.shape, generator=g)
             if name in norm and name.endswith("weight") and ("post_attention_layernorm" in name or
                                                               "post_feedforward_layernorm" in name) and sandwich:
-                # Gemma 2's norms on the sublayer outputs: x4 (3 + w), or the random sublayers are drowned by the
+                # Gemma 2/3's norms on the sublayer outputs: x4 (3 + w), or the random sublayers are drowned by the
                 # sqrt(width)-scaled embeddings and the model repeats one token whatever the rules.
                 p.copy_(3.0 + 0.3 * r)
             elif name in norm and name.endswith("weight"):
@@ -348,6 +387,45 @@ def paligemma2_spec():
     return spec
 
 
+def gemma3_spec():
+    tok = gemma3_tokenizer()
+    ids = tok.convert_tokens_to_ids
+    image_processor = Gemma3ImageProcessorPil(size={"height": 32, "width": 32}, resample=Image.Resampling.BILINEAR,
+                                              image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    # 8x8 patches of 4 px, pooled 2x2 into 16 tokens per image.
+    processor = Gemma3Processor(image_processor=image_processor, tokenizer=tok, image_seq_length=16,
+                                chat_template=GEMMA3_CHAT)
+    tok = processor.tokenizer
+    # The image soft token is the tokenizer's last id: a text vocabulary one short puts it outside, as the reference
+    # allows (it embeds id 0 there before the image features replace it).
+    text = Gemma3TextConfig(vocab_size=len(tok) - 1, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                            hidden_activation="gelu_pytorch_tanh", max_position_embeddings=2048, rms_norm_eps=1e-6,
+                            query_pre_attn_scalar=24, sliding_window=8,
+                            rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                                "rope_theta": 1000000.0},
+                                             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+                            tie_word_embeddings=True, bos_token_id=ids("<bos>"), eos_token_id=ids("<eos>"),
+                            pad_token_id=ids("<pad>"))
+    vision = SiglipVisionConfig(**VISION, image_size=32, patch_size=4, hidden_act="gelu_pytorch_tanh",
+                                layer_norm_eps=1e-6, vision_use_head=False)
+    config = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=16,
+                          boi_token_index=ids("<start_of_image>"), eoi_token_index=ids("<end_of_image>"),
+                          image_token_index=ids("<image_soft_token>"), tie_word_embeddings=True)
+    return dict(
+        name="gemma3-tiny", cls=Gemma3ForConditionalGeneration, config=config, processor=processor, seed=800,
+        connector=lambda m: m.model.multi_modal_projector, text_model=lambda m: m.model.language_model,
+        generation=dict(bos_token_id=ids("<bos>"), eos_token_id=[ids("<eos>"), ids("<end_of_turn>")],
+                        pad_token_id=ids("<pad>")),
+        image_token="<image_soft_token>", image_token_outside_vocab=True, input_ablations={"causal_images": ["token_type_ids"]},
+        cases=[
+            chat_case("chelsea", [f"{IMAGES}/chelsea.png"], "Describe this image."),
+            chat_case("two_images", [f"{IMAGES}/chelsea.png", f"{IMAGES}/astronaut.png"],
+                      "What differs between the two images?"),
+            chat_case("text_only", [], "Hello, who are you?"),
+        ])
+
+
 def chat_case(name, images, text):
     content = [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
     return dict(name=name, images=images, messages=[{"role": "user", "content": content}], prompt=text)
@@ -383,7 +461,10 @@ def prepare(processor, case, family):
         inputs = processor.apply_chat_template(with_paths(case["messages"], case["images"]),
                                                add_generation_prompt=True, tokenize=True, return_dict=True,
                                                return_tensors="pt")
-        direct = processor(text=rendered, images=images or None, return_tensors="pt")
+        # apply_chat_template adds no special tokens of its own to a template that writes BOS (Gemma 3).
+        bos = processor.tokenizer.bos_token
+        direct = processor(text=rendered, images=images or None, return_tensors="pt",
+                           add_special_tokens=not (bos and rendered.startswith(bos)))
         assert torch.equal(inputs["input_ids"], direct["input_ids"]), case["name"]
         if images:
             assert torch.equal(inputs["pixel_values"], direct["pixel_values"]), case["name"]
@@ -425,7 +506,9 @@ def run_case(spec, model, processor, case):
     full["input_ids"] = torch.cat([ids, new[None, :-1]], dim=1)
     full["attention_mask"] = torch.ones_like(full["input_ids"])
     if "token_type_ids" in full:
-        full["token_type_ids"] = torch.cat([inputs["token_type_ids"], torch.ones_like(new[None, :-1])], dim=1)
+        # PaliGemma: generated tokens are suffix (1); Gemma 3: text (0, 1 marks image tokens).
+        suffix = torch.ones_like if family == "paligemma" else torch.zeros_like
+        full["token_type_ids"] = torch.cat([inputs["token_type_ids"], suffix(new[None, :-1])], dim=1)
     with torch.no_grad():
         recomputed = model(**full).logits[0, ids.shape[1] - 1:]
     assert torch.equal(recomputed.argmax(-1), new), case["name"]
@@ -469,8 +552,10 @@ def build(spec):
         assert type(model) is spec["cls"]
         processor = AutoProcessor.from_pretrained(folder)
         assert type(processor.image_processor).__name__.endswith("Pil"), type(processor.image_processor)
-        assert model.config.image_token_id == processor.tokenizer.convert_tokens_to_ids("<image>")
-        assert model.config.get_text_config().vocab_size == len(processor.tokenizer)
+        image_token = spec.get("image_token", "<image>")
+        assert model.config.image_token_id == processor.tokenizer.convert_tokens_to_ids(image_token)
+        vocab = model.config.get_text_config().vocab_size
+        assert vocab == len(processor.tokenizer) - int(spec.get("image_token_outside_vocab", False))
         model.generation_config.eos_token_id = None  # EOS ignored: 16 plain argmax steps
         records, tensors = [], {}
         for case in spec["cases"]:
@@ -493,6 +578,20 @@ def build(spec):
             changed = [r["name"] for r in records if r["ablations"][name] != r["greedy_ids"]]
             print(f"  {spec['name']}: {name} changes the greedy ids of {changed}")
             assert changed, (spec["name"], name, "the rule must change some case's greedy ids")
+        for name, dropped in spec.get("input_ablations", {}).items():
+            # The prompt's last logits with the inputs that carry a rule dropped: <case>.logits_<name>.
+            for record, case in zip(records, spec["cases"]):
+                if not case["images"]:
+                    continue
+                _, inputs = prepare(processor, case, "chat")
+                inputs = {k: v for k, v in inputs.items() if k not in dropped}
+                with torch.no_grad():
+                    logits = model(**inputs).logits[0, -N_LOGITS:]
+                tensors[f"{case['name']}.logits_{name}"] = logits
+                shift = float((logits - tensors[f"{case['name']}.logits"]).abs().max())
+                record.setdefault("ablation_logit_shift", {})[name] = round(shift, 4)
+                print(f"  {spec['name']}/{case['name']}: {name} moves the last logits by {shift:.3f}")
+                assert shift > 0.1, (spec["name"], case["name"], name, "the rule must matter")
         margin = min(r["min_greedy_margin"] for r in records)
         if margin > 1e-3:
             break
@@ -639,7 +738,7 @@ def main():
     torch.set_num_threads(2)
     os.makedirs(OUT, exist_ok=True)
     derive_images()
-    for make in (smolvlm_spec, llava_spec, llava_interleave_spec, paligemma_spec, paligemma2_spec):
+    for make in (smolvlm_spec, llava_spec, llava_interleave_spec, paligemma_spec, paligemma2_spec, gemma3_spec):
         spec = make()
         if wanted and spec["name"] not in wanted:
             continue

@@ -335,6 +335,7 @@ fn vision_language_checkpoints_answer_and_describe_themselves() -> Result<()> {
         ("llava-interleave-tiny", 16),
         ("paligemma-tiny", 64),
         ("paligemma2-tiny", 64),
+        ("gemma3-tiny", 16),
     ] {
         let o = tessera(&[
             "generate",

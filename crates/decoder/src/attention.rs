@@ -10,6 +10,7 @@ use crate::error::{DecoderError, Result};
 use crate::kv_cache::KvCache;
 use crate::linear::Linear;
 use crate::mask::AttentionMask;
+use crate::norm::{NormStyle, RmsNorm};
 use crate::rope::RopeAngles;
 use crate::weights::Weights;
 
@@ -126,7 +127,7 @@ impl candle_core::CustomOp3 for FusedAttention {
         let (_, kv_heads, tk, _) = kl.shape().dims4()?;
         let shape = tessera_kernels::attention::AttentionShape { batch: b, heads, kv_heads, tq, tk, head_dim: d };
         let mut out = vec![0f32; b * tq * heads * d];
-        let mask = self.mask;
+        let mask = &self.mask;
         let pool = tessera_kernels::ThreadPool::global();
         let (kl, vl) = (kv_layout(kl, "k")?, kv_layout(vl, "v")?);
         let visible = |qp| mask.visible_keys(qp, tk);
@@ -222,7 +223,7 @@ fn fused_chunk(q: &Tensor, k: &Tensor, v: &Tensor, mask: &AttentionMask, scale: 
     // (b, kv_heads, groups·n, d): the heads of one group become extra query rows.
     let qg = q.contiguous()?.reshape((b, kv_heads, groups * n, d))?;
     let scores = qg.matmul(&k.t()?)?.contiguous()?; // (b, kv_heads, groups·n, hi − lo)
-    let op = ScaleMaskSoftmax { mask: *mask, scale: scale as f32, first_q, n, keys: lo, tk };
+    let op = ScaleMaskSoftmax { mask: mask.clone(), scale: scale as f32, first_q, n, keys: lo, tk };
     let weights = scores.apply_op1_no_bwd(&op)?;
     let out = weights.matmul(&v.contiguous_if_needed()?)?; // (b, kv_heads, groups·n, d)
     Ok(out.reshape((b, heads, n, d))?)
@@ -251,7 +252,7 @@ impl candle_core::CustomOp1 for ScaleMaskSoftmax {
     ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
         let cols = l.shape().dims().last().copied().unwrap_or(0);
         let mut out = crate::cpu_op::contiguous_f32(s, l, "softmax")?.to_vec();
-        let (mask, first_q, n, keys, tk) = (self.mask, self.first_q, self.n.max(1), self.keys, self.tk);
+        let (mask, first_q, n, keys, tk) = (&self.mask, self.first_q, self.n.max(1), self.keys, self.tk);
         tessera_kernels::attention::scale_mask_softmax(
             tessera_kernels::ThreadPool::global(),
             &mut out,
@@ -328,6 +329,9 @@ pub struct AttentionConfig {
     pub scale: f64,
     /// Gemma 2's attention logit soft-cap (`attn_logit_softcapping`).
     pub softcap: Option<f64>,
+    /// RMSNorms over each head's queries and keys before RoPE (`q_norm`, `k_norm`; Gemma 3,
+    /// Qwen3): their epsilon and style.
+    pub qk_norm: Option<(f64, NormStyle)>,
     /// The output projection's name in the checkpoint (`o_proj` in LMs, `out_proj` in ViTs).
     pub out_name: &'static str,
 }
@@ -374,6 +378,7 @@ pub struct Attention {
     head_dim: usize,
     scale: f64,
     softcap: Option<f64>,
+    qk_norm: Option<(RmsNorm, RmsNorm)>,
 }
 
 impl Attention {
@@ -390,6 +395,13 @@ impl Attention {
             head_dim: cfg.head_dim,
             scale: cfg.scale,
             softcap: cfg.softcap,
+            qk_norm: match cfg.qk_norm {
+                Some((eps, style)) => Some((
+                    RmsNorm::load(cfg.head_dim, eps, style, &vb.pp("q_norm"))?,
+                    RmsNorm::load(cfg.head_dim, eps, style, &vb.pp("k_norm"))?,
+                )),
+                None => None,
+            },
         })
     }
 
@@ -411,6 +423,10 @@ impl Attention {
         let q = heads(self.q_proj.forward(x)?, self.num_heads, copy_q)?;
         let k = heads(self.k_proj.forward(x)?, self.num_kv_heads, copy_kv)?;
         let v = heads(self.v_proj.forward(x)?, self.num_kv_heads, copy_kv)?;
+        let (q, k) = match &self.qk_norm {
+            Some((qn, kn)) => (qn.forward(&q.contiguous()?)?, kn.forward(&k.contiguous()?)?),
+            None => (q, k),
+        };
         let (q, k) = match input.rope {
             Some(rope) => (rope.apply(&q)?, rope.apply(&k)?),
             None => (q, k),
@@ -426,7 +442,7 @@ impl Attention {
         }
         let kv_len = k.dim(2)?;
         if fused {
-            let op = FusedAttention { mask: *input.mask, scale: self.scale as f32 };
+            let op = FusedAttention { mask: input.mask.clone(), scale: self.scale as f32 };
             let out = q.apply_op3_no_bwd(&k, &v, &op)?; // (b, t, heads·d)
             return Ok((self.o_proj.forward_add(&out, residual)?, None));
         }

@@ -48,6 +48,17 @@ pub struct DecoderConfig {
     /// and the MLP input by `pre_feedforward_layernorm`. Otherwise (Llama) two norms:
     /// `input_layernorm` and the pre-MLP `post_attention_layernorm`.
     pub sandwich_norms: bool,
+    /// RMSNorms over each head's queries and keys before RoPE (Gemma 3, Qwen3).
+    pub qk_norm: bool,
+    /// A second rotary embedding for some layers (Gemma 3's local, sliding-window layers).
+    pub local_rope: Option<LocalRope>,
+}
+
+/// The rotary embedding of the layers marked in `layers` (the others use [`DecoderConfig::rope`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalRope {
+    pub rope: RopeConfig,
+    pub layers: Vec<bool>,
 }
 
 impl DecoderConfig {
@@ -64,6 +75,15 @@ impl DecoderConfig {
         }
         if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return bad(format!("head_dim ({}) must be positive and even", self.head_dim));
+        }
+        if let Some(local) = &self.local_rope {
+            if local.layers.len() != self.num_hidden_layers {
+                return bad(format!(
+                    "the local RoPE names {} layers, the decoder has {}",
+                    local.layers.len(),
+                    self.num_hidden_layers
+                ));
+            }
         }
         Ok(())
     }
@@ -83,6 +103,7 @@ impl DecoderConfig {
             scale,
             out_name: "o_proj",
             softcap: self.attn_logit_softcapping,
+            qk_norm: self.qk_norm.then_some((self.rms_norm_eps, self.norm_style)),
         }
     }
 }
@@ -148,6 +169,8 @@ pub struct Decoder {
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
     rope: RotaryEmbedding,
+    /// The local layers' rotary embedding and which layers use it.
+    local_rope: Option<(RotaryEmbedding, Vec<bool>)>,
     cfg: DecoderConfig,
 }
 
@@ -160,7 +183,11 @@ impl Decoder {
             .collect::<Result<Vec<_>>>()?;
         let norm = RmsNorm::load(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_style, &vb.pp("norm"))?;
         let rope = RotaryEmbedding::new(&cfg.rope, cfg.head_dim, vb.dtype(), vb.device())?;
-        Ok(Self { layers, norm, rope, cfg: cfg.clone() })
+        let local_rope = match &cfg.local_rope {
+            Some(l) => Some((RotaryEmbedding::new(&l.rope, cfg.head_dim, vb.dtype(), vb.device())?, l.layers.clone())),
+            None => None,
+        };
+        Ok(Self { layers, norm, rope, local_rope, cfg: cfg.clone() })
     }
 
     pub fn config(&self) -> &DecoderConfig {
@@ -179,7 +206,7 @@ impl Decoder {
     pub fn forward(&self, embeds: &Tensor, cache: &mut KvCache, mask: &AttentionMask) -> Result<Tensor> {
         let t = embeds.dim(1)?;
         let positions = self.consecutive_positions(cache.len(), t, embeds.device())?;
-        let masks = MaskPlan::uniform(*mask, self.layers.len());
+        let masks = MaskPlan::uniform(mask.clone(), self.layers.len());
         self.forward_traced(embeds, cache, &masks, &positions, &mut Trace::default())
     }
 
@@ -221,6 +248,10 @@ impl Decoder {
         if rope.len() != t {
             return Err(DecoderError::Config(format!("{} positions for {t} rows", rope.len())));
         }
+        let local = match &self.local_rope {
+            Some((r, layers)) => Some((r.at(positions)?, layers)),
+            None => None,
+        };
         // The paths that add a bias (not the fused CPU kernels) share one per distinct rule,
         // built here once rather than in every layer (up to 64 MiB; longer prompts build each
         // query chunk's rows as they go).
@@ -238,7 +269,10 @@ impl Decoder {
         for (i, layer) in self.layers.iter().enumerate() {
             let capture = trace.attention_layers.contains(&i);
             let input = AttentionInput {
-                rope: Some(&rope),
+                rope: Some(match &local {
+                    Some((angles, layers)) if layers.get(i).copied().unwrap_or(false) => angles,
+                    _ => &rope,
+                }),
                 mask: masks.layer(i)?,
                 bias: biases.bias_of(masks.layer(i)?),
                 cache: Some((&mut *cache, i)),

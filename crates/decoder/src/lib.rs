@@ -19,11 +19,11 @@ pub mod weights;
 
 pub use activation::Activation;
 pub use attention::{scaled_dot_product_attention, Attention, AttentionConfig, AttentionInput};
-pub use decoder::{Decoder, DecoderConfig, Trace};
+pub use decoder::{Decoder, DecoderConfig, LocalRope, Trace};
 pub use error::{DecoderError, Result};
 pub use kv_cache::KvCache;
 pub use linear::Linear;
-pub use mask::{AttentionMask, MaskBiases, MaskPlan};
+pub use mask::{AttentionMask, Blocks, MaskBiases, MaskPlan};
 pub use mlp::{GatedMlp, Mlp};
 pub use norm::{LayerNorm, NormStyle, RmsNorm};
 pub use rope::{MRope, RopeAngles, RopeConfig, RopeScaling, RopeStyle, RotaryEmbedding};

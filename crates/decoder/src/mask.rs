@@ -1,12 +1,15 @@
 //! Attention masks, stated by intent. One rule (`allows`) decides visibility; the additive
 //! bias tensor the attention kernel uses is built from it.
 
+use std::ops::Range;
+use std::sync::Arc;
+
 use candle_core::{DType, Device, Tensor};
 
 use crate::error::Result;
 
 /// Which keys each query may attend to. Positions are absolute (0 = first token in the cache).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AttentionMask {
     /// Each position sees itself and everything before it (decoder LMs).
     Causal,
@@ -20,6 +23,35 @@ pub enum AttentionMask {
     /// [`PrefixLm`](Self::PrefixLm) in a sliding-window layer (PaliGemma 2): the prefix sees
     /// itself both ways, whatever its length; later positions see the last `window`.
     SlidingPrefixLm { prefix_len: usize, window: usize },
+    /// Causal — limited to the last `window` positions when given — except that the positions
+    /// of each block see each other both ways, within the window too (Gemma 3: each image's
+    /// tokens attend to the whole image; later text and other images see it causally).
+    CausalBlocks { window: Option<usize>, blocks: Blocks },
+}
+
+/// Disjoint position ranges, in order (the image runs of a prompt).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocks(Arc<[Range<usize>]>);
+
+impl Blocks {
+    /// `ranges` sorted by start; empty and overlapping ranges are refused.
+    pub fn new(mut ranges: Vec<Range<usize>>) -> Result<Self> {
+        ranges.sort_by_key(|r| r.start);
+        for (i, r) in ranges.iter().enumerate() {
+            if r.is_empty() || (i > 0 && ranges[i - 1].end > r.start) {
+                return Err(crate::error::DecoderError::Config(format!(
+                    "attention blocks must be non-empty and disjoint, got {ranges:?}"
+                )));
+            }
+        }
+        Ok(Self(ranges.into()))
+    }
+
+    /// The block holding position `q`.
+    pub fn of(&self, q: usize) -> Option<&Range<usize>> {
+        let i = self.0.partition_point(|r| r.end <= q);
+        self.0.get(i).filter(|r| r.contains(&q))
+    }
 }
 
 /// The attention rule of every layer for one forward, decided once by the model: most
@@ -63,7 +95,7 @@ impl MaskPlan {
         let mut out: Vec<(AttentionMask, Option<Tensor>)> = Vec::new();
         for m in &self.layers {
             if !out.iter().any(|(seen, _)| seen == m) {
-                out.push((*m, m.bias(q_len, kv_len, DType::F32, device)?));
+                out.push((m.clone(), m.bias(q_len, kv_len, DType::F32, device)?));
             }
         }
         Ok(MaskBiases(out))
@@ -92,6 +124,10 @@ impl AttentionMask {
             Self::SlidingPrefixLm { prefix_len, window } => {
                 (k <= q && q - k < window) || (q < prefix_len && k < prefix_len)
             }
+            Self::CausalBlocks { window, ref blocks } => {
+                let in_window = window.is_none_or(|w| k + w > q);
+                in_window && (k <= q || blocks.of(q).is_some_and(|b| b.contains(&k)))
+            }
         }
     }
 
@@ -99,6 +135,10 @@ impl AttentionMask {
     /// (the same answer as [`allows`](Self::allows), which the tests check).
     pub fn visible_keys(&self, q: usize, kv_len: usize) -> std::ops::Range<usize> {
         let r = match *self {
+            Self::CausalBlocks { window, ref blocks } => {
+                let start = window.map_or(0, |w| q.saturating_add(1).saturating_sub(w));
+                start..blocks.of(q).map_or(q.saturating_add(1), |b| b.end.max(q.saturating_add(1)))
+            }
             Self::Causal => 0..q.saturating_add(1),
             Self::Bidirectional => 0..kv_len,
             Self::PrefixLm { prefix_len } if q < prefix_len => 0..prefix_len,

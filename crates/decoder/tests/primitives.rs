@@ -4,8 +4,8 @@ use anyhow::Result;
 use candle_core::{DType, Device, Tensor, D};
 use tessera_decoder::attention::scaled_dot_product_attention_slow;
 use tessera_decoder::{
-    scaled_dot_product_attention, AttentionMask, MaskPlan, NormStyle, RmsNorm, RopeConfig, RopeScaling, RopeStyle,
-    RotaryEmbedding,
+    scaled_dot_product_attention, AttentionMask, Blocks, MaskPlan, NormStyle, RmsNorm, RopeConfig, RopeScaling,
+    RopeStyle, RotaryEmbedding,
 };
 
 fn t2(rows: &[[f32; 2]]) -> Result<Tensor> {
@@ -83,6 +83,9 @@ fn attention_in_query_chunks_equals_one_pass_for_every_mask() -> Result<()> {
         AttentionMask::PrefixLm { prefix_len: 7 },
         AttentionMask::SlidingWindow { window: 3 },
         AttentionMask::SlidingPrefixLm { prefix_len: 7, window: 3 },
+        // Two images among the 13 positions, one of them straddling the cached/new boundary.
+        AttentionMask::CausalBlocks { window: None, blocks: Blocks::new(vec![2..6, 8..11])? },
+        AttentionMask::CausalBlocks { window: Some(3), blocks: Blocks::new(vec![2..6, 8..11])? },
     ];
     for mask in masks {
         let bias = mask.bias(9, 13, DType::F32, &Device::Cpu)?;
@@ -95,7 +98,7 @@ fn attention_in_query_chunks_equals_one_pass_for_every_mask() -> Result<()> {
             // built once by the caller, as a decoder forward shares it across layers.
             let q64 = q.to_dtype(DType::F64)?;
             let (k64, v64) = (k.to_dtype(DType::F64)?, v.to_dtype(DType::F64)?);
-            let shared = MaskPlan::uniform(mask, 2).biases(9, 13, &Device::Cpu)?;
+            let shared = MaskPlan::uniform(mask.clone(), 2).biases(9, 13, &Device::Cpu)?;
             let chunked =
                 attention_in_query_chunks(&q64, &k64, &v64, &mask, shared.bias_of(&mask), Scores::scaled(0.3), rows)?;
             let diff = (&whole - chunked.to_dtype(DType::F32)?)?.abs()?.max_all()?.to_scalar::<f32>()?;
@@ -112,6 +115,7 @@ fn attention_in_query_chunks_equals_one_pass_for_every_mask() -> Result<()> {
         AttentionMask::SlidingWindow { window: 50 },
         AttentionMask::PrefixLm { prefix_len: 200 },
         AttentionMask::SlidingPrefixLm { prefix_len: 200, window: 50 },
+        AttentionMask::CausalBlocks { window: Some(50), blocks: Blocks::new(vec![20..120, 150..170])? },
     ] {
         let bias = mask.bias(300, 310, DType::F32, &Device::Cpu)?;
         let (whole, _) = scaled_dot_product_attention(&q, &k, &v, bias.as_ref(), 0.3)?;
@@ -149,6 +153,19 @@ fn masks_state_their_intent() {
     assert!(AttentionMask::Bidirectional.allows(0, 9));
     let w = AttentionMask::SlidingWindow { window: 2 };
     assert!(w.allows(5, 4) && !w.allows(5, 3) && !w.allows(4, 5));
+    // Gemma 3: an image (positions 2..5) sees itself both ways, text and the next image
+    // (6..8) see it causally, and it does not see ahead into the next image.
+    let b = AttentionMask::CausalBlocks { window: None, blocks: blocks(vec![2..5, 6..8]) };
+    assert!(b.allows(2, 4) && b.allows(3, 0) && !b.allows(4, 5) && !b.allows(4, 6) && b.allows(6, 3) && b.allows(6, 7));
+    assert!(!b.allows(5, 6) && !b.allows(1, 2));
+    // In a sliding layer the window still bounds the block from below.
+    let s = AttentionMask::CausalBlocks { window: Some(2), blocks: blocks(std::iter::once(2..6).collect()) };
+    assert!(s.allows(3, 5) && s.allows(3, 2) && !s.allows(4, 2) && s.allows(4, 5));
+    assert!(Blocks::new(vec![0..3, 2..4]).is_err() && Blocks::new(std::iter::once(1..1).collect()).is_err());
+}
+
+fn blocks(ranges: Vec<std::ops::Range<usize>>) -> Blocks {
+    Blocks::new(ranges).expect("disjoint, non-empty blocks")
 }
 
 #[test]
@@ -162,6 +179,9 @@ fn visible_key_ranges_are_exactly_the_allowed_keys() {
         AttentionMask::SlidingWindow { window: 1 },
         AttentionMask::SlidingPrefixLm { prefix_len: 4, window: 2 },
         AttentionMask::SlidingPrefixLm { prefix_len: 0, window: 3 },
+        AttentionMask::CausalBlocks { window: None, blocks: blocks(vec![1..3, 4..7]) },
+        AttentionMask::CausalBlocks { window: Some(2), blocks: blocks(vec![1..3, 4..7]) },
+        AttentionMask::CausalBlocks { window: Some(1), blocks: blocks(std::iter::once(0..9).collect()) },
     ];
     for m in masks {
         for kv_len in [1usize, 5, 9] {

@@ -12,7 +12,8 @@ use tessera_decoder::{Activation, DecoderConfig, NormStyle, RopeConfig, RopeScal
 
 use crate::error::{Result, TesseraError};
 pub use crate::families::{
-    ConnectorConfig, ModelConfig, ProcessorRule, PromptStyle, TextFamily, TokenIds, TowerSpec, VisionSpec, WeightRoots,
+    ConnectorConfig, ModelConfig, Placeholder, ProcessorRule, PromptStyle, TextFamily, TokenIds, TowerSpec, VisionSpec,
+    WeightRoots,
 };
 
 impl ModelConfig {
@@ -81,6 +82,8 @@ impl ModelConfig {
             position_offset: 0,
             attn_logit_softcapping: None,
             sandwich_norms: false,
+            qk_norm: false,
+            local_rope: None,
         };
         decoder.validate().map_err(|e| err(e.to_string()))?;
         let layers = decoder.num_hidden_layers;
@@ -89,6 +92,7 @@ impl ModelConfig {
             family: family.name(),
             text_family: family,
             prompt: PromptStyle::Chat,
+            bidirectional_images: false,
             embed_scale: None,
             decoder,
             vocab_size,

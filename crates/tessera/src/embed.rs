@@ -113,7 +113,7 @@ impl Model {
     pub fn hidden_states(&self, prompt: &Prompt) -> Result<Vec<Tensor>> {
         let embeds = self.prompt_embeddings(prompt)?;
         let mut trace = Trace { capture_hidden: true, ..Default::default() };
-        let last = self.forward_hidden(&embeds, &mut self.new_cache(), &mut trace)?;
+        let last = self.forward_hidden_with_images(&embeds, &mut self.new_cache(), &mut trace, &prompt.image_runs())?;
         let mut states = trace.hidden_states;
         // Replace the last block's raw output with the final-normed one, as transformers does.
         states.pop();
@@ -313,7 +313,7 @@ impl Model {
         }
         let embeds = self.prompt_embeddings(prompt)?;
         let mut trace = Trace { attention_layers: layers.to_vec(), ..Default::default() };
-        self.forward_hidden(&embeds, &mut self.new_cache(), &mut trace)?;
+        self.forward_hidden_with_images(&embeds, &mut self.new_cache(), &mut trace, &prompt.image_runs())?;
         trace.attentions.into_iter().map(|(l, w)| Ok((l, w.squeeze(0)?))).collect()
     }
 }

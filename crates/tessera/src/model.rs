@@ -7,11 +7,12 @@
 //! A [`Model`] is immutable once loaded (share it across threads by reference or `Arc`);
 //! per-sequence state lives in a [`KvCache`].
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use tessera_decoder::weights::MatrixWeight;
-use tessera_decoder::{AttentionMask, Decoder, GgufMode, KvCache, Linear, MaskPlan, Trace, Weights};
+use tessera_decoder::{AttentionMask, Blocks, Decoder, GgufMode, KvCache, Linear, MaskPlan, Trace, Weights};
 use tessera_text::{ChatTemplate, Message, TokenEmbedding, Tokenizer};
 use tessera_vision::RgbImage;
 
@@ -102,12 +103,8 @@ impl Model {
         };
         let image_encoder = match &config.vision {
             Some(spec) => {
-                let image_token = match spec {
-                    crate::config::VisionSpec::Tower(v) => tokenizer.id_to_token(v.image_token_id),
-                    crate::config::VisionSpec::Native { .. } => None,
-                };
                 let vision_vb = if opts.vision_q8_0 { vb.with_q8_0_matrices() } else { vb.clone() };
-                Some(ImageEncoder::load(spec, dir, &vision_vb, config.decoder.hidden_size, image_token)?)
+                Some(ImageEncoder::load(spec, dir, &vision_vb, config.decoder.hidden_size, &tokenizer)?)
             }
             None => None,
         };
@@ -275,6 +272,12 @@ impl Model {
         Ok(self.vision()?.tokens_for(image))
     }
 
+    /// What a raw prompt writes for each image, before the processor's expansion (`<image>`;
+    /// Gemma 3's `<start_of_image>`); `None` for text models and the native model.
+    pub fn image_placeholder(&self) -> Option<&str> {
+        self.image_encoder.as_ref()?.image_token()
+    }
+
     /// The prompt text that stands for `image` (Hugging Face families; `None` for the native
     /// model, whose image tokens go before the text).
     pub fn image_placeholder_text(&self, image: &RgbImage) -> Result<Option<String>> {
@@ -365,27 +368,47 @@ impl Model {
         self.logits(&hidden.narrow(1, t - 1, 1)?)?.squeeze(0).map_err(Into::into)
     }
 
-    /// The mask of every layer for `t` new positions after `cached` ones. A prefix-LM prompt
-    /// (PaliGemma's image + text, the first forward) attends both ways; everything after it is
-    /// causal.
-    pub fn mask_plan(&self, cached: usize, t: usize) -> MaskPlan {
+    /// The mask of every layer for `t` new positions after `cached` ones; `image_runs`: the
+    /// positions (relative to the first new one) of the images among them. A prefix-LM prompt
+    /// (PaliGemma's image + text, the first forward) attends both ways; with
+    /// `bidirectional_images` (Gemma 3) each image's tokens see each other both ways; the rest
+    /// is causal, within each layer's sliding window.
+    pub fn mask_plan(&self, cached: usize, t: usize, image_runs: &[Range<usize>]) -> Result<MaskPlan> {
         let prefix = (self.config.prompt == PromptStyle::PrefixLm && cached == 0).then_some(t);
-        MaskPlan::per_layer(
+        let blocks = match self.config.bidirectional_images && !image_runs.is_empty() {
+            true => Some(Blocks::new(image_runs.iter().map(|r| cached + r.start..cached + r.end).collect())?),
+            false => None,
+        };
+        Ok(MaskPlan::per_layer(
             self.config
                 .layer_windows
                 .iter()
-                .map(|&window| match (prefix, window) {
-                    (Some(prefix_len), None) => AttentionMask::PrefixLm { prefix_len },
-                    (Some(prefix_len), Some(window)) => AttentionMask::SlidingPrefixLm { prefix_len, window },
-                    (None, Some(window)) => AttentionMask::SlidingWindow { window },
-                    (None, None) => AttentionMask::Causal,
+                .map(|&window| match (prefix, &blocks, window) {
+                    (Some(prefix_len), _, None) => AttentionMask::PrefixLm { prefix_len },
+                    (Some(prefix_len), _, Some(window)) => AttentionMask::SlidingPrefixLm { prefix_len, window },
+                    (None, Some(blocks), window) => AttentionMask::CausalBlocks { window, blocks: blocks.clone() },
+                    (None, None, Some(window)) => AttentionMask::SlidingWindow { window },
+                    (None, None, None) => AttentionMask::Causal,
                 })
                 .collect(),
-        )
+        ))
     }
 
     /// The decoder over embeddings `(b, t, hidden)` → final-normed hidden states.
     pub fn forward_hidden(&self, embeds: &Tensor, cache: &mut KvCache, trace: &mut Trace) -> Result<Tensor> {
+        self.forward_hidden_with_images(embeds, cache, trace, &[])
+    }
+
+    /// [`forward_hidden`](Self::forward_hidden) over rows of which `image_runs` hold images
+    /// (a prompt's [`Prompt::image_runs`](crate::Prompt::image_runs)), for the masks that
+    /// treat images apart.
+    pub fn forward_hidden_with_images(
+        &self,
+        embeds: &Tensor,
+        cache: &mut KvCache,
+        trace: &mut Trace,
+        image_runs: &[Range<usize>],
+    ) -> Result<Tensor> {
         let t = embeds.dim(1)?;
         if t == 0 {
             return Err(TesseraError::InvalidInput("empty input: no tokens to run".into()));
@@ -397,7 +420,7 @@ impl Model {
                 self.max_positions()
             )));
         }
-        let masks = self.mask_plan(cache.len(), t);
+        let masks = self.mask_plan(cache.len(), t, image_runs)?;
         let positions = self.decoder.consecutive_positions(cache.len(), t, embeds.device())?;
         Ok(self.decoder.forward_traced(embeds, cache, &masks, &positions, trace)?)
     }

@@ -95,6 +95,23 @@ impl Prompt {
         out
     }
 
+    /// The maximal runs of consecutive image positions (an image's tokens, or several images'
+    /// when nothing separates them), as the reference groups them for its image masks.
+    pub fn image_runs(&self) -> Vec<Range<usize>> {
+        let mut runs: Vec<Range<usize>> = Vec::new();
+        let mut at = 0;
+        for c in &self.chunks {
+            if let Chunk::Image { tokens, .. } = c {
+                match runs.last_mut() {
+                    Some(last) if last.end == at => last.end = at + tokens.len(),
+                    _ => runs.push(at..at + tokens.len()),
+                }
+            }
+            at += c.len();
+        }
+        runs
+    }
+
     /// How many positions hold image tokens.
     pub fn image_tokens(&self) -> usize {
         self.chunks.iter().filter(|c| matches!(c, Chunk::Image { .. })).map(Chunk::len).sum()
@@ -351,6 +368,7 @@ mod tests {
         assert_eq!(p.len(), 9);
         assert_eq!(p.image_positions(), vec![1, 2, 3, 5, 6, 7]);
         assert_eq!(p.image_tokens(), 6);
+        assert_eq!(p.image_runs(), vec![1..4, 5..8], "image 0's end and image 1 form one run");
         assert_eq!(p.text_positions(), vec![(0, 5), (4, 6), (8, 7)]);
     }
 }

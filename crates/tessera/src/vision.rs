@@ -9,12 +9,13 @@ use std::path::Path;
 use candle_core::{Device, Tensor};
 use serde_json::Value;
 use tessera_decoder::Weights;
+use tessera_text::Tokenizer;
 use tessera_vision::{
     drop_class_token, preprocess, split_image, tiling, Connector, FeatureLayer, NativePatchEncoder, PreprocessConfig,
     RgbImage, TilingConfig, VisionTower,
 };
 
-use crate::config::{ConnectorConfig, ProcessorRule, TowerSpec, VisionSpec};
+use crate::config::{ConnectorConfig, Placeholder, ProcessorRule, TowerSpec, VisionSpec};
 use crate::error::{Result, TesseraError};
 
 pub(crate) enum ImageEncoder {
@@ -50,8 +51,26 @@ pub(crate) struct HfImageEncoder {
     drop_cls: bool,
     connector: Connector,
     processor: ImageProcessor,
-    /// The placeholder token's text (`<image>`).
+    texts: PlaceholderTexts,
+}
+
+/// The tokenizer's texts of a family's placeholder tokens.
+pub(crate) struct PlaceholderTexts {
+    /// The image token (`<image>`), repeated for each image token.
     image_token: String,
+    /// Gemma 3: what the template writes for an image (`<start_of_image>`) and what closes the
+    /// expansion (`<end_of_image>`).
+    wrap: Option<(String, String)>,
+}
+
+impl PlaceholderTexts {
+    /// What stands for an image in the rendered prompt.
+    fn placeholder(&self) -> &str {
+        match &self.wrap {
+            Some((begin, _)) => begin,
+            None => &self.image_token,
+        }
+    }
 }
 
 /// The image processor's settings and the processor's own fields, from either folder layout:
@@ -78,14 +97,14 @@ fn processor_files(dir: &Path) -> Result<(Value, Value, std::path::PathBuf)> {
 
 impl ImageEncoder {
     /// `dir` may hold a `preprocessor_config.json`; otherwise the model config's fields are used.
-    /// `text_hidden`: the decoder's width; `image_token`: the tokenizer's text for the
-    /// placeholder id (Hugging Face families).
+    /// `text_hidden`: the decoder's width; `tokenizer` gives the texts of the placeholder ids
+    /// (Hugging Face families).
     pub fn load(
         spec: &VisionSpec,
         dir: &Path,
         vb: &Weights,
         text_hidden: usize,
-        image_token: Option<String>,
+        tokenizer: &Tokenizer,
     ) -> Result<Self> {
         match spec {
             VisionSpec::Native { encoder, preprocess } => {
@@ -101,11 +120,22 @@ impl ImageEncoder {
                 Ok(Self::Native { encoder: NativePatchEncoder::new(*encoder, vb)?, preprocess })
             }
             VisionSpec::Tower(cfg) => {
-                let image_token = image_token.ok_or_else(|| TesseraError::Config {
-                    path: dir.join("tokenizer.json"),
-                    reason: format!("the tokenizer has no token for image_token_id {}", cfg.image_token_id),
-                })?;
-                Ok(Self::Hf(Box::new(HfImageEncoder::load(cfg, dir, vb, text_hidden, image_token)?)))
+                let token = |id: u32, what: &str| {
+                    tokenizer.id_to_token(id).ok_or_else(|| TesseraError::Config {
+                        path: dir.join("tokenizer.json"),
+                        reason: format!("the tokenizer has no token for {what} {id}"),
+                    })
+                };
+                let texts = PlaceholderTexts {
+                    image_token: token(cfg.image_token_id, "image_token_id")?,
+                    wrap: match cfg.placeholder {
+                        Placeholder::ImageToken => None,
+                        Placeholder::Wrapped { begin, end } => {
+                            Some((token(begin, "boi_token_index")?, token(end, "eoi_token_index")?))
+                        }
+                    },
+                };
+                Ok(Self::Hf(Box::new(HfImageEncoder::load(cfg, dir, vb, text_hidden, texts)?)))
             }
         }
     }
@@ -194,7 +224,13 @@ impl ImageEncoder {
     pub fn placeholder_text(&self, img: &RgbImage) -> Option<String> {
         match self {
             Self::Native { .. } => None,
-            Self::Hf(e) => Some(e.processor.placeholder_text(img.height, img.width, &e.image_token)),
+            Self::Hf(e) => {
+                let tokens = e.processor.placeholder_text(img.height, img.width, &e.texts.image_token);
+                Some(match &e.texts.wrap {
+                    Some((begin, end)) => format!("\n\n{begin}{tokens}{end}\n\n"),
+                    None => tokens,
+                })
+            }
         }
     }
 
@@ -210,7 +246,7 @@ impl ImageEncoder {
     pub fn image_token(&self) -> Option<&str> {
         match self {
             Self::Native { .. } => None,
-            Self::Hf(e) => Some(&e.image_token),
+            Self::Hf(e) => Some(e.texts.placeholder()),
         }
     }
 }
@@ -318,7 +354,7 @@ impl ImageProcessor {
 }
 
 impl HfImageEncoder {
-    fn load(cfg: &TowerSpec, dir: &Path, vb: &Weights, text_hidden: usize, image_token: String) -> Result<Self> {
+    fn load(cfg: &TowerSpec, dir: &Path, vb: &Weights, text_hidden: usize, texts: PlaceholderTexts) -> Result<Self> {
         let t = &cfg.tower;
         let tower_root = first_prefix(vb, cfg.weights.tower, "embeddings.patch_embedding.weight");
         let connector_root = first_prefix(vb, cfg.weights.connector, cfg.weights.connector_probe);
@@ -332,6 +368,14 @@ impl HfImageEncoder {
                 Connector::mlp(t.hidden_size, text_hidden, *act, *bias, &connector_root)?
             }
             ConnectorConfig::Linear => Connector::linear(t.hidden_size, text_hidden, &connector_root)?,
+            ConnectorConfig::AvgPool { tokens_per_side } => Connector::avg_pool(
+                t.hidden_size,
+                text_hidden,
+                t.patches_per_side(),
+                *tokens_per_side,
+                t.layer_norm_eps,
+                &connector_root,
+            )?,
         };
         Ok(Self {
             cfg: cfg.clone(),
@@ -340,7 +384,7 @@ impl HfImageEncoder {
             drop_cls: cfg.drop_class_token,
             connector,
             processor,
-            image_token,
+            texts,
         })
     }
 

@@ -5,9 +5,13 @@
 //!   `Idefics3Connector.pixel_shuffle`, transformers v5.23) — then a bias-free linear layer.
 //! - LLaVA (`multi_modal_projector.linear_1/linear_2`): linear → activation → linear.
 //! - PaliGemma (`multi_modal_projector.linear`): one linear layer with bias.
+//! - Gemma 3 (`multi_modal_projector`): the patch grid average-pooled to `tokens_per_side²`
+//!   tokens, `mm_soft_emb_norm` (a `(1 + w)` RMSNorm), then `mm_input_projection_weight`
+//!   (stored `(vision, text)`, applied as `x · W`).
 
 use candle_core::Tensor;
-use tessera_decoder::{Activation, Linear, Weights};
+use tessera_decoder::weights::MatrixWeight;
+use tessera_decoder::{Activation, Linear, NormStyle, RmsNorm, Weights};
 
 use crate::error::{Result, VisionError};
 
@@ -16,6 +20,7 @@ pub enum Connector {
     PixelShuffle { scale: usize, proj: Linear },
     Mlp { linear_1: Linear, act: Activation, linear_2: Linear },
     Linear(Linear),
+    AvgPool { patches_per_side: usize, tokens_per_side: usize, norm: RmsNorm, proj: Linear },
 }
 
 impl Connector {
@@ -42,10 +47,34 @@ impl Connector {
         Ok(Self::Linear(vb.linear(vision_hidden, projection_dim, true, "linear")?))
     }
 
+    /// Gemma 3: `vb` is `multi_modal_projector`; `eps` is the vision tower's `layer_norm_eps`.
+    pub fn avg_pool(
+        vision_hidden: usize,
+        text_hidden: usize,
+        patches_per_side: usize,
+        tokens_per_side: usize,
+        eps: f64,
+        vb: &Weights,
+    ) -> Result<Self> {
+        if tokens_per_side == 0 || !patches_per_side.is_multiple_of(tokens_per_side) {
+            return Err(VisionError::Config(format!(
+                "{tokens_per_side} tokens per side do not pool {patches_per_side} patches per side evenly"
+            )));
+        }
+        let w = vb.get(&[vision_hidden, text_hidden], "mm_input_projection_weight")?;
+        Ok(Self::AvgPool {
+            patches_per_side,
+            tokens_per_side,
+            norm: RmsNorm::load(vision_hidden, eps, NormStyle::OnePlusWeight, &vb.pp("mm_soft_emb_norm"))?,
+            proj: Linear::new(MatrixWeight::Dense(w.t()?.contiguous()?), None)?,
+        })
+    }
+
     /// Tokens out per `n` tower features in.
     pub fn tokens_for(&self, n: usize) -> usize {
         match self {
             Self::PixelShuffle { scale, .. } => n / (scale * scale),
+            Self::AvgPool { tokens_per_side, .. } => tokens_per_side * tokens_per_side,
             _ => n,
         }
     }
@@ -56,6 +85,10 @@ impl Connector {
             Self::PixelShuffle { scale, proj } => Ok(proj.forward(&pixel_shuffle(x, *scale)?)?),
             Self::Mlp { linear_1, act, linear_2 } => Ok(linear_2.forward(&act.apply(&linear_1.forward(x)?)?)?),
             Self::Linear(l) => Ok(l.forward(x)?),
+            Self::AvgPool { patches_per_side, tokens_per_side, norm, proj } => {
+                let pooled = avg_pool(x, *patches_per_side, *tokens_per_side)?;
+                Ok(proj.forward(&norm.forward(&pooled)?)?)
+            }
         }
     }
 
@@ -64,8 +97,26 @@ impl Connector {
             Self::PixelShuffle { scale, .. } => format!("pixel shuffle ×{scale} + linear"),
             Self::Mlp { act, .. } => format!("two-layer MLP ({act:?})"),
             Self::Linear(_) => "linear".to_string(),
+            Self::AvgPool { patches_per_side, tokens_per_side, .. } => {
+                let k = patches_per_side / tokens_per_side;
+                format!("{k}×{k} average pooling to {tokens_per_side}×{tokens_per_side}, RMSNorm + linear")
+            }
         }
     }
+}
+
+/// `(b, n, d)` patch features of a `side × side` grid (row-major) → `(b, t², d)`: each `k × k`
+/// block (`k = side / t`) averaged, as `nn.AvgPool2d(k, k)` over the grid.
+pub fn avg_pool(x: &Tensor, side: usize, t: usize) -> Result<Tensor> {
+    let (b, n, d) = x.dims3()?;
+    if n != side * side || t == 0 || !side.is_multiple_of(t) {
+        return Err(VisionError::Config(format!("cannot pool {n} features of a {side}×{side} grid to {t}×{t}")));
+    }
+    let k = side / t;
+    // (b, t, k, t, k, d): row block, row in block, column block, column in block.
+    let grid = x.reshape((b, t, k, t, k, d))?;
+    let sum = grid.sum(4)?.sum(2)?; // (b, t, t, d)
+    Ok((sum / (k * k) as f64)?.reshape((b, t * t, d))?)
 }
 
 /// Idefics3's pixel shuffle: `(b, n, d)` with `n = side²` → `(b, n/s², d·s²)`; token `(r, c)` of

@@ -86,6 +86,7 @@ impl VisionTowerConfig {
             scale: 1.0 / (head_dim as f64).sqrt(),
             out_name: "out_proj",
             softcap: None,
+            qk_norm: None,
         }
     }
 }

@@ -9,7 +9,8 @@ use tessera_vision::{FeatureLayer, Filter, PreprocessConfig, TilingConfig};
 use super::text::{TextFamily, TextSubConfig};
 use super::vit::{VisionClass, VisionFields};
 use super::{
-    text_config, ConnectorConfig, ModelConfig, ProcessorRule, PromptStyle, TokenIds, TowerSpec, VisionSpec, WeightRoots,
+    text_config, ConnectorConfig, ModelConfig, Placeholder, ProcessorRule, PromptStyle, TokenIds, TowerSpec,
+    VisionSpec, WeightRoots,
 };
 
 #[derive(Debug, Deserialize)]
@@ -42,6 +43,7 @@ impl Idefics3Config {
             drop_class_token: false,
             connector: ConnectorConfig::PixelShuffle { scale_factor: s },
             image_token_id: self.image_token_id.unwrap_or(128257),
+            placeholder: Placeholder::ImageToken,
             processor: ProcessorRule::Tiled { tokens_per_view: tower.num_patches() / (s * s) },
             weights: WeightRoots {
                 tower: &["model.vision_model", "vision_model"],

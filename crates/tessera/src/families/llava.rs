@@ -9,7 +9,8 @@ use tessera_vision::FeatureLayer;
 use super::text::{TextFamily, TextSubConfig};
 use super::vit::{VisionClass, VisionFields};
 use super::{
-    text_config, ConnectorConfig, ModelConfig, ProcessorRule, PromptStyle, TokenIds, TowerSpec, VisionSpec, WeightRoots,
+    text_config, ConnectorConfig, ModelConfig, Placeholder, ProcessorRule, PromptStyle, TokenIds, TowerSpec,
+    VisionSpec, WeightRoots,
 };
 
 #[derive(Debug, Deserialize)]
@@ -86,6 +87,7 @@ impl LlavaConfig {
                 bias: self.multimodal_projector_bias.unwrap_or(true),
             },
             image_token_id: self.image_token_index.or(self.image_token_id).unwrap_or(32000),
+            placeholder: Placeholder::ImageToken,
             processor: ProcessorRule::Single {
                 tokens: tower.num_positions() - usize::from(drop_class_token),
                 stated_len: None,

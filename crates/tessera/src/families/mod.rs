@@ -7,6 +7,7 @@
 //! Adding a family: a module here, a variant of [`Checkpoint`] and its arm in
 //! [`Checkpoint::resolve`], plus its tests and fixtures.
 
+mod gemma3;
 mod idefics3;
 mod llava;
 mod native;
@@ -39,6 +40,8 @@ enum Checkpoint {
     Gemma(TextFields),
     #[serde(rename = "gemma2")]
     Gemma2(TextFields),
+    #[serde(rename = "gemma3_text")]
+    Gemma3Text(TextFields),
     /// tessera's native single-stream image + text model (ARCHITECTURE.md).
     #[serde(rename = "tessera_native")]
     TesseraNative(native::NativeConfig),
@@ -51,12 +54,17 @@ enum Checkpoint {
     /// PaliGemma: SigLIP tower, linear projector, Gemma decoder, prefix-LM mask.
     #[serde(rename = "paligemma")]
     PaliGemma(Box<paligemma::PaliGemmaConfig>),
+    /// Gemma 3: SigLIP tower, average pooling + norm + projection, Gemma 3 decoder, images
+    /// attending to themselves both ways.
+    #[serde(rename = "gemma3")]
+    Gemma3(Box<gemma3::Gemma3Config>),
     #[serde(other)]
     Unsupported,
 }
 
 /// What `tessera` reads, for error messages.
-pub const SUPPORTED: &str = "llama, mistral, qwen2, gemma, gemma2, tessera_native, idefics3, llava, paligemma \
+pub const SUPPORTED: &str =
+    "llama, mistral, qwen2, gemma, gemma2, gemma3_text, gemma3, tessera_native, idefics3, llava, paligemma \
      (config.json model_type) / llama, qwen2 (GGUF)";
 
 impl Checkpoint {
@@ -71,10 +79,12 @@ impl Checkpoint {
             Self::Qwen2(f) => text(TextFamily::Qwen2, &f),
             Self::Gemma(f) => text(TextFamily::Gemma, &f),
             Self::Gemma2(f) => text(TextFamily::Gemma2, &f),
+            Self::Gemma3Text(f) => text(TextFamily::Gemma3, &f),
             Self::TesseraNative(c) => c.resolve().map_err(err),
             Self::Idefics3(c) => c.resolve().map_err(err),
             Self::Llava(c) => c.resolve().map_err(err),
             Self::PaliGemma(c) => c.resolve().map_err(err),
+            Self::Gemma3(c) => c.resolve().map_err(err),
             Self::Unsupported => Err(TesseraError::UnsupportedArchitecture {
                 found: json.get("model_type").map(|v| v.to_string().trim_matches('"').to_string()).unwrap_or_default(),
                 path: path.to_path_buf(),
@@ -103,6 +113,8 @@ pub struct ModelConfig {
     /// Logits become `cap · tanh(logits / cap)` (Gemma 2).
     pub final_logit_softcapping: Option<f64>,
     pub prompt: PromptStyle,
+    /// The tokens of each image attend to each other both ways on the prompt's forward (Gemma 3).
+    pub bidirectional_images: bool,
     /// The image side, for models that take images.
     pub vision: Option<VisionSpec>,
 }
@@ -139,6 +151,8 @@ pub struct TowerSpec {
     pub connector: ConnectorConfig,
     /// The placeholder id the processor expands and the model replaces with image features.
     pub image_token_id: u32,
+    /// What the chat template writes for an image, and what it expands to.
+    pub placeholder: Placeholder,
     pub processor: ProcessorRule,
     /// Where the tower's and the connector's weights live, by checkpoint naming generation
     /// (the first that holds `probe` is used).
@@ -153,6 +167,20 @@ pub enum ConnectorConfig {
     Mlp { act: Activation, bias: bool },
     /// One linear layer (PaliGemma).
     Linear,
+    /// Average pooling of the patch grid to `tokens_per_side²` tokens, RMSNorm, projection
+    /// (Gemma 3).
+    AvgPool { tokens_per_side: usize },
+}
+
+/// What stands for an image in the rendered prompt, and what the processor expands it to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placeholder {
+    /// The image token itself, expanded to the image's tokens (`<image>` × n, or Idefics3's
+    /// tiles).
+    ImageToken,
+    /// `begin` (Gemma 3's `<start_of_image>`), expanded to
+    /// `"\n\n" + begin + image token × n + end + "\n\n"`.
+    Wrapped { begin: u32, end: u32 },
 }
 
 /// How the family's processor turns one image into views and tokens.
@@ -202,6 +230,7 @@ impl ModelConfig {
             layer_windows: t.layer_windows,
             final_logit_softcapping: t.final_logit_softcapping,
             prompt: PromptStyle::Chat,
+            bidirectional_images: false,
             vision: None,
         }
     }

@@ -9,7 +9,8 @@ use super::llava::{PROJECTOR_ROOTS, TOWER_ROOTS};
 use super::text::{TextFamily, TextSubConfig};
 use super::vit::{VisionClass, VisionFields};
 use super::{
-    text_config, ConnectorConfig, ModelConfig, ProcessorRule, PromptStyle, TokenIds, TowerSpec, VisionSpec, WeightRoots,
+    text_config, ConnectorConfig, ModelConfig, Placeholder, ProcessorRule, PromptStyle, TokenIds, TowerSpec,
+    VisionSpec, WeightRoots,
 };
 
 #[derive(Debug, Deserialize)]
@@ -49,6 +50,7 @@ impl PaliGemmaConfig {
             drop_class_token: false,
             connector: ConnectorConfig::Linear,
             image_token_id: self.image_token_index.or(self.image_token_id).unwrap_or(256000),
+            placeholder: Placeholder::ImageToken,
             processor: ProcessorRule::Single { tokens: tower.num_patches(), stated_len: Some("image_seq_length") },
             weights: WeightRoots { tower: TOWER_ROOTS, connector: PROJECTOR_ROOTS, connector_probe: "" },
             tower,

@@ -1,11 +1,12 @@
-//! The decoder-only text families (Llama, Mistral, Qwen2, Gemma, Gemma 2): the fields of their
+//! The decoder-only text families (Llama, Mistral, Qwen2, Gemma, Gemma 2, Gemma 3): the fields of their
 //! `config.json`, each class's defaults as transformers v5.23 writes them (what a VLM's
 //! `text_config` falls back to), and each family's rules (Qwen2's q/k/v bias, Mistral's sliding
 //! window, Gemma's GeGLU, `(1 + w)` norms and √width embedding scale, Gemma 2's soft-caps,
-//! four norms per layer and alternating sliding/global layers).
+//! four norms per layer and alternating sliding/global layers, Gemma 3's q/k norms and 5 local :
+//! 1 global layers with a RoPE base each).
 
 use serde::{Deserialize, Deserializer};
-use tessera_decoder::{Activation, DecoderConfig, NormStyle, RopeConfig, RopeScaling, RopeStyle};
+use tessera_decoder::{Activation, DecoderConfig, LocalRope, NormStyle, RopeConfig, RopeScaling, RopeStyle};
 
 use super::TokenIds;
 
@@ -26,6 +27,10 @@ pub enum TextFamily {
     /// ones (starting with a sliding one).
     #[serde(rename = "gemma2")]
     Gemma2,
+    /// Gemma 3: Gemma 2 without soft-caps, with q/k norms, five sliding-window layers to one
+    /// global, and the local layers' own RoPE base.
+    #[serde(rename = "gemma3_text")]
+    Gemma3,
 }
 
 /// A text config class's defaults (the fields transformers leaves out of a `text_config`
@@ -57,6 +62,11 @@ struct TextClass {
     query_pre_attn_scalar: Option<f64>,
     attn_logit_softcapping: Option<f64>,
     final_logit_softcapping: Option<f64>,
+    qk_norm: bool,
+    rope_theta: f64,
+    /// The local (sliding-window) layers' RoPE base, for families whose local layers rotate
+    /// differently (Gemma 3).
+    local_rope_theta: Option<f64>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -68,6 +78,8 @@ enum Sliding {
     WhenEnabled,
     /// Every other layer, starting with the first (Gemma 2's default `layer_types`).
     Alternating,
+    /// Every layer but each `n`-th (Gemma 3's `sliding_window_pattern`, 6 by default).
+    AllButEvery(usize),
 }
 
 impl TextFamily {
@@ -95,6 +107,9 @@ impl TextFamily {
             query_pre_attn_scalar: None,
             attn_logit_softcapping: None,
             final_logit_softcapping: None,
+            qk_norm: false,
+            rope_theta: 10_000.0,
+            local_rope_theta: None,
         };
         let gemma = TextClass {
             name: "gemma",
@@ -150,6 +165,24 @@ impl TextFamily {
                 final_logit_softcapping: Some(30.0),
                 ..gemma
             },
+            Self::Gemma3 => TextClass {
+                name: "gemma3_text",
+                vocab_size: 262_208,
+                hidden_size: 2304,
+                intermediate_size: 9216,
+                num_hidden_layers: 26,
+                num_attention_heads: 8,
+                num_key_value_heads: Some(4),
+                max_position_embeddings: 131_072,
+                sliding: Sliding::AllButEvery(6),
+                sliding_window: Some(4096),
+                sandwich_norms: true,
+                query_pre_attn_scalar: Some(256.0),
+                qk_norm: true,
+                rope_theta: 1_000_000.0,
+                local_rope_theta: Some(10_000.0),
+                ..gemma
+            },
         }
     }
 
@@ -162,7 +195,7 @@ impl TextFamily {
     pub fn gguf_rope_style(self) -> RopeStyle {
         match self {
             Self::Llama | Self::Mistral => RopeStyle::Interleaved,
-            Self::Qwen2 | Self::Gemma | Self::Gemma2 => RopeStyle::Half,
+            Self::Qwen2 | Self::Gemma | Self::Gemma2 | Self::Gemma3 => RopeStyle::Half,
         }
     }
 }
@@ -184,8 +217,14 @@ pub struct TextFields {
     pub rope_theta: Option<f64>,
     /// The older form: `rope_theta` at the top and an optional `rope_scaling` object.
     pub rope_scaling: Option<RopeFields>,
-    /// transformers 5's form: everything in `rope_parameters`.
-    pub rope_parameters: Option<RopeFields>,
+    /// transformers 5's form: everything in `rope_parameters` (one set per layer type where
+    /// they differ).
+    pub rope_parameters: Option<RopeParameters>,
+    /// Gemma 3's older name for the local layers' RoPE base.
+    pub rope_local_base_freq: Option<f64>,
+    /// Gemma 3: every `n`-th layer is global (transformers writes `_sliding_window_pattern`).
+    #[serde(alias = "_sliding_window_pattern")]
+    pub sliding_window_pattern: Option<usize>,
     pub tie_word_embeddings: Option<bool>,
     pub bos_token_id: Option<TokenIds>,
     pub eos_token_id: Option<TokenIds>,
@@ -232,6 +271,18 @@ pub struct RopeFields {
     pub low_freq_factor: Option<f64>,
     pub high_freq_factor: Option<f64>,
     pub original_max_position_embeddings: Option<usize>,
+}
+
+/// `rope_parameters`: one set, or one per layer type (Gemma 3).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RopeParameters {
+    PerLayerType {
+        full_attention: RopeFields,
+        #[serde(default)]
+        sliding_attention: Option<RopeFields>,
+    },
+    One(RopeFields),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -300,7 +351,7 @@ impl TextFamily {
             num_key_value_heads: f.num_key_value_heads.or(fallback(c.num_key_value_heads)).unwrap_or(heads),
             head_dim: f.head_dim.or(fallback(c.head_dim)).unwrap_or(hidden_size / heads),
             rms_norm_eps: f.rms_norm_eps.unwrap_or(1e-6),
-            rope: rope(f)?,
+            rope: rope(f, c.rope_theta)?,
             max_position_embeddings: need(
                 f.max_position_embeddings,
                 c.max_position_embeddings,
@@ -313,19 +364,34 @@ impl TextFamily {
             position_offset: 0,
             attn_logit_softcapping: f.attn_logit_softcapping.unwrap_or(c.attn_logit_softcapping),
             sandwich_norms: c.sandwich_norms,
+            qk_norm: c.qk_norm,
+            local_rope: None,
         };
         let layers = decoder.num_hidden_layers;
         let window = f.sliding_window.unwrap_or(c.sliding_window);
-        let layer_windows = match (&f.layer_types, c.sliding) {
+        // Which layers are sliding-window ("local") layers.
+        let local: Vec<bool> = match (&f.layer_types, c.sliding) {
             (Some(types), _) if types.len() != layers => {
                 return Err(format!("layer_types has {} entries for {layers} layers", types.len()))
             }
-            (Some(types), _) => types.iter().map(|t| window.filter(|_| *t == LayerType::SlidingAttention)).collect(),
-            (None, Sliding::Never) => vec![None; layers],
-            (None, Sliding::WhenSet) => vec![window; layers],
-            (None, Sliding::WhenEnabled) => vec![window.filter(|_| f.use_sliding_window == Some(true)); layers],
-            (None, Sliding::Alternating) => (0..layers).map(|i| window.filter(|_| i % 2 == 0)).collect(),
+            (Some(types), _) => types.iter().map(|t| *t == LayerType::SlidingAttention).collect(),
+            (None, Sliding::Never) => vec![false; layers],
+            (None, Sliding::WhenSet) => vec![true; layers],
+            (None, Sliding::WhenEnabled) => vec![f.use_sliding_window == Some(true); layers],
+            (None, Sliding::Alternating) => (0..layers).map(|i| i % 2 == 0).collect(),
+            (None, Sliding::AllButEvery(default)) => {
+                let n = f.sliding_window_pattern.unwrap_or(default);
+                if n == 0 {
+                    return Err("sliding_window_pattern must be positive".into());
+                }
+                (0..layers).map(|i| (i + 1) % n != 0).collect()
+            }
         };
+        let layer_windows: Vec<Option<usize>> = local.iter().map(|&l| window.filter(|_| l)).collect();
+        let mut decoder = decoder;
+        if let Some(theta) = c.local_rope_theta {
+            decoder.local_rope = Some(LocalRope { rope: local_rope(f, theta)?, layers: local });
+        }
         if let Some(w) = layer_windows.iter().flatten().find(|&&w| w == 0) {
             return Err(format!("sliding_window {w} must be positive"));
         }
@@ -353,15 +419,41 @@ impl TextFamily {
     }
 }
 
-/// RoPE settings from either config form. Errors name the offending field.
-fn rope(f: &TextFields) -> Result<RopeConfig, String> {
-    let params = f.rope_parameters.as_ref().or(f.rope_scaling.as_ref());
-    let theta = f.rope_parameters.as_ref().and_then(|p| p.rope_theta).or(f.rope_theta).unwrap_or(10_000.0);
+/// The (global) RoPE settings from either config form; `default_theta`: the class's base.
+/// Errors name the offending field.
+fn rope(f: &TextFields, default_theta: f64) -> Result<RopeConfig, String> {
+    let nested = match &f.rope_parameters {
+        Some(RopeParameters::One(p)) | Some(RopeParameters::PerLayerType { full_attention: p, .. }) => Some(p),
+        None => None,
+    };
+    let theta = nested.and_then(|p| p.rope_theta).or(f.rope_theta).unwrap_or(default_theta);
+    rope_config(nested.or(f.rope_scaling.as_ref()), theta)
+}
+
+/// Gemma 3's local layers: `rope_parameters.sliding_attention`, or the older
+/// `rope_local_base_freq` (no scaling).
+fn local_rope(f: &TextFields, default_theta: f64) -> Result<RopeConfig, String> {
+    let nested = match &f.rope_parameters {
+        Some(RopeParameters::PerLayerType { sliding_attention, .. }) => sliding_attention.as_ref(),
+        _ => None,
+    };
+    let theta = nested.and_then(|p| p.rope_theta).or(f.rope_local_base_freq).unwrap_or(default_theta);
+    rope_config(nested, theta)
+}
+
+fn rope_config(params: Option<&RopeFields>, theta: f64) -> Result<RopeConfig, String> {
+    if !(theta.is_finite() && theta > 0.0) {
+        return Err(format!("rope_theta {theta} must be a positive number"));
+    }
     let scaling = match params {
         None => RopeScaling::Default,
         Some(p) => {
             let kind = p.rope_type.or(p.kind).unwrap_or(RopeKind::Default);
-            let num = |v: Option<f64>, k: &str| v.ok_or_else(|| format!("rope scaling `{kind:?}` needs `{k}`"));
+            let num = |v: Option<f64>, k: &str| match v {
+                Some(x) if x.is_finite() && x > 0.0 => Ok(x),
+                Some(x) => Err(format!("rope scaling `{k}` {x} must be a positive number")),
+                None => Err(format!("rope scaling `{kind:?}` needs `{k}`")),
+            };
             match kind {
                 RopeKind::Default => RopeScaling::Default,
                 RopeKind::Linear => RopeScaling::Linear { factor: num(p.factor, "factor")? },
