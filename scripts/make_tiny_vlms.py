@@ -40,6 +40,7 @@ Also writes
   tests/fixtures/vlm/images/               small images derived from tests/fixtures/images (a 20x14 crop)
   tests/fixtures/tiny/gemma/               a text-only GemmaForCausalLM in the format of scripts/make_tiny_models.py
   tests/fixtures/tiny/gemma2/              a text-only Gemma2ForCausalLM (window 6, 12-token prompt), same format
+  tests/fixtures/tiny/gemma3/              a text-only Gemma3ForCausalLM (5 local layers with a window of 6, 1 global)
 
 Dev-time only, needs no network: /work/py/bin/python scripts/make_tiny_vlms.py [NAME ...] (default: all; names are
 the folder names above, e.g. paligemma2-tiny gemma2)
@@ -55,7 +56,7 @@ from PIL import Image
 from safetensors.torch import save_file
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer,
-                          CLIPVisionConfig, Gemma3Config, Gemma3ForConditionalGeneration, Gemma3Processor,
+                          CLIPVisionConfig, Gemma3Config, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Gemma3Processor,
                           Gemma3TextConfig, Gemma2Config, Gemma2ForCausalLM, GemmaConfig, GemmaForCausalLM, Idefics3Config,
                           Idefics3ForConditionalGeneration, Idefics3Processor, Idefics3VisionConfig, LlamaConfig,
                           LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor, PaliGemmaConfig,
@@ -680,6 +681,19 @@ def build_gemma_text(variant="gemma"):
     if variant == "gemma2":
         # A 12-token prompt and 16 new tokens under a window of 6: the sliding layers drop most of the context.
         config, cls, first_seed = gemma2_text_config(len(tok), ids, sliding_window=6), Gemma2ForCausalLM, 700
+    elif variant == "gemma3":
+        # 6 layers (5 local with a window of 6, 1 global), q/k norms, two RoPE bases, linear scaling on the global.
+        config = Gemma3TextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=6,
+                                  num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                  hidden_activation="gelu_pytorch_tanh", max_position_embeddings=2048,
+                                  rms_norm_eps=1e-6, query_pre_attn_scalar=24, sliding_window=6,
+                                  rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                                      "rope_theta": 1000000.0},
+                                                   "sliding_attention": {"rope_type": "default",
+                                                                         "rope_theta": 10000.0}},
+                                  tie_word_embeddings=True, bos_token_id=ids("<bos>"), eos_token_id=ids("<eos>"),
+                                  pad_token_id=ids("<pad>"))
+        config, cls, first_seed = config, Gemma3ForCausalLM, 900
     else:
         config, cls, first_seed = gemma_text_config(len(tok), ids), GemmaForCausalLM, 500
     for attempt in range(20):
@@ -751,7 +765,7 @@ def main():
         if spec["name"] == "smolvlm-tiny":
             legacy = write_legacy(folder, ref, tensors)
             print(f"smolvlm-tiny-legacy: files {sorted(os.listdir(legacy))} (chelsea case checked through AutoProcessor)")
-    for variant in ("gemma", "gemma2"):
+    for variant in ("gemma", "gemma2", "gemma3"):
         if not wanted or variant in wanted:
             build_gemma_text(variant)
     print(f"tests/fixtures/vlm: {folder_size(OUT) / 1e6:.2f} MB")

@@ -3,14 +3,16 @@
 //! RoPE scaling, explicit head_dim, sharded weights), MHA/GQA/MQA, Qwen2 biases, Mistral, and
 //! Gemma (GeGLU, `(1 + w)` RMSNorm, √width-scaled embeddings, head_dim 16, one KV head) and
 //! Gemma 2 (soft-caps, four norms per layer, sliding layers with a window of 6 under a 12-token
-//! prompt; both written by scripts/make_tiny_vlms.py).
+//! prompt) and Gemma 3 (q/k norms, 5 local : 1 global layers with a RoPE base each; all three
+//! written by scripts/make_tiny_vlms.py).
 
 mod common;
 
 use anyhow::Result;
 use tessera::{GenerateParams, LoadOptions, Model};
 
-const MODELS: &[&str] = &["llama-gqa", "llama-mha", "llama-mqa-llama3rope", "qwen2-bias", "mistral", "gemma", "gemma2"];
+const MODELS: &[&str] =
+    &["llama-gqa", "llama-mha", "llama-mqa-llama3rope", "qwen2-bias", "mistral", "gemma", "gemma2", "gemma3"];
 
 fn load(name: &str) -> Result<Model> {
     let dir = common::fixtures().join("tiny").join(name);
