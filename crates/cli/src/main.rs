@@ -446,6 +446,19 @@ fn info(args: ModelArgs) -> Result<()> {
         d.head_dim
     );
     out!("rope:           theta {}, scaling {:?}, layout {:?}", d.rope.theta, d.rope.scaling, d.rope.style);
+    if let Some(local) = &d.local_rope {
+        let n = local.layers.iter().filter(|&&l| l).count();
+        out!(
+            "local rope:     theta {}, scaling {:?} ({n} of {} layers)",
+            local.rope.theta,
+            local.rope.scaling,
+            d.num_hidden_layers
+        );
+    }
+    let windows: Vec<usize> = c.layer_windows.iter().flatten().copied().collect();
+    if let Some(w) = windows.first() {
+        out!("sliding window: {w} tokens in {} of {} layers", windows.len(), d.num_hidden_layers);
+    }
     out!("context:        {} tokens", d.max_position_embeddings);
     out!("vocabulary:     {} (tied embeddings: {})", c.vocab_size, c.tie_word_embeddings);
     out!(

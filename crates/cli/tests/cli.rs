@@ -381,6 +381,27 @@ fn vision_language_checkpoints_answer_and_describe_themselves() -> Result<()> {
     let info = stdout(&o);
     assert!(info.contains("idefics3") && info.contains("Siglip tower") && info.contains("pixel shuffle"), "{info}");
     assert!(info.contains("16 image tokens per 32×32 view"), "{info}");
+    let o = tessera(&["info", "--model", &vlm("gemma3-tiny")]);
+    let info = stdout(&o);
+    assert!(info.contains("gemma3 (gemma3_text decoder)") && info.contains("2×2 average pooling to 4×4"), "{info}");
+    assert!(info.contains("local rope:     theta 10000") && info.contains("8 tokens in 5 of 6 layers"), "{info}");
+    // Gemma 3's image tokens are a 4×4 grid of pooled patches: explain draws on it.
+    let out = std::env::temp_dir().join(format!("tessera-explain-gemma3-{}", std::process::id()));
+    let o = tessera(&[
+        "explain",
+        "--model",
+        &vlm("gemma3-tiny"),
+        "--image",
+        &photo("chelsea.png"),
+        "--prompt",
+        "What is this?",
+        "--max-new-tokens",
+        "2",
+        "--out",
+        out.to_str().unwrap_or_default(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(out.join("token_00.png").exists() && out.join("attention.json").exists());
     Ok(())
 }
 

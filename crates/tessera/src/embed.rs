@@ -35,7 +35,9 @@ pub struct Embeddings {
     pub ids: Vec<u32>,
     /// The token strings, as the tokenizer decodes each id alone.
     pub tokens: Vec<String>,
-    /// Image positions before the text (their rows come first in `vectors`).
+    /// Positions the images take before the text — their tokens, and the markers around them
+    /// where the family writes any (Idefics3's tile markers, Gemma 3's `<start_of_image>` …
+    /// `<end_of_image>`); their rows come first in `vectors`.
     pub image_tokens: usize,
     /// The layer these vectors come from.
     pub layer: usize,

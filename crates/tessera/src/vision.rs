@@ -410,7 +410,11 @@ impl HfImageEncoder {
     }
 
     fn model_view(&self, img: &RgbImage) -> Result<(RgbImage, usize, usize)> {
-        let g = self.tower.config().patches_per_side();
+        // The image tokens' grid: the patches, or Gemma 3's pooled blocks of them.
+        let g = match self.cfg.connector {
+            ConnectorConfig::AvgPool { tokens_per_side } => tokens_per_side,
+            _ => self.tower.config().patches_per_side(),
+        };
         match &self.processor.views {
             Views::Single(cfg) if self.processor.tokens_per_view == g * g => {
                 Ok((tessera_vision::preprocess::view(img, cfg)?, g, g))
