@@ -391,8 +391,12 @@ def paligemma2_spec():
 def gemma3_spec():
     tok = gemma3_tokenizer()
     ids = tok.convert_tokens_to_ids
+    # Pan-and-scan settings saved with the processor but off by default (do_pan_and_scan unset), as in the real
+    # checkpoint; the "pan_and_scan" case turns it on.
     image_processor = Gemma3ImageProcessorPil(size={"height": 32, "width": 32}, resample=Image.Resampling.BILINEAR,
-                                              image_mean=[0.5] * 3, image_std=[0.5] * 3)
+                                              image_mean=[0.5] * 3, image_std=[0.5] * 3,
+                                              pan_and_scan_min_crop_size=8, pan_and_scan_max_num_crops=4,
+                                              pan_and_scan_min_ratio_to_activate=1.2)
     # 8x8 patches of 4 px, pooled 2x2 into 16 tokens per image.
     processor = Gemma3Processor(image_processor=image_processor, tokenizer=tok, image_seq_length=16,
                                 chat_template=GEMMA3_CHAT)
@@ -424,6 +428,9 @@ def gemma3_spec():
             chat_case("two_images", [f"{IMAGES}/chelsea.png", f"{IMAGES}/astronaut.png"],
                       "What differs between the two images?"),
             chat_case("text_only", [], "Hello, who are you?"),
+            # 451x300: two crops of 226x300 besides the whole image; astronaut (square) is not split.
+            dict(chat_case("pan_and_scan", [f"{IMAGES}/chelsea.png", f"{IMAGES}/astronaut.png"],
+                           "What differs between the two images?"), pan_and_scan=True),
         ])
 
 
@@ -454,6 +461,24 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "pixel_values", "pixel_attention_
 
 def prepare(processor, case, family):
     images = [load_image(os.path.join(ROOT, p)) for p in case["images"]]
+    if case.get("pan_and_scan"):
+        # Gemma 3's pan-and-scan. Gemma3Processor.__call__ (transformers 5.23) does not pass do_pan_and_scan on to its
+        # image processor (its own default, False, wins), so the processor's parts are called as it would call them:
+        # the image processor with pan-and-scan on, then the processor's own replace_image_token per image.
+        rendered = processor.apply_chat_template(case["messages"], add_generation_prompt=True, tokenize=False)
+        pixels = processor.image_processor(images=images, do_pan_and_scan=True, return_tensors="pt")
+        pieces = rendered.split(processor.boi_token)
+        assert len(pieces) == len(images) + 1, case["name"]
+        text = pieces[0]
+        for i, piece in enumerate(pieces[1:]):
+            text += processor.replace_image_token(pixels, i) + piece
+        tokens = processor.tokenizer(text, add_special_tokens=False, return_tensors="pt")
+        image_token_id = processor.tokenizer.convert_tokens_to_ids(processor.tokenizer.image_token)
+        inputs = dict(input_ids=tokens["input_ids"], attention_mask=tokens["attention_mask"],
+                      pixel_values=pixels["pixel_values"],
+                      token_type_ids=(tokens["input_ids"] == image_token_id).long())
+        assert int(pixels["num_crops"][0]) == 2 and int(pixels["num_crops"][1]) == 0, pixels["num_crops"]
+        return rendered, inputs
     if family == "paligemma":
         rendered = processor.prepare_inputs_layout(images=images[0], text=case["prompt"])[1][0]
         inputs = processor(text=case["prompt"], images=images[0], return_tensors="pt")
@@ -525,6 +550,8 @@ def run_case(spec, model, processor, case):
         tensors[f"{case['name']}.image_features"] = features
     record = dict(name=case["name"], images=case["images"], messages=case["messages"], prompt=case["prompt"],
                   rendered=rendered, input_ids=ids[0].tolist())
+    if case.get("pan_and_scan"):
+        record["pan_and_scan"] = True
     if "token_type_ids" in inputs:
         record["token_type_ids"] = inputs["token_type_ids"][0].tolist()
     record.update(

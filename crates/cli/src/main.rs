@@ -184,6 +184,11 @@ struct ModelArgs {
     /// answers) no longer match transformers' f32 exactly.
     #[arg(long)]
     vision_int8: bool,
+    /// Gemma 3: pan-and-scan — besides the whole image, the model also sees crops along its long
+    /// side when its sides differ by the processor's ratio (1.2 by default) or more; more image
+    /// tokens, more detail.
+    #[arg(long)]
+    pan_and_scan: bool,
 }
 
 #[derive(Args)]
@@ -294,8 +299,11 @@ fn load(args: &ModelArgs) -> Result<(Model, f64)> {
         }
     };
     let start = Instant::now();
-    let model = Model::load(&spec, &LoadOptions { device, dtype, vision_q8_0: args.vision_int8 })
-        .with_context(|| format!("loading model `{spec}`"))?;
+    let model = Model::load(
+        &spec,
+        &LoadOptions { device, dtype, vision_q8_0: args.vision_int8, pan_and_scan: args.pan_and_scan },
+    )
+    .with_context(|| format!("loading model `{spec}`"))?;
     Ok((model, start.elapsed().as_secs_f64()))
 }
 

@@ -32,11 +32,14 @@ pub struct LoadOptions {
     /// only): image encoding runs on the int8 kernels, ~2× faster, at the price of the weights'
     /// and activations' 8-bit rounding (outputs no longer match transformers' f32 exactly).
     pub vision_q8_0: bool,
+    /// Gemma 3's pan-and-scan on (the image plus crops along its long side, when its aspect
+    /// ratio calls for them), whatever the checkpoint's processor settings say.
+    pub pan_and_scan: bool,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        Self { device: Device::Cpu, dtype: None, vision_q8_0: false }
+        Self { device: Device::Cpu, dtype: None, vision_q8_0: false, pan_and_scan: false }
     }
 }
 
@@ -104,7 +107,14 @@ impl Model {
         let image_encoder = match &config.vision {
             Some(spec) => {
                 let vision_vb = if opts.vision_q8_0 { vb.with_q8_0_matrices() } else { vb.clone() };
-                Some(ImageEncoder::load(spec, dir, &vision_vb, config.decoder.hidden_size, &tokenizer)?)
+                Some(ImageEncoder::load(
+                    spec,
+                    dir,
+                    &vision_vb,
+                    config.decoder.hidden_size,
+                    &tokenizer,
+                    opts.pan_and_scan,
+                )?)
             }
             None => None,
         };

@@ -11,8 +11,8 @@ use serde_json::Value;
 use tessera_decoder::Weights;
 use tessera_text::Tokenizer;
 use tessera_vision::{
-    drop_class_token, preprocess, split_image, tiling, Connector, FeatureLayer, NativePatchEncoder, PreprocessConfig,
-    RgbImage, TilingConfig, VisionTower,
+    drop_class_token, preprocess, split_image, tiling, Connector, FeatureLayer, NativePatchEncoder, PanAndScan,
+    PreprocessConfig, RgbImage, TilingConfig, VisionTower,
 };
 
 use crate::config::{ConnectorConfig, Placeholder, ProcessorRule, TowerSpec, VisionSpec};
@@ -30,6 +30,9 @@ enum Views {
     Single(PreprocessConfig),
     /// Idefics3: tiles plus a global view, each rescaled and normalized.
     Tiled { tiling: TilingConfig, normalize: PreprocessConfig },
+    /// Gemma 3 with pan-and-scan: the whole image, then its crops, each resized, rescaled and
+    /// normalized.
+    PanAndScan { pas: PanAndScan, preprocess: PreprocessConfig },
 }
 
 /// A Hugging Face family's image processor, as its `processor_config.json` /
@@ -99,12 +102,14 @@ impl ImageEncoder {
     /// `dir` may hold a `preprocessor_config.json`; otherwise the model config's fields are used.
     /// `text_hidden`: the decoder's width; `tokenizer` gives the texts of the placeholder ids
     /// (Hugging Face families).
+    /// `pan_and_scan`: Gemma 3's pan-and-scan on, whatever the processor settings say.
     pub fn load(
         spec: &VisionSpec,
         dir: &Path,
         vb: &Weights,
         text_hidden: usize,
         tokenizer: &Tokenizer,
+        pan_and_scan: bool,
     ) -> Result<Self> {
         match spec {
             VisionSpec::Native { encoder, preprocess } => {
@@ -135,7 +140,7 @@ impl ImageEncoder {
                         }
                     },
                 };
-                Ok(Self::Hf(Box::new(HfImageEncoder::load(cfg, dir, vb, text_hidden, texts)?)))
+                Ok(Self::Hf(Box::new(HfImageEncoder::load(cfg, dir, vb, text_hidden, texts, pan_and_scan)?)))
             }
         }
     }
@@ -225,11 +230,8 @@ impl ImageEncoder {
         match self {
             Self::Native { .. } => None,
             Self::Hf(e) => {
-                let tokens = e.processor.placeholder_text(img.height, img.width, &e.texts.image_token);
-                Some(match &e.texts.wrap {
-                    Some((begin, end)) => format!("\n\n{begin}{tokens}{end}\n\n"),
-                    None => tokens,
-                })
+                let wrap = e.texts.wrap.as_ref().map(|(b, e)| (b.as_str(), e.as_str()));
+                Some(e.processor.placeholder_text(img.height, img.width, &e.texts.image_token, wrap))
             }
         }
     }
@@ -253,7 +255,8 @@ impl ImageEncoder {
 
 impl ImageProcessor {
     /// Reads the image processor of the checkpoint in `dir` for the image side `cfg` describes.
-    pub fn load(dir: &Path, cfg: &TowerSpec) -> Result<Self> {
+    /// `pan_and_scan`: turn Gemma 3's pan-and-scan on whatever the settings say.
+    pub fn load(dir: &Path, cfg: &TowerSpec, pan_and_scan: bool) -> Result<Self> {
         let (image, processor, origin) = processor_files(dir)?;
         let err = |reason: String| TesseraError::Config { path: origin.clone(), reason };
         let pre: PreprocessConfig =
@@ -266,14 +269,33 @@ impl ImageProcessor {
                         .map_err(err)?;
                 (Views::Tiled { tiling, normalize }, *tokens_per_view)
             }
-            ProcessorRule::Single { tokens, stated_len } => {
+            ProcessorRule::Single { tokens, stated_len, pan_and_scan: can_pan } => {
                 let stated = stated_len.and_then(|k| processor.get(k).or_else(|| image.get(k)));
                 if let (Some(n), Some(k)) = (stated.and_then(Value::as_u64), stated_len) {
                     if n as usize != *tokens {
                         return Err(err(format!("{k} {n} disagrees with the vision tower's {tokens} image tokens")));
                     }
                 }
-                (Views::Single(pre), *tokens)
+                let wanted = pan_and_scan || image.get("do_pan_and_scan").and_then(Value::as_bool) == Some(true);
+                match (wanted, can_pan) {
+                    (false, _) => (Views::Single(pre), *tokens),
+                    (true, false) => {
+                        return Err(err("pan-and-scan is for Gemma 3's processor; this model has none".into()))
+                    }
+                    (true, true) => {
+                        let num = |k: &str| {
+                            image.get(k).and_then(Value::as_f64).filter(|v| v.is_finite() && *v > 0.0).ok_or_else(
+                                || err(format!("pan-and-scan needs a positive `{k}` in the image processor settings")),
+                            )
+                        };
+                        let pas = PanAndScan {
+                            min_crop_size: num("pan_and_scan_min_crop_size")? as usize,
+                            max_num_crops: num("pan_and_scan_max_num_crops")? as usize,
+                            min_ratio_to_activate: num("pan_and_scan_min_ratio_to_activate")?,
+                        };
+                        (Views::PanAndScan { pas, preprocess: pre }, *tokens)
+                    }
+                }
             }
         };
         Ok(Self { views, tokens_per_view, image_size: cfg.tower.image_size })
@@ -283,7 +305,7 @@ impl ImageProcessor {
     pub fn fixed_tokens(&self) -> Option<usize> {
         match self.views {
             Views::Single(_) => Some(self.tokens_per_view),
-            Views::Tiled { .. } => None,
+            Views::Tiled { .. } | Views::PanAndScan { .. } => None,
         }
     }
 
@@ -295,18 +317,38 @@ impl ImageProcessor {
                 let (rows, cols) = tiling::grid(height, width, tiling);
                 (rows * cols + 1) * self.tokens_per_view
             }
+            Views::PanAndScan { pas, .. } => (1 + pas.crops(height, width).len()) * self.tokens_per_view,
         }
     }
 
     /// The prompt text an image of `height × width` stands for, with `image_token` as the
-    /// placeholder token (what the reference processor writes in its place).
-    pub fn placeholder_text(&self, height: usize, width: usize, image_token: &str) -> String {
+    /// placeholder token (what the reference processor writes in its place); `wrap`: Gemma 3's
+    /// markers around each view's tokens (`\n\n<start_of_image>` … `<end_of_image>\n\n`).
+    pub fn placeholder_text(
+        &self,
+        height: usize,
+        width: usize,
+        image_token: &str,
+        wrap: Option<(&str, &str)>,
+    ) -> String {
+        let tokens = image_token.repeat(self.tokens_per_view);
+        let view = match wrap {
+            Some((begin, end)) => format!("\n\n{begin}{tokens}{end}\n\n"),
+            None => tokens,
+        };
         match &self.views {
-            Views::Single(_) => image_token.repeat(self.tokens_per_view),
+            Views::Single(_) => view,
             Views::Tiled { tiling, .. } => {
                 let (rows, cols) = tiling::grid(height, width, tiling);
-                tessera_text::idefics3_image_prompt(rows, cols, &image_token.repeat(self.tokens_per_view))
+                tessera_text::idefics3_image_prompt(rows, cols, &view)
             }
+            Views::PanAndScan { pas, .. } => match pas.crops(height, width).len() {
+                0 => view,
+                n => format!(
+                    "Here is the original image {view} and here are some crops to help you see better {}",
+                    vec![view.as_str(); n].join(" ")
+                ),
+            },
         }
     }
 
@@ -333,12 +375,25 @@ impl ImageProcessor {
                     .collect::<std::result::Result<Vec<_>, _>>()?;
                 Ok(Tensor::stack(&views, 0)?)
             }
+            Views::PanAndScan { pas, preprocess: cfg } => {
+                let crops = pas.crops(img.height, img.width);
+                let mut views = vec![preprocess(img, cfg, device)?];
+                for rect in crops {
+                    views.push(preprocess(&tessera_vision::pan_and_scan::crop(img, rect), cfg, device)?);
+                }
+                Ok(Tensor::stack(&views, 0)?)
+            }
         }
     }
 
     fn describe(&self) -> String {
         match &self.views {
             Views::Single(_) => format!("{} image tokens per image", self.tokens_per_view),
+            Views::PanAndScan { pas, .. } => format!(
+                "{} image tokens per view; pan-and-scan: the image, plus up to {} crops when its sides differ by {}× \
+                 or more",
+                self.tokens_per_view, pas.max_num_crops, pas.min_ratio_to_activate
+            ),
             Views::Tiled { tiling, .. } => format!(
                 "{} image tokens per {1}×{1} view; {2}, plus a global view",
                 self.tokens_per_view,
@@ -354,11 +409,18 @@ impl ImageProcessor {
 }
 
 impl HfImageEncoder {
-    fn load(cfg: &TowerSpec, dir: &Path, vb: &Weights, text_hidden: usize, texts: PlaceholderTexts) -> Result<Self> {
+    fn load(
+        cfg: &TowerSpec,
+        dir: &Path,
+        vb: &Weights,
+        text_hidden: usize,
+        texts: PlaceholderTexts,
+        pan_and_scan: bool,
+    ) -> Result<Self> {
         let t = &cfg.tower;
         let tower_root = first_prefix(vb, cfg.weights.tower, "embeddings.patch_embedding.weight");
         let connector_root = first_prefix(vb, cfg.weights.connector, cfg.weights.connector_probe);
-        let processor = ImageProcessor::load(dir, cfg)?;
+        let processor = ImageProcessor::load(dir, cfg, pan_and_scan)?;
         let tower = VisionTower::new(t, &tower_root, cfg.feature == FeatureLayer::PostNorm)?;
         let connector = match &cfg.connector {
             ConnectorConfig::PixelShuffle { scale_factor } => {

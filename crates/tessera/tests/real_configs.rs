@@ -56,10 +56,10 @@ fn smolvlm_256m() -> Result<()> {
     assert_eq!((v.image_token_id, &v.connector), (49190, &ConnectorConfig::PixelShuffle { scale_factor: 4 }));
     // A 451×300 photo: longest edge → 2048 (2048×1362), tiles of 512 → 4×3 tiles (2048×1536)
     // plus the global view, 64 tokens each.
-    let processor = ImageProcessor::load(&real("smolvlm-256m-instruct"), v)?;
+    let processor = ImageProcessor::load(&real("smolvlm-256m-instruct"), v, false)?;
     let img = chelsea()?;
     assert_eq!(processor.tokens_for_size(img.height, img.width), 13 * 64);
-    let text = processor.placeholder_text(img.height, img.width, "<image>");
+    let text = processor.placeholder_text(img.height, img.width, "<image>", None);
     assert!(text.starts_with(&format!("<fake_token_around_image><row_1_col_1>{}<fake", "<image>".repeat(64))));
     assert!(text.contains("<row_3_col_4>") && !text.contains("<row_4_"), "3 rows, 4 columns");
     assert_eq!(text.matches("<image>").count(), 13 * 64);
@@ -76,7 +76,7 @@ fn granite_docling_idefics3_with_a_jinja_template() -> Result<()> {
     let cfg = config("granite-docling-258m")?;
     assert_eq!(cfg.family, "idefics3");
     let v = hf_vision(&cfg)?;
-    let processor = ImageProcessor::load(&real("granite-docling-258m"), v)?;
+    let processor = ImageProcessor::load(&real("granite-docling-258m"), v, false)?;
     assert_eq!(processor.fixed_tokens(), None);
     let template = ChatTemplate::from_model_dir(&real("granite-docling-258m"))?.context("template")?;
     let rendered = template.render(&image_question("Convert this page to docling."), true)?;
@@ -104,7 +104,7 @@ fn llava_1_5_7b() -> Result<()> {
     assert_eq!(v.image_token_id, 32000);
     // Both folder layouts: the Hub's flat preprocessor_config.json, and a transformers-5 save.
     for dir in ["llava-1.5-7b-hf", "llava-1.5-7b-hf-v5"] {
-        let processor = ImageProcessor::load(&real(dir), v)?;
+        let processor = ImageProcessor::load(&real(dir), v, false)?;
         assert_eq!(processor.fixed_tokens(), Some(576), "{dir}: 24×24 patches, class token dropped");
         let template = ChatTemplate::from_model_dir(&real(dir))?.context("template")?;
         // The template marks the assistant turn with transformers' {% generation %} tag.
@@ -127,7 +127,7 @@ fn llava_interleave_qwen() -> Result<()> {
     // vision_feature_layer −1 of 26 → the last layer's output (before post_layernorm), `full`.
     assert_eq!((v.feature, v.drop_class_token), (FeatureLayer::Hidden(26), false));
     assert_eq!(v.connector, ConnectorConfig::Mlp { act: Activation::Gelu, bias: true });
-    let processor = ImageProcessor::load(&real("llava-interleave-qwen-7b-hf"), v)?;
+    let processor = ImageProcessor::load(&real("llava-interleave-qwen-7b-hf"), v, false)?;
     assert_eq!(processor.fixed_tokens(), Some(27 * 27));
     let template = ChatTemplate::from_model_dir(&real("llava-interleave-qwen-7b-hf"))?.context("template")?;
     let two = vec![Message::parts(
@@ -156,6 +156,9 @@ fn paligemma_3b() -> Result<()> {
     assert_eq!((v.tower.image_size, v.tower.patch_size, v.tower.num_hidden_layers), (224, 14, 27));
     assert_eq!(v.tower.num_patches(), 256);
     assert_eq!((v.image_token_id, &v.connector), (257152, &ConnectorConfig::Linear));
-    assert_eq!(v.processor, ProcessorRule::Single { tokens: 256, stated_len: Some("image_seq_length") });
+    assert_eq!(
+        v.processor,
+        ProcessorRule::Single { tokens: 256, stated_len: Some("image_seq_length"), pan_and_scan: false }
+    );
     Ok(())
 }

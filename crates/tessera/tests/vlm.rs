@@ -32,7 +32,19 @@ struct Case {
     images: Vec<RgbImage>,
 }
 
+/// The cases of a fixture that run with the checkpoint's default settings (not the ones made
+/// with pan-and-scan on: [`pan_and_scan_cases`]).
 fn cases(name: &str) -> Result<(Vec<Case>, HashMap<String, Tensor>)> {
+    let (all, tensors) = all_cases(name)?;
+    Ok((all.into_iter().filter(|c| c.json.get("pan_and_scan").is_none()).collect(), tensors))
+}
+
+fn pan_and_scan_cases(name: &str) -> Result<(Vec<Case>, HashMap<String, Tensor>)> {
+    let (all, tensors) = all_cases(name)?;
+    Ok((all.into_iter().filter(|c| c.json.get("pan_and_scan").is_some()).collect(), tensors))
+}
+
+fn all_cases(name: &str) -> Result<(Vec<Case>, HashMap<String, Tensor>)> {
     let dir = vlm_dir(name);
     let reference = common::read_json(&dir.join("reference.json"))?;
     let tensors_path = match reference.get("reference_tensors").and_then(Value::as_str) {
@@ -513,5 +525,50 @@ fn gemma3_images_attend_both_ways_within_each_image() -> Result<()> {
         checked += 1;
     }
     assert_eq!(checked, 2);
+    Ok(())
+}
+
+/// Gemma 3's pan-and-scan (`--pan-and-scan`): a 451×300 photo is seen whole and as two crops of
+/// 226×300, each expanded as the processor writes it ("Here is the original image … and here are
+/// some crops …"); a square one is not split. Prompt ids, pixel values of all four views,
+/// features, logits and 16 greedy ids match transformers (its image processor with
+/// `do_pan_and_scan` and its processor's own `replace_image_token`, see make_tiny_vlms.py).
+#[test]
+fn gemma3_pan_and_scan_matches_transformers() -> Result<()> {
+    let dir = vlm_dir("gemma3-tiny");
+    let opts = LoadOptions { pan_and_scan: true, ..Default::default() };
+    let model = Model::load(dir.to_str().context("utf-8")?, &opts)?;
+    let (cases, tensors) = pan_and_scan_cases("gemma3-tiny")?;
+    ensure!(cases.len() == 1, "one pan-and-scan case");
+    for case in &cases {
+        let what = format!("gemma3-tiny/{}", case.name);
+        let prompt = model.encode_prompt(&user_text(case)?, None, false, &case.images)?;
+        assert_eq!(prompt.ids(), common::ids(&case.json["input_ids"]), "{what}: prompt ids");
+        assert_eq!(prompt.image_runs().len(), 4, "{what}: chelsea whole + 2 crops, astronaut whole");
+        let pixels = case.images.iter().map(|i| model.pixel_values(i)).collect::<tessera::Result<Vec<_>>>()?;
+        let reference = |k: &str| reference_tensor(&tensors, &case.name, k).with_context(|| format!("{what}: {k}"));
+        let d = max_abs_diff(&Tensor::cat(&pixels, 0)?, reference("pixel_values")?, "pixel values")?;
+        assert!(d < 1e-5, "{what}: pixel values differ by {d}");
+        let tokens = case.images.iter().map(|i| model.image_embeddings(i)).collect::<tessera::Result<Vec<_>>>()?;
+        let d = max_abs_diff(&Tensor::cat(&tokens, 0)?, reference("image_features")?, "image features")?;
+        assert!(d < 1e-4, "{what}: image features differ by {d}");
+        let embeds = model.prompt_embeddings(&prompt)?;
+        let runs = prompt.image_runs();
+        let hidden =
+            model.forward_hidden_with_images(&embeds, &mut model.new_cache(), &mut Default::default(), &runs)?;
+        let logits = model.logits(&hidden)?;
+        let expected = reference("logits")?;
+        let n = expected.dim(0)?;
+        let d = max_abs_diff(&logits.narrow(0, logits.dim(0)? - n, n)?, expected, "logits")?;
+        assert!(d < 1e-4, "{what}: logits differ by {d}");
+        let greedy = common::ids(&case.json["greedy_ids"]);
+        let params = GenerateParams { max_new_tokens: greedy.len(), ignore_eos: true, ..Default::default() };
+        assert_eq!(model.generate(&prompt, &params, &mut |_| {})?.generated_tokens, greedy, "{what}: greedy ids");
+    }
+    // Off by default, and refused for a family without it.
+    assert_eq!(load("gemma3-tiny")?.image_tokens(&cases[0].images[0])?, 16);
+    assert_eq!(model.image_tokens(&cases[0].images[0])?, 48);
+    let err = Model::load(vlm_dir("llava-tiny").to_str().context("utf-8")?, &opts).err().map(|e| e.to_string());
+    assert!(err.as_deref().unwrap_or("").contains("pan-and-scan"), "{err:?}");
     Ok(())
 }

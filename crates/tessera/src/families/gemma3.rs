@@ -61,7 +61,7 @@ impl Gemma3Config {
                 begin: self.boi_token_index.unwrap_or(255_999),
                 end: self.eoi_token_index.unwrap_or(256_000),
             },
-            processor: ProcessorRule::Single { tokens, stated_len: Some("image_seq_length") },
+            processor: ProcessorRule::Single { tokens, stated_len: Some("image_seq_length"), pan_and_scan: true },
             weights: WeightRoots { tower: TOWER_ROOTS, connector: PROJECTOR_ROOTS, connector_probe: "" },
             tower,
         };

@@ -91,6 +91,7 @@ impl LlavaConfig {
             processor: ProcessorRule::Single {
                 tokens: tower.num_positions() - usize::from(drop_class_token),
                 stated_len: None,
+                pan_and_scan: false,
             },
             weights: WeightRoots { tower: TOWER_ROOTS, connector: PROJECTOR_ROOTS, connector_probe: "" },
             tower,

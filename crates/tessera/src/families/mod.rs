@@ -187,8 +187,9 @@ pub enum Placeholder {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ProcessorRule {
     /// Resize (and crop), rescale, normalize: one view of `tokens` image tokens. When the
-    /// processor's settings state the count under `stated_len`, it must agree.
-    Single { tokens: usize, stated_len: Option<&'static str> },
+    /// processor's settings state the count under `stated_len`, it must agree. `pan_and_scan`:
+    /// the processor can add crops of the image as further views (Gemma 3).
+    Single { tokens: usize, stated_len: Option<&'static str>, pan_and_scan: bool },
     /// Idefics3: tiles and a global view of `tokens_per_view` tokens each.
     Tiled { tokens_per_view: usize },
 }
@@ -360,7 +361,11 @@ mod tests {
         // CLIP by default: 2×2 patches + CLS, CLS dropped; −2 of 2 layers → hidden_states[1].
         assert_eq!(
             (v.image_token_id, v.feature, &v.processor),
-            (32000, FeatureLayer::Hidden(1), &ProcessorRule::Single { tokens: 4, stated_len: None })
+            (
+                32000,
+                FeatureLayer::Hidden(1),
+                &ProcessorRule::Single { tokens: 4, stated_len: None, pan_and_scan: false }
+            )
         );
         Ok(())
     }

@@ -51,7 +51,11 @@ impl PaliGemmaConfig {
             connector: ConnectorConfig::Linear,
             image_token_id: self.image_token_index.or(self.image_token_id).unwrap_or(256000),
             placeholder: Placeholder::ImageToken,
-            processor: ProcessorRule::Single { tokens: tower.num_patches(), stated_len: Some("image_seq_length") },
+            processor: ProcessorRule::Single {
+                tokens: tower.num_patches(),
+                stated_len: Some("image_seq_length"),
+                pan_and_scan: false,
+            },
             weights: WeightRoots { tower: TOWER_ROOTS, connector: PROJECTOR_ROOTS, connector_probe: "" },
             tower,
         };
