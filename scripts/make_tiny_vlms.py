@@ -13,6 +13,10 @@ Writes tests/fixtures/vlm/<name>/ for
                          global layers alternating from a sliding one with a window shorter than the prompt,
                          query_pre_attn_scalar, post-attention and pre/post-FFN norms); its reference.json also
                          holds, per case, the greedy ids with each Gemma 2 rule removed ("ablations")
+  qwen2-vl-tiny          Qwen2VLForConditionalGeneration (Conv3d patches of 4 px over 2 duplicated frames, 2-D vision
+                         RoPE, 2x2 patch merger, a Qwen2 text model with M-RoPE sections [2, 3, 3]) +
+                         Qwen2VLProcessor (smart_resize to multiples of 8 between 256 and 4096 pixels, the real
+                         Qwen2-VL chat template); non-square images, two images, text after them
   gemma3-tiny            Gemma3ForConditionalGeneration (SigLIP vision, 2x2 average pooling, mm_soft_emb_norm, a
                          Gemma 3 text model: q/k norms, 5 local : 1 global layers with their own RoPE bases and linear
                          scaling on the global one, a window of 8 under 16 image tokens, images attending to themselves
@@ -55,7 +59,8 @@ import transformers
 from PIL import Image
 from safetensors.torch import save_file
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import (AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer,
+from transformers import (AutoImageProcessor, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor,
+                          AutoTokenizer,
                           CLIPVisionConfig, Gemma3Config, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Gemma3Processor,
                           Gemma3TextConfig, Gemma2Config, Gemma2ForCausalLM, GemmaConfig, GemmaForCausalLM, Idefics3Config,
                           Idefics3ForConditionalGeneration, Idefics3Processor, Idefics3VisionConfig, LlamaConfig,
@@ -97,6 +102,19 @@ GEMMA_CHAT = ("{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_e
               "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}"
               "{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}"
               "{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}")
+
+# Qwen2-VL's chat template (Qwen/Qwen2-VL-*-Instruct): each image becomes <|vision_start|><|image_pad|><|vision_end|>.
+QWEN2_VL_CHAT = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
+    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+    "{% endif %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}"
+    "<|im_end|>\n{% else %}{% for content in message['content'] %}{% if content['type'] == 'image' or 'image' in "
+    "content or 'image_url' in content %}{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}"
+    "Picture {{ image_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>{% elif content['type'] == "
+    "'video' or 'video' in content %}{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}Video "
+    "{{ video_count.value }}: {% endif %}<|vision_start|><|video_pad|><|vision_end|>{% elif 'text' in content %}"
+    "{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}"
+    "<|im_start|>assistant\n{% endif %}")
 
 # Gemma 3's chat template (google/gemma-3-*-it): images become <start_of_image>, which the processor expands.
 GEMMA3_CHAT = (
@@ -188,6 +206,16 @@ def paligemma_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>",
                                    pad_token="<pad>", mask_token="<mask>", add_bos_token=True, add_eos_token=False,
                                    extra_special_tokens=["<image>"])
+
+
+def qwen2_vl_tokenizer():
+    # Qwen vocabulary: BPE first, then <|endoftext|>, <|im_start|>, <|im_end|>, the vision markers and pads.
+    tok = bpe([])
+    append_special(tok, ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+                         "<|image_pad|>", "<|video_pad|>"])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=None, eos_token="<|im_end|>",
+                                   pad_token="<|endoftext|>", unk_token=None, add_bos_token=False, add_eos_token=False,
+                                   extra_special_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"})
 
 
 def gemma3_tokenizer():
@@ -388,6 +416,42 @@ def paligemma2_spec():
     return spec
 
 
+def qwen2_vl_spec():
+    from transformers import (Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor, Qwen2VLTextConfig,
+                              Qwen2VLVisionConfig)
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+    tok = qwen2_vl_tokenizer()
+    ids = tok.convert_tokens_to_ids
+    image_processor = Qwen2VLImageProcessorPil(min_pixels=256, max_pixels=4096, patch_size=4, merge_size=2,
+                                               temporal_patch_size=2, resample=Image.Resampling.BICUBIC,
+                                               image_mean=list(OPENAI_CLIP_MEAN), image_std=list(OPENAI_CLIP_STD))
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor  # needs torchvision
+    processor = Qwen2VLProcessor(image_processor=image_processor, tokenizer=tok, video_processor=Qwen2VLVideoProcessor(),
+                                 chat_template=QWEN2_VL_CHAT)
+    tok = processor.tokenizer
+    text = Qwen2VLTextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                             rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                                 "mrope_section": [2, 3, 3]},
+                             bos_token_id=None, eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|endoftext|>"))
+    vision = Qwen2VLVisionConfig(depth=2, embed_dim=32, hidden_size=64, num_heads=4, mlp_ratio=2, in_channels=3,
+                                 patch_size=4, spatial_merge_size=2, temporal_patch_size=2, hidden_act="quick_gelu")
+    config = Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=ids("<|image_pad|>"),
+                           video_token_id=ids("<|video_pad|>"), vision_start_token_id=ids("<|vision_start|>"),
+                           vision_end_token_id=ids("<|vision_end|>"), tie_word_embeddings=True)
+    return dict(
+        name="qwen2-vl-tiny", cls=Qwen2VLForConditionalGeneration, config=config, processor=processor, seed=1000,
+        connector=lambda m: m.model.visual.merger, text_model=lambda m: m.model.language_model,
+        generation=dict(eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|endoftext|>")),
+        image_token="<|image_pad|>",
+        cases=[
+            chat_case("chelsea", [f"{IMAGES}/chelsea.png"], "Describe this image."),
+            chat_case("two_images", [f"{IMAGES}/chelsea.png", f"{IMAGES}/coffee.png"],
+                      "What differs between the two images?"),
+            chat_case("text_only", [], "Hello, who are you?"),
+        ])
+
+
 def gemma3_spec():
     tok = gemma3_tokenizer()
     ids = tok.convert_tokens_to_ids
@@ -456,7 +520,8 @@ def with_paths(messages, images):
     return out
 
 
-MODEL_INPUTS = ("input_ids", "attention_mask", "pixel_values", "pixel_attention_mask", "token_type_ids")
+MODEL_INPUTS = ("input_ids", "attention_mask", "pixel_values", "pixel_attention_mask", "token_type_ids", "image_grid_thw",
+                "mm_token_type_ids")
 
 
 def prepare(processor, case, family):
@@ -535,6 +600,8 @@ def run_case(spec, model, processor, case):
         # PaliGemma: generated tokens are suffix (1); Gemma 3: text (0, 1 marks image tokens).
         suffix = torch.ones_like if family == "paligemma" else torch.zeros_like
         full["token_type_ids"] = torch.cat([inputs["token_type_ids"], suffix(new[None, :-1])], dim=1)
+    if "mm_token_type_ids" in full:  # Qwen2-VL: generated tokens are text (0)
+        full["mm_token_type_ids"] = torch.cat([inputs["mm_token_type_ids"], torch.zeros_like(new[None, :-1])], dim=1)
     with torch.no_grad():
         recomputed = model(**full).logits[0, ids.shape[1] - 1:]
     assert torch.equal(recomputed.argmax(-1), new), case["name"]
@@ -579,6 +646,9 @@ def build(spec):
                                                             attn_implementation="eager").eval()
         assert type(model) is spec["cls"]
         processor = AutoProcessor.from_pretrained(folder)
+        # The PIL image processor, as the engine resizes (AutoProcessor picks torchvision's where it is installed,
+        # which Qwen2-VL's video processor needs).
+        processor.image_processor = AutoImageProcessor.from_pretrained(folder, backend="pil")
         assert type(processor.image_processor).__name__.endswith("Pil"), type(processor.image_processor)
         image_token = spec.get("image_token", "<image>")
         assert model.config.image_token_id == processor.tokenizer.convert_tokens_to_ids(image_token)
@@ -681,6 +751,7 @@ def write_legacy(src, ref, tensors):
         f.write("\n")
 
     processor = AutoProcessor.from_pretrained(dst)
+    processor.image_processor = AutoImageProcessor.from_pretrained(dst, backend="pil")
     assert type(processor.image_processor).__name__ == "Idefics3ImageProcessorPil"
     case = next(c for c in ref["cases"] if c["name"] == "chelsea")
     spec_case = chat_case("chelsea", case["images"], case["prompt"])
@@ -779,7 +850,8 @@ def main():
     torch.set_num_threads(2)
     os.makedirs(OUT, exist_ok=True)
     derive_images()
-    for make in (smolvlm_spec, llava_spec, llava_interleave_spec, paligemma_spec, paligemma2_spec, gemma3_spec):
+    for make in (smolvlm_spec, llava_spec, llava_interleave_spec, paligemma_spec, paligemma2_spec, gemma3_spec,
+                 qwen2_vl_spec):
         spec = make()
         if wanted and spec["name"] not in wanted:
             continue

@@ -336,6 +336,7 @@ fn vision_language_checkpoints_answer_and_describe_themselves() -> Result<()> {
         ("paligemma-tiny", 64),
         ("paligemma2-tiny", 64),
         ("gemma3-tiny", 16),
+        ("qwen2-vl-tiny", 54),
     ] {
         let o = tessera(&[
             "generate",

@@ -382,6 +382,24 @@ pub struct Attention {
 }
 
 impl Attention {
+    /// An attention from projections already loaded (Qwen2-VL's vision blocks store q, k and v
+    /// as one `qkv` matrix); `cfg` gives the heads, scale and soft-cap (no q/k norms).
+    pub fn from_parts(cfg: &AttentionConfig, q: Linear, k: Linear, v: Linear, o: Linear) -> Result<Self> {
+        cfg.validate()?;
+        Ok(Self {
+            q_proj: q,
+            k_proj: k,
+            v_proj: v,
+            o_proj: o,
+            num_heads: cfg.num_heads,
+            num_kv_heads: cfg.num_kv_heads,
+            head_dim: cfg.head_dim,
+            scale: cfg.scale,
+            softcap: cfg.softcap,
+            qk_norm: None,
+        })
+    }
+
     pub fn new(cfg: &AttentionConfig, vb: &Weights) -> Result<Self> {
         cfg.validate()?;
         let (h, q_out, kv_out) = (cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);

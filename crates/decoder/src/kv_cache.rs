@@ -60,11 +60,25 @@ fn grow(old: Option<Tensor>, like: &Tensor, capacity: usize, len: usize) -> Resu
 pub struct KvCache {
     layers: Vec<LayerKv>,
     max_len: usize,
+    /// RoPE position of the next token minus [`len`](Self::len): 0, except after a prompt
+    /// whose M-RoPE positions advance slower than its length (Qwen2-VL's images).
+    position_delta: i64,
 }
 
 impl KvCache {
     pub fn new(num_layers: usize, max_len: usize) -> Self {
-        Self { layers: vec![LayerKv::default(); num_layers], max_len }
+        Self { layers: vec![LayerKv::default(); num_layers], max_len, position_delta: 0 }
+    }
+
+    /// RoPE position of the next token minus the positions cached (see `set_position_delta`).
+    pub fn position_delta(&self) -> i64 {
+        self.position_delta
+    }
+
+    /// Records that the next token's RoPE position is `len() + delta` (M-RoPE: the prompt's
+    /// largest position + 1 − its length).
+    pub fn set_position_delta(&mut self, delta: i64) {
+        self.position_delta = delta;
     }
 
     /// Positions cached so far (the RoPE offset of the next token).
@@ -89,6 +103,7 @@ impl KvCache {
         for l in &mut self.layers {
             l.len = 0;
         }
+        self.position_delta = 0;
     }
 
     /// Appends to layer `layer`; see [`LayerKv::append`].

@@ -205,6 +205,16 @@ pub struct RopeAngles {
 }
 
 impl RopeAngles {
+    /// Angles computed elsewhere: `(t, head_dim/2)` f32 (Qwen2-VL's vision RoPE: each patch's
+    /// row and column angles side by side).
+    pub fn from_angles(angles: &Tensor, style: RopeStyle, head_dim: usize, dtype: DType) -> Result<Self> {
+        let (_, half) = angles.dims2()?;
+        if half * 2 != head_dim {
+            return Err(DecoderError::Config(format!("{half} angles per position for head_dim {head_dim}")));
+        }
+        Ok(Self { cos: angles.cos()?.to_dtype(dtype)?, sin: angles.sin()?.to_dtype(dtype)?, style, head_dim })
+    }
+
     /// How many positions these angles rotate.
     pub fn len(&self) -> usize {
         self.cos.dims()[0]

@@ -115,7 +115,7 @@ impl Model {
     pub fn hidden_states(&self, prompt: &Prompt) -> Result<Vec<Tensor>> {
         let embeds = self.prompt_embeddings(prompt)?;
         let mut trace = Trace { capture_hidden: true, ..Default::default() };
-        let last = self.forward_hidden_with_images(&embeds, &mut self.new_cache(), &mut trace, &prompt.image_runs())?;
+        let last = self.forward_prompt(prompt, &embeds, &mut self.new_cache(), &mut trace)?;
         let mut states = trace.hidden_states;
         // Replace the last block's raw output with the final-normed one, as transformers does.
         states.pop();
@@ -315,7 +315,7 @@ impl Model {
         }
         let embeds = self.prompt_embeddings(prompt)?;
         let mut trace = Trace { attention_layers: layers.to_vec(), ..Default::default() };
-        self.forward_hidden_with_images(&embeds, &mut self.new_cache(), &mut trace, &prompt.image_runs())?;
+        self.forward_prompt(prompt, &embeds, &mut self.new_cache(), &mut trace)?;
         trace.attentions.into_iter().map(|(l, w)| Ok((l, w.squeeze(0)?))).collect()
     }
 }

@@ -141,8 +141,7 @@ impl Model {
         let mut attention = params.capture_attention.then(Vec::new);
         let start = Instant::now();
         let embeds = self.prompt_embeddings(prompt)?;
-        let (mut logits, mut attn_row) =
-            self.step(&embeds, &mut cache, params.capture_attention, &prompt.image_runs())?;
+        let (mut logits, mut attn_row) = self.step(&embeds, &mut cache, params.capture_attention, Some(prompt))?;
         timings.prompt_s = start.elapsed().as_secs_f64();
         let decode_start = Instant::now();
 
@@ -186,7 +185,7 @@ impl Model {
                 finish = FinishReason::ContextFull;
                 break;
             }
-            (logits, attn_row) = self.step(&self.embed_ids(&[next])?, &mut cache, params.capture_attention, &[])?;
+            (logits, attn_row) = self.step(&self.embed_ids(&[next])?, &mut cache, params.capture_attention, None)?;
         }
         if finish != FinishReason::StopString {
             // What the stream still holds back (a character cut off by the length limit) is
@@ -219,17 +218,21 @@ impl Model {
 
     /// One forward over `embeds`: the last position's f32 logits `(vocab,)` and, when `capture`,
     /// that position's attention over every cached position, averaged over layers and heads.
-    /// `image_runs`: where the images are among the rows (the prompt's; none when decoding).
+    /// `prompt`: the prompt whose embeddings these are (its masks and positions); `None` when
+    /// decoding.
     fn step(
         &self,
         embeds: &Tensor,
         cache: &mut KvCache,
         capture: bool,
-        image_runs: &[std::ops::Range<usize>],
+        prompt: Option<&Prompt>,
     ) -> Result<(Tensor, Option<Vec<f32>>)> {
         let layers = if capture { (0..self.config().decoder.num_hidden_layers).collect() } else { Vec::new() };
         let mut trace = Trace { attention_layers: layers, ..Default::default() };
-        let hidden = self.forward_hidden_with_images(embeds, cache, &mut trace, image_runs)?;
+        let hidden = match prompt {
+            Some(p) => self.forward_prompt(p, embeds, cache, &mut trace)?,
+            None => self.forward_hidden(embeds, cache, &mut trace)?,
+        };
         let t = hidden.dim(1)?;
         let logits = self.logits(&hidden.narrow(1, t - 1, 1)?)?.squeeze(0)?;
         if !capture {

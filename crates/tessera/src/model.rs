@@ -18,6 +18,7 @@ use tessera_vision::RgbImage;
 
 use crate::config::{GenerationConfig, ModelConfig, PromptStyle};
 use crate::error::{Result, TesseraError};
+use crate::prompt::{Chunk, Prompt};
 use crate::source::{self, ModelSource};
 use crate::vision::ImageEncoder;
 
@@ -279,7 +280,7 @@ impl Model {
 
     /// Image tokens `image` becomes in the sequence.
     pub fn image_tokens(&self, image: &RgbImage) -> Result<usize> {
-        Ok(self.vision()?.tokens_for(image))
+        self.vision()?.tokens_for(image)
     }
 
     /// What a raw prompt writes for each image, before the processor's expansion (`<image>`;
@@ -291,7 +292,7 @@ impl Model {
     /// The prompt text that stands for `image` (Hugging Face families; `None` for the native
     /// model, whose image tokens go before the text).
     pub fn image_placeholder_text(&self, image: &RgbImage) -> Result<Option<String>> {
-        Ok(self.vision()?.placeholder_text(image))
+        self.vision()?.placeholder_text(image)
     }
 
     /// Refuses an image that would take more than `max_tokens` image tokens.
@@ -420,6 +421,92 @@ impl Model {
         image_runs: &[Range<usize>],
     ) -> Result<Tensor> {
         let t = embeds.dim(1)?;
+        let start = usize::try_from(cache.len() as i64 + cache.position_delta())
+            .map_err(|_| TesseraError::InvalidInput("the cache's RoPE position is negative".into()))?;
+        let positions = self.decoder.consecutive_positions(start, t, embeds.device())?;
+        self.run_decoder(embeds, cache, trace, image_runs, &positions)
+    }
+
+    /// The decoder over `prompt`'s embeddings `embeds` (see [`Model::prompt_embeddings`]) after
+    /// what `cache` holds, with the prompt's masks (image blocks) and RoPE positions (M-RoPE
+    /// grid positions for the images of Qwen2-VL); the cache then remembers where the next
+    /// token's position is.
+    pub fn forward_prompt(
+        &self,
+        prompt: &Prompt,
+        embeds: &Tensor,
+        cache: &mut KvCache,
+        trace: &mut Trace,
+    ) -> Result<Tensor> {
+        let (positions, delta) = self.prompt_positions(prompt, cache)?;
+        let hidden = self.run_decoder(embeds, cache, trace, &prompt.image_runs(), &positions)?;
+        cache.set_position_delta(delta);
+        Ok(hidden)
+    }
+
+    /// The RoPE positions of `prompt`'s rows after `cache`: consecutive, or for M-RoPE models
+    /// `(3, t)` — text on one line, each image's tokens at (start, start + row, start + column)
+    /// with the text after it continuing at start + max(rows, columns) (transformers'
+    /// `get_rope_index`). Also the next position minus the positions cached afterwards.
+    pub fn prompt_positions(&self, prompt: &Prompt, cache: &KvCache) -> Result<(Tensor, i64)> {
+        let device = &self.device;
+        let start = cache.len() as i64 + cache.position_delta();
+        if self.config.decoder.rope.mrope.is_none() {
+            let first = usize::try_from(start).unwrap_or(0);
+            return Ok((self.decoder.consecutive_positions(first, prompt.len(), device)?, cache.position_delta()));
+        }
+        let vision = self.image_encoder.as_ref();
+        let mut streams: [Vec<i64>; 3] = Default::default();
+        let mut current = start;
+        let mut image_start = std::collections::HashMap::new();
+        for chunk in prompt.chunks() {
+            match chunk {
+                Chunk::Text(r) => {
+                    for i in 0..r.len() as i64 {
+                        streams.iter_mut().for_each(|s| s.push(current + i));
+                    }
+                    current += r.len() as i64;
+                }
+                Chunk::Image { image, tokens } => {
+                    let img = &prompt.images()[*image];
+                    let (rows, cols) = match vision.map(|v| v.mrope_grid(img)).transpose()?.flatten() {
+                        Some(g) => g,
+                        None => (1, tokens.end.max(1)),
+                    };
+                    let first = *image_start.entry(*image).or_insert(current);
+                    for k in tokens.clone() {
+                        streams[0].push(first);
+                        streams[1].push(first + (k / cols) as i64);
+                        streams[2].push(first + (k % cols) as i64);
+                    }
+                    if tokens.end >= rows * cols {
+                        current = first + rows.max(cols) as i64;
+                    }
+                }
+            }
+        }
+        let t = streams[0].len();
+        let max = streams.iter().flatten().copied().max().unwrap_or(start - 1);
+        let delta = max + 1 - (cache.len() + t) as i64;
+        let flat: Vec<u32> = streams
+            .iter()
+            .flatten()
+            .map(|&p| {
+                u32::try_from(p).map_err(|_| TesseraError::InvalidInput(format!("RoPE position {p} out of range")))
+            })
+            .collect::<Result<_>>()?;
+        Ok((Tensor::from_vec(flat, (3, t), device)?, delta))
+    }
+
+    fn run_decoder(
+        &self,
+        embeds: &Tensor,
+        cache: &mut KvCache,
+        trace: &mut Trace,
+        image_runs: &[Range<usize>],
+        positions: &Tensor,
+    ) -> Result<Tensor> {
+        let t = embeds.dim(1)?;
         if t == 0 {
             return Err(TesseraError::InvalidInput("empty input: no tokens to run".into()));
         }
@@ -431,8 +518,7 @@ impl Model {
             )));
         }
         let masks = self.mask_plan(cache.len(), t, image_runs)?;
-        let positions = self.decoder.consecutive_positions(cache.len(), t, embeds.device())?;
-        Ok(self.decoder.forward_traced(embeds, cache, &masks, &positions, trace)?)
+        Ok(self.decoder.forward_traced(embeds, cache, &masks, positions, trace)?)
     }
 
     /// The LM head: hidden `(1, t, hidden)` → f32 logits `(t, vocab)`.

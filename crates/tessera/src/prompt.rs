@@ -228,7 +228,8 @@ impl Model {
         let placeholder = self.image_encoder.as_ref().and_then(|e| e.image_token());
         let expanded = match (placeholder, self.image_encoder.as_ref()) {
             (Some(p), Some(enc)) => {
-                let texts: Vec<String> = images.iter().filter_map(|img| enc.placeholder_text(img)).collect();
+                let texts: Vec<String> =
+                    images.iter().filter_map(|img| enc.placeholder_text(img).transpose()).collect::<Result<_>>()?;
                 tessera_text::expand_placeholders(text, p, &texts)?
             }
             _ => text.to_string(),
@@ -245,7 +246,7 @@ impl Model {
             self.check_image_count(images.len())?;
         }
         let tokens: Vec<usize> = match &self.image_encoder {
-            Some(e) => images.iter().map(|img| e.tokens_for(img)).collect(),
+            Some(e) => images.iter().map(|img| e.tokens_for(img)).collect::<Result<_>>()?,
             None => Vec::new(),
         };
         let chunks = match self.image_encoder.as_ref().and_then(|e| e.image_token_id()) {

@@ -11,16 +11,112 @@ use serde_json::Value;
 use tessera_decoder::Weights;
 use tessera_text::Tokenizer;
 use tessera_vision::{
-    drop_class_token, preprocess, split_image, tiling, Connector, FeatureLayer, NativePatchEncoder, PanAndScan,
-    PreprocessConfig, RgbImage, TilingConfig, VisionTower,
+    drop_class_token, preprocess, split_image, tiling, Connector, FeatureLayer, Filter, NativePatchEncoder, PanAndScan,
+    PreprocessConfig, Qwen2VisionTower, RgbImage, TilingConfig, VisionTower,
 };
 
 use crate::config::{ConnectorConfig, Placeholder, ProcessorRule, TowerSpec, VisionSpec};
 use crate::error::{Result, TesseraError};
+use crate::families::Qwen2VlSpec;
 
 pub(crate) enum ImageEncoder {
     Native { encoder: NativePatchEncoder, preprocess: PreprocessConfig },
     Hf(Box<HfImageEncoder>),
+    Qwen2Vl(Box<Qwen2VlEncoder>),
+}
+
+/// Qwen2-VL's processor settings, tower and merger.
+pub(crate) struct Qwen2VlEncoder {
+    tower: Qwen2VisionTower,
+    image_token_id: u32,
+    image_token: String,
+    min_pixels: usize,
+    max_pixels: usize,
+    filter: Filter,
+    /// Rescale and normalize (the resize is `smart_resize`'s).
+    normalize: PreprocessConfig,
+}
+
+impl Qwen2VlEncoder {
+    fn load(spec: &Qwen2VlSpec, dir: &Path, vb: &Weights, tokenizer: &Tokenizer) -> Result<Self> {
+        let (image, _, origin) = processor_files(dir)?;
+        let err = |reason: String| TesseraError::Config { path: origin.clone(), reason };
+        let mut normalize: PreprocessConfig =
+            serde_json::from_value(image.clone()).map_err(|e| err(format!("image processor settings: {e}")))?;
+        normalize.validate().map_err(|e| err(e.to_string()))?;
+        normalize.do_resize = false;
+        normalize.do_center_crop = false;
+        let field = |keys: &[&str], default: u64| -> u64 {
+            keys.iter()
+                .find_map(|k| match k.split_once('.') {
+                    Some((a, b)) => image.get(a).and_then(|v| v.get(b)).and_then(Value::as_u64),
+                    None => image.get(*k).and_then(Value::as_u64),
+                })
+                .unwrap_or(default)
+        };
+        let t = &spec.tower;
+        for (name, stated, model) in [
+            ("patch_size", field(&["patch_size"], t.patch_size as u64), t.patch_size),
+            ("merge_size", field(&["merge_size"], t.spatial_merge_size as u64), t.spatial_merge_size),
+            (
+                "temporal_patch_size",
+                field(&["temporal_patch_size"], t.temporal_patch_size as u64),
+                t.temporal_patch_size,
+            ),
+        ] {
+            if stated as usize != model {
+                return Err(err(format!("{name} {stated} differs from the vision tower's {model}")));
+            }
+        }
+        let min_pixels = field(&["size.shortest_edge", "min_pixels"], 56 * 56) as usize;
+        let max_pixels = field(&["size.longest_edge", "max_pixels"], 28 * 28 * 1280) as usize;
+        if min_pixels == 0 || min_pixels > max_pixels || max_pixels > tessera_vision::preprocess::MAX_SIDE.pow(2) {
+            return Err(err(format!("pixel budget {min_pixels}..={max_pixels} is empty or too large")));
+        }
+        let filter = Filter::from_pil(normalize.resample)
+            .ok_or_else(|| err(format!("unsupported `resample` value {}", normalize.resample)))?;
+        let image_token = tokenizer.id_to_token(spec.image_token_id).ok_or_else(|| TesseraError::Config {
+            path: dir.join("tokenizer.json"),
+            reason: format!("the tokenizer has no token for image_token_id {}", spec.image_token_id),
+        })?;
+        let root = first_prefix(vb, &["visual", "model.visual"], "patch_embed.proj.weight");
+        Ok(Self {
+            tower: Qwen2VisionTower::new(&spec.tower, &root)?,
+            image_token_id: spec.image_token_id,
+            image_token,
+            min_pixels,
+            max_pixels,
+            filter,
+            normalize,
+        })
+    }
+
+    /// The size the processor resizes `img` to, `(height, width)`.
+    fn resized(&self, img: &RgbImage) -> Result<(usize, usize)> {
+        let f = self.tower.config().factor();
+        Ok(tessera_vision::qwen2_vl::smart_resize(img.height, img.width, f, self.min_pixels, self.max_pixels)?)
+    }
+
+    /// The image tokens' grid `(rows, cols)` (patches merged).
+    fn grid(&self, img: &RgbImage) -> Result<(usize, usize)> {
+        let (h, w) = self.resized(img)?;
+        let f = self.tower.config().factor();
+        Ok((h / f, w / f))
+    }
+
+    /// Pixel values `(patches, C·T·P·P)` and the patch grid.
+    fn patches(&self, img: &RgbImage, device: &Device) -> Result<(Tensor, usize, usize)> {
+        let (h, w) = self.resized(img)?;
+        let resized = tessera_vision::preprocess::resize(img, h, w, self.filter);
+        let px = tessera_vision::preprocess::to_tensor(&resized, &self.normalize, device)?;
+        let c = self.tower.config();
+        Ok(tessera_vision::qwen2_vl::patchify(&px, c.patch_size, c.spatial_merge_size, c.temporal_patch_size)?)
+    }
+
+    fn features(&self, img: &RgbImage, device: &Device) -> Result<Tensor> {
+        let (px, rows, cols) = self.patches(img, device)?;
+        Ok(self.tower.features(&px, rows, cols)?)
+    }
 }
 
 /// How a Hugging Face family's processor turns one image into pixel values.
@@ -142,6 +238,12 @@ impl ImageEncoder {
                 };
                 Ok(Self::Hf(Box::new(HfImageEncoder::load(cfg, dir, vb, text_hidden, texts, pan_and_scan)?)))
             }
+            VisionSpec::Qwen2Vl(spec) => {
+                if pan_and_scan {
+                    return Err(TesseraError::InvalidInput("pan-and-scan is for Gemma 3; Qwen2-VL has none".into()));
+                }
+                Ok(Self::Qwen2Vl(Box::new(Qwen2VlEncoder::load(spec, dir, vb, tokenizer)?)))
+            }
         }
     }
 
@@ -149,7 +251,16 @@ impl ImageEncoder {
     pub fn max_images(&self) -> usize {
         match self {
             Self::Native { .. } => 1,
-            Self::Hf(_) => usize::MAX,
+            Self::Hf(_) | Self::Qwen2Vl(_) => usize::MAX,
+        }
+    }
+
+    /// The grid `(rows, cols)` of `img`'s image tokens, for families whose images take M-RoPE
+    /// grid positions (Qwen2-VL); `None` for the others.
+    pub fn mrope_grid(&self, img: &RgbImage) -> Result<Option<(usize, usize)>> {
+        match self {
+            Self::Qwen2Vl(e) => e.grid(img).map(Some),
+            _ => Ok(None),
         }
     }
 
@@ -158,14 +269,16 @@ impl ImageEncoder {
         match self {
             Self::Native { encoder, .. } => Some(encoder.config().num_patches()),
             Self::Hf(e) => e.processor.fixed_tokens(),
+            Self::Qwen2Vl(_) => None,
         }
     }
 
     /// Image tokens `img` becomes.
-    pub fn tokens_for(&self, img: &RgbImage) -> usize {
+    pub fn tokens_for(&self, img: &RgbImage) -> Result<usize> {
         match self {
-            Self::Native { encoder, .. } => encoder.config().num_patches(),
-            Self::Hf(e) => e.processor.tokens_for_size(img.height, img.width),
+            Self::Native { encoder, .. } => Ok(encoder.config().num_patches()),
+            Self::Hf(e) => Ok(e.processor.tokens_for_size(img.height, img.width)),
+            Self::Qwen2Vl(e) => e.grid(img).map(|(r, c)| r * c),
         }
     }
 
@@ -182,6 +295,25 @@ impl ImageEncoder {
                 )
             }
             Self::Hf(e) => e.describe(),
+            Self::Qwen2Vl(e) => {
+                let c = e.tower.config();
+                format!(
+                    "Qwen2-VL tower ({} blocks, width {}, {}×{} patches over {} frames, 2-D RoPE), {}×{} patch \
+                     merger; images resized to multiples of {} px within {}..={} pixels, one token per {}×{} block",
+                    c.depth,
+                    c.embed_dim,
+                    c.patch_size,
+                    c.patch_size,
+                    c.temporal_patch_size,
+                    c.spatial_merge_size,
+                    c.spatial_merge_size,
+                    c.factor(),
+                    e.min_pixels,
+                    e.max_pixels,
+                    c.factor(),
+                    c.factor()
+                )
+            }
         }
     }
 
@@ -195,6 +327,11 @@ impl ImageEncoder {
                 Ok((tessera_vision::preprocess::view(img, cfg)?, g, g))
             }
             Self::Hf(e) => e.model_view(img),
+            Self::Qwen2Vl(e) => {
+                let (h, w) = e.resized(img)?;
+                let (rows, cols) = e.grid(img)?;
+                Ok((tessera_vision::preprocess::resize(img, h, w, e.filter), rows, cols))
+            }
         }
     }
 
@@ -204,6 +341,7 @@ impl ImageEncoder {
         match self {
             Self::Native { preprocess: cfg, .. } => Ok(preprocess(img, cfg, device)?),
             Self::Hf(e) => e.processor.pixel_values(img, device),
+            Self::Qwen2Vl(e) => Ok(e.patches(img, device)?.0),
         }
     }
 
@@ -212,6 +350,7 @@ impl ImageEncoder {
         match self {
             Self::Native { encoder, .. } => Ok(encoder.forward(&self.pixel_values(img, device)?.unsqueeze(0)?)?),
             Self::Hf(e) => Ok(e.project(&e.tower_features(&e.processor.pixel_values(img, device)?)?)?.unsqueeze(0)?),
+            Self::Qwen2Vl(e) => Ok(e.tower.merge(&e.features(img, device)?)?.unsqueeze(0)?),
         }
     }
 
@@ -221,17 +360,22 @@ impl ImageEncoder {
         match self {
             Self::Native { .. } => self.encode(img, device),
             Self::Hf(e) => e.tower_features(&e.processor.pixel_values(img, device)?),
+            Self::Qwen2Vl(e) => Ok(e.features(img, device)?.unsqueeze(0)?),
         }
     }
 
     /// The prompt text that stands for `img` (Hugging Face families: the placeholder
     /// expansion the reference processor writes), or `None` (native: images go first).
-    pub fn placeholder_text(&self, img: &RgbImage) -> Option<String> {
+    pub fn placeholder_text(&self, img: &RgbImage) -> Result<Option<String>> {
         match self {
-            Self::Native { .. } => None,
+            Self::Native { .. } => Ok(None),
             Self::Hf(e) => {
                 let wrap = e.texts.wrap.as_ref().map(|(b, e)| (b.as_str(), e.as_str()));
-                Some(e.processor.placeholder_text(img.height, img.width, &e.texts.image_token, wrap))
+                Ok(Some(e.processor.placeholder_text(img.height, img.width, &e.texts.image_token, wrap)))
+            }
+            Self::Qwen2Vl(e) => {
+                let (rows, cols) = e.grid(img)?;
+                Ok(Some(e.image_token.repeat(rows * cols)))
             }
         }
     }
@@ -241,6 +385,7 @@ impl ImageEncoder {
         match self {
             Self::Native { .. } => None,
             Self::Hf(e) => Some(e.cfg.image_token_id),
+            Self::Qwen2Vl(e) => Some(e.image_token_id),
         }
     }
 
@@ -249,6 +394,7 @@ impl ImageEncoder {
         match self {
             Self::Native { .. } => None,
             Self::Hf(e) => Some(e.texts.placeholder()),
+            Self::Qwen2Vl(e) => Some(&e.image_token),
         }
     }
 }

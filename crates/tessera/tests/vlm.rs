@@ -1,6 +1,6 @@
 //! Hugging Face vision-language families against transformers: tiny random-weight Idefics3
 //! (SmolVLM), LLaVA (CLIP + Llama), LLaVA-interleave (SigLIP + Qwen2), PaliGemma (SigLIP +
-//! Gemma) and PaliGemma 2 (SigLIP + Gemma 2) checkpoints written by scripts/make_tiny_vlms.py with the real classes, processors
+//! Gemma), PaliGemma 2 (SigLIP + Gemma 2), Gemma 3 and Qwen2-VL checkpoints written by scripts/make_tiny_vlms.py with the real classes, processors
 //! and chat templates, with the reference's rendered prompts, ids, pixel values, tower
 //! features, projected image features, logits and 16 greedy ids on real photos.
 
@@ -14,8 +14,15 @@ use candle_core::{Device, Tensor};
 use serde_json::Value;
 use tessera::{load_image, GenerateParams, LoadOptions, Message, Model, RgbImage, DEFAULT_MAX_PIXELS};
 
-const FAMILIES: &[&str] =
-    &["smolvlm-tiny", "llava-tiny", "llava-interleave-tiny", "paligemma-tiny", "paligemma2-tiny", "gemma3-tiny"];
+const FAMILIES: &[&str] = &[
+    "smolvlm-tiny",
+    "llava-tiny",
+    "llava-interleave-tiny",
+    "paligemma-tiny",
+    "paligemma2-tiny",
+    "gemma3-tiny",
+    "qwen2-vl-tiny",
+];
 
 fn vlm_dir(name: &str) -> PathBuf {
     common::fixtures().join("vlm").join(name)
@@ -137,9 +144,7 @@ fn logits_and_16_greedy_ids_match_transformers() -> Result<()> {
             let what = format!("{name}/{}", case.name);
             let prompt = model.prompt(common::ids(&case.json["input_ids"]), &case.images)?;
             let embeds = model.prompt_embeddings(&prompt)?;
-            let runs = prompt.image_runs();
-            let hidden =
-                model.forward_hidden_with_images(&embeds, &mut model.new_cache(), &mut Default::default(), &runs)?;
+            let hidden = model.forward_prompt(&prompt, &embeds, &mut model.new_cache(), &mut Default::default())?;
             let logits = model.logits(&hidden)?;
             let expected = reference_tensor(&tensors, &case.name, "logits").context("logits")?;
             let n = expected.dim(0)?;
@@ -233,12 +238,17 @@ fn bad_input_gives_clear_errors() -> Result<()> {
         let dir = scratch_copy(name, &format!("missing-vision-{name}"))?;
         let weights = candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu)?;
         let n = weights.len();
-        let kept: HashMap<String, Tensor> =
-            weights.into_iter().filter(|(k, _)| !k.ends_with("encoder.layers.0.self_attn.k_proj.weight")).collect();
+        // (Qwen2-VL's blocks keep q, k and v in one matrix.)
+        let victim = if name.starts_with("qwen2-vl") {
+            "blocks.0.attn.qkv.weight"
+        } else {
+            "encoder.layers.0.self_attn.k_proj.weight"
+        };
+        let kept: HashMap<String, Tensor> = weights.into_iter().filter(|(k, _)| !k.ends_with(victim)).collect();
         ensure!(kept.len() == n - 1, "{name}: exactly one vision tensor removed");
         candle_core::safetensors::save(&kept, dir.join("model.safetensors"))?;
         let err = load_err(&dir);
-        assert!(err.contains("encoder.layers.0.self_attn.k_proj.weight") && err.contains("missing"), "{name}: {err}");
+        assert!(err.contains(victim) && err.contains("missing"), "{name}: {err}");
     }
     // A text model refuses images.
     let text = Model::load(common::fixtures().join("tiny/gemma").to_str().context("utf-8")?, &LoadOptions::default())?;
@@ -553,9 +563,7 @@ fn gemma3_pan_and_scan_matches_transformers() -> Result<()> {
         let d = max_abs_diff(&Tensor::cat(&tokens, 0)?, reference("image_features")?, "image features")?;
         assert!(d < 1e-4, "{what}: image features differ by {d}");
         let embeds = model.prompt_embeddings(&prompt)?;
-        let runs = prompt.image_runs();
-        let hidden =
-            model.forward_hidden_with_images(&embeds, &mut model.new_cache(), &mut Default::default(), &runs)?;
+        let hidden = model.forward_prompt(&prompt, &embeds, &mut model.new_cache(), &mut Default::default())?;
         let logits = model.logits(&hidden)?;
         let expected = reference("logits")?;
         let n = expected.dim(0)?;
@@ -570,5 +578,38 @@ fn gemma3_pan_and_scan_matches_transformers() -> Result<()> {
     assert_eq!(model.image_tokens(&cases[0].images[0])?, 48);
     let err = Model::load(vlm_dir("llava-tiny").to_str().context("utf-8")?, &opts).err().map(|e| e.to_string());
     assert!(err.as_deref().unwrap_or("").contains("pan-and-scan"), "{err:?}");
+    Ok(())
+}
+
+/// Qwen2-VL's M-RoPE: an image's tokens take (start, start + row, start + column) positions and
+/// the text after it continues at start + max(rows, columns) (a 6×9 grid: 54 tokens, 9
+/// positions). Given plain consecutive positions instead, the prompt's last logits move by
+/// several units; the 16 greedy ids of `logits_and_16_greedy_ids_match_transformers` decode
+/// past the images from the cache's position delta.
+#[test]
+fn qwen2_vl_images_take_grid_positions() -> Result<()> {
+    let model = load("qwen2-vl-tiny")?;
+    let (cases, tensors) = cases("qwen2-vl-tiny")?;
+    let case = cases.iter().find(|c| c.name == "two_images").context("two_images")?;
+    let prompt = model.prompt(common::ids(&case.json["input_ids"]), &case.images)?;
+    let (positions, delta) = model.prompt_positions(&prompt, &model.new_cache())?;
+    let p: Vec<Vec<u32>> = positions.to_vec2()?;
+    let first = prompt.image_positions()[0];
+    let t0 = p[0][first];
+    // The first image: 6 rows × 9 columns of merged tokens, all at one temporal position.
+    assert_eq!((p[0][first + 53], p[1][first + 53], p[2][first + 53]), (t0, t0 + 5, t0 + 8));
+    assert_eq!((p[1][first + 9], p[2][first + 9]), (t0 + 1, t0));
+    // Text after it resumes at start + 9 (`<|vision_end|>`), two images of 54 tokens each
+    // advance 9 positions each: the next token's position is 2 × (54 − 9) behind the length.
+    assert_eq!(p[0][first + 54], t0 + 9);
+    assert_eq!(delta, -90);
+    let embeds = model.prompt_embeddings(&prompt)?;
+    let consecutive =
+        model.forward_hidden_with_images(&embeds, &mut model.new_cache(), &mut Default::default(), &[])?;
+    let logits = model.logits(&consecutive)?;
+    let expected = reference_tensor(&tensors, &case.name, "logits").context("logits")?;
+    let n = expected.dim(0)?;
+    let moved = max_abs_diff(&logits.narrow(0, logits.dim(0)? - n, n)?, expected, "logits")?;
+    assert!(moved > 1.0, "consecutive positions move the logits by only {moved}");
     Ok(())
 }

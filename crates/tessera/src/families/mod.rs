@@ -12,6 +12,7 @@ mod idefics3;
 mod llava;
 mod native;
 mod paligemma;
+mod qwen2_vl;
 pub mod text;
 pub mod vit;
 
@@ -24,6 +25,7 @@ use tessera_vision::{FeatureLayer, NativeVisionConfig, PreprocessConfig, VisionT
 
 use crate::error::{Result, TesseraError};
 pub(crate) use idefics3::tiled_processor;
+pub use qwen2_vl::Qwen2VlSpec;
 pub use text::{TextFamily, TextFields, TextModel};
 
 /// A checkpoint's `config.json`, by its `model_type`.
@@ -58,13 +60,16 @@ enum Checkpoint {
     /// attending to themselves both ways.
     #[serde(rename = "gemma3")]
     Gemma3(Box<gemma3::Gemma3Config>),
+    /// Qwen2-VL: its own ViT (2-D RoPE, patch merger), a Qwen2 decoder with M-RoPE.
+    #[serde(rename = "qwen2_vl")]
+    Qwen2Vl(Box<qwen2_vl::Qwen2VlConfig>),
     #[serde(other)]
     Unsupported,
 }
 
 /// What `tessera` reads, for error messages.
 pub const SUPPORTED: &str =
-    "llama, mistral, qwen2, gemma, gemma2, gemma3_text, gemma3, tessera_native, idefics3, llava, paligemma \
+    "llama, mistral, qwen2, gemma, gemma2, gemma3_text, gemma3, qwen2_vl, tessera_native, idefics3, llava, paligemma \
      (config.json model_type) / llama, qwen2 (GGUF)";
 
 impl Checkpoint {
@@ -85,6 +90,7 @@ impl Checkpoint {
             Self::Llava(c) => c.resolve().map_err(err),
             Self::PaliGemma(c) => c.resolve().map_err(err),
             Self::Gemma3(c) => c.resolve().map_err(err),
+            Self::Qwen2Vl(c) => c.resolve().map_err(err),
             Self::Unsupported => Err(TesseraError::UnsupportedArchitecture {
                 found: json.get("model_type").map(|v| v.to_string().trim_matches('"').to_string()).unwrap_or_default(),
                 path: path.to_path_buf(),
@@ -138,6 +144,8 @@ pub enum VisionSpec {
     Native { encoder: NativeVisionConfig, preprocess: PreprocessConfig },
     /// A ViT tower and a connector whose features replace the prompt's image placeholders.
     Tower(TowerSpec),
+    /// Qwen2-VL's tower and merger; images take M-RoPE grid positions.
+    Qwen2Vl(Qwen2VlSpec),
 }
 
 /// A tower + connector family's image side, resolved from its config.

@@ -6,7 +6,7 @@
 //! 1 global layers with a RoPE base each).
 
 use serde::{Deserialize, Deserializer};
-use tessera_decoder::{Activation, DecoderConfig, LocalRope, NormStyle, RopeConfig, RopeScaling, RopeStyle};
+use tessera_decoder::{Activation, DecoderConfig, LocalRope, MRope, NormStyle, RopeConfig, RopeScaling, RopeStyle};
 
 use super::TokenIds;
 
@@ -31,6 +31,9 @@ pub enum TextFamily {
     /// global, and the local layers' own RoPE base.
     #[serde(rename = "gemma3_text")]
     Gemma3,
+    /// Qwen2-VL's text model: Qwen2 with multimodal RoPE (`mrope_section`).
+    #[serde(rename = "qwen2_vl_text")]
+    Qwen2Vl,
 }
 
 /// A text config class's defaults (the fields transformers leaves out of a `text_config`
@@ -63,6 +66,7 @@ struct TextClass {
     attn_logit_softcapping: Option<f64>,
     final_logit_softcapping: Option<f64>,
     qk_norm: bool,
+    rms_norm_eps: f64,
     rope_theta: f64,
     /// The local (sliding-window) layers' RoPE base, for families whose local layers rotate
     /// differently (Gemma 3).
@@ -108,6 +112,7 @@ impl TextFamily {
             attn_logit_softcapping: None,
             final_logit_softcapping: None,
             qk_norm: false,
+            rms_norm_eps: 1e-6,
             rope_theta: 10_000.0,
             local_rope_theta: None,
         };
@@ -165,6 +170,23 @@ impl TextFamily {
                 final_logit_softcapping: Some(30.0),
                 ..gemma
             },
+            Self::Qwen2Vl => TextClass {
+                name: "qwen2_vl_text",
+                vocab_size: 152_064,
+                hidden_size: 8192,
+                intermediate_size: 29_568,
+                num_hidden_layers: 80,
+                num_attention_heads: 64,
+                num_key_value_heads: Some(8),
+                max_position_embeddings: 32_768,
+                bos_token_id: Some(151_643),
+                eos_token_id: Some(151_645),
+                qkv_bias: true,
+                sliding: Sliding::WhenEnabled,
+                sliding_window: Some(4096),
+                rms_norm_eps: 1e-5,
+                ..llama
+            },
             Self::Gemma3 => TextClass {
                 name: "gemma3_text",
                 vocab_size: 262_208,
@@ -195,7 +217,7 @@ impl TextFamily {
     pub fn gguf_rope_style(self) -> RopeStyle {
         match self {
             Self::Llama | Self::Mistral => RopeStyle::Interleaved,
-            Self::Qwen2 | Self::Gemma | Self::Gemma2 | Self::Gemma3 => RopeStyle::Half,
+            Self::Qwen2 | Self::Qwen2Vl | Self::Gemma | Self::Gemma2 | Self::Gemma3 => RopeStyle::Half,
         }
     }
 }
@@ -268,6 +290,8 @@ pub struct RopeFields {
     pub kind: Option<RopeKind>,
     pub rope_theta: Option<f64>,
     pub factor: Option<f64>,
+    /// Multimodal RoPE: frequencies per position stream (temporal, height, width).
+    pub mrope_section: Option<Vec<usize>>,
     pub low_freq_factor: Option<f64>,
     pub high_freq_factor: Option<f64>,
     pub original_max_position_embeddings: Option<usize>,
@@ -289,6 +313,8 @@ pub enum RopeParameters {
 #[serde(rename_all = "lowercase")]
 pub enum RopeKind {
     Default,
+    /// Older Qwen2-VL configs: `{"type": "mrope", "mrope_section": …}` (default frequencies).
+    Mrope,
     Linear,
     Llama3,
 }
@@ -350,7 +376,7 @@ impl TextFamily {
             num_attention_heads: heads,
             num_key_value_heads: f.num_key_value_heads.or(fallback(c.num_key_value_heads)).unwrap_or(heads),
             head_dim: f.head_dim.or(fallback(c.head_dim)).unwrap_or(hidden_size / heads),
-            rms_norm_eps: f.rms_norm_eps.unwrap_or(1e-6),
+            rms_norm_eps: f.rms_norm_eps.unwrap_or(c.rms_norm_eps),
             rope: rope(f, c.rope_theta)?,
             max_position_embeddings: need(
                 f.max_position_embeddings,
@@ -455,7 +481,7 @@ fn rope_config(params: Option<&RopeFields>, theta: f64) -> Result<RopeConfig, St
                 None => Err(format!("rope scaling `{kind:?}` needs `{k}`")),
             };
             match kind {
-                RopeKind::Default => RopeScaling::Default,
+                RopeKind::Default | RopeKind::Mrope => RopeScaling::Default,
                 RopeKind::Linear => RopeScaling::Linear { factor: num(p.factor, "factor")? },
                 RopeKind::Llama3 => RopeScaling::Llama3 {
                     factor: num(p.factor, "factor")?,
@@ -468,5 +494,10 @@ fn rope_config(params: Option<&RopeFields>, theta: f64) -> Result<RopeConfig, St
             }
         }
     };
-    Ok(RopeConfig { theta, scaling, style: RopeStyle::Half, mrope: None })
+    let mrope = match params.and_then(|p| p.mrope_section.as_ref()) {
+        Some(s) if s.len() == 3 => Some(MRope { section: [s[0], s[1], s[2]], interleaved: false }),
+        Some(s) => return Err(format!("mrope_section {s:?} must have 3 entries (temporal, height, width)")),
+        None => None,
+    };
+    Ok(RopeConfig { theta, scaling, style: RopeStyle::Half, mrope })
 }

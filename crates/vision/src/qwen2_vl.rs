@@ -1,0 +1,309 @@
+//! Qwen2-VL's image side, as transformers v5.23 computes it:
+//!
+//! - the processor (`Qwen2VLImageProcessorPil`): `smart_resize` to multiples of
+//!   `patch × merge` within `[min_pixels, max_pixels]` (bicubic), rescale and normalize, then the
+//!   image cut into `patch × patch` patches laid out block-major over `merge × merge` blocks, each
+//!   patch repeated over the `temporal_patch_size` frames of a still image: pixel values
+//!   `(patches, C·T·P·P)` and the patch grid `(rows, cols)`;
+//! - the tower (`Qwen2VisionTransformerPretrainedModel`): the Conv3d patch embedding (no bias) as
+//!   one matrix, blocks of LayerNorm → attention (one `qkv` matrix, 2-D RoPE: a patch's row and
+//!   column angles side by side) → LayerNorm → MLP, every patch of an image seeing every other;
+//! - the merger (`PatchMerger`): LayerNorm, each `merge × merge` block of patches concatenated,
+//!   Linear → GELU → Linear into the text model's width.
+
+use candle_core::{DType, Tensor};
+use tessera_decoder::weights::MatrixWeight;
+use tessera_decoder::{
+    Activation, Attention, AttentionConfig, AttentionInput, AttentionMask, LayerNorm, Linear, Mlp, RopeAngles,
+    RopeStyle, Weights,
+};
+
+use crate::error::{Result, VisionError};
+
+/// `vision_config` of a Qwen2-VL checkpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Qwen2VisionConfig {
+    pub depth: usize,
+    pub embed_dim: usize,
+    /// The merger's output: the text model's width.
+    pub hidden_size: usize,
+    pub num_heads: usize,
+    pub mlp_ratio: usize,
+    pub in_channels: usize,
+    pub patch_size: usize,
+    pub spatial_merge_size: usize,
+    pub temporal_patch_size: usize,
+    pub hidden_act: Activation,
+    /// The 2-D RoPE base (`rope_parameters.rope_theta`).
+    pub rope_theta: f64,
+}
+
+impl Qwen2VisionConfig {
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(VisionError::Config(m));
+        if self.depth == 0 || self.num_heads == 0 || !self.embed_dim.is_multiple_of(self.num_heads) {
+            return bad(format!("vision embed_dim {} must split over {} heads", self.embed_dim, self.num_heads));
+        }
+        if !self.head_dim().is_multiple_of(4) {
+            return bad(format!("vision head_dim {} must be a multiple of 4 (2-D RoPE)", self.head_dim()));
+        }
+        if self.patch_size == 0 || self.spatial_merge_size == 0 || self.temporal_patch_size == 0 {
+            return bad("patch_size, spatial_merge_size and temporal_patch_size must be positive".into());
+        }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
+            return bad(format!("vision rope_theta {} must be a positive number", self.rope_theta));
+        }
+        Ok(())
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.embed_dim / self.num_heads
+    }
+
+    /// Values per patch: channels × frames × patch².
+    pub fn patch_dim(&self) -> usize {
+        self.in_channels * self.temporal_patch_size * self.patch_size * self.patch_size
+    }
+
+    /// What image sides must be multiples of.
+    pub fn factor(&self) -> usize {
+        self.patch_size * self.spatial_merge_size
+    }
+}
+
+/// transformers' `smart_resize`: `(height, width)` rounded (half to even, as Python's `round`)
+/// to multiples of `factor`, scaled down to at most `max_pixels` or up to at least
+/// `min_pixels`, keeping the aspect ratio as closely as it can.
+pub fn smart_resize(
+    height: usize,
+    width: usize,
+    factor: usize,
+    min_pixels: usize,
+    max_pixels: usize,
+) -> Result<(usize, usize)> {
+    if height == 0 || width == 0 || factor == 0 {
+        return Err(VisionError::Config(format!("cannot resize a {width}×{height} image to multiples of {factor}")));
+    }
+    let (h, w, f) = (height as f64, width as f64, factor as f64);
+    if h.max(w) / h.min(w) > 200.0 {
+        return Err(VisionError::Config(format!(
+            "the image's aspect ratio {:.0}:1 is over 200:1 ({width}×{height})",
+            h.max(w) / h.min(w)
+        )));
+    }
+    let mut h_bar = ((h / f).round_ties_even() * f) as usize;
+    let mut w_bar = ((w / f).round_ties_even() * f) as usize;
+    if h_bar * w_bar > max_pixels {
+        let beta = (h * w / max_pixels as f64).sqrt();
+        h_bar = factor.max(((h / beta / f).floor() * f) as usize);
+        w_bar = factor.max(((w / beta / f).floor() * f) as usize);
+    } else if h_bar * w_bar < min_pixels {
+        let beta = (min_pixels as f64 / (h * w)).sqrt();
+        h_bar = ((h * beta / f).ceil() * f) as usize;
+        w_bar = ((w * beta / f).ceil() * f) as usize;
+    }
+    Ok((h_bar, w_bar))
+}
+
+/// `(C, H, W)` normalized pixels → `(rows·cols, C·T·P·P)` patches in the processor's order
+/// (merge blocks in raster order, patches within a block in raster order; each patch's values
+/// channel-major, the still image repeated over `t` frames), and the grid `(rows, cols)`.
+pub fn patchify(pixels: &Tensor, patch: usize, merge: usize, t: usize) -> Result<(Tensor, usize, usize)> {
+    let (c, h, w) = pixels.dims3()?;
+    let (rows, cols) = (h / patch, w / patch);
+    if rows * patch != h || cols * patch != w || !rows.is_multiple_of(merge) || !cols.is_multiple_of(merge) {
+        return Err(VisionError::Config(format!(
+            "a {w}×{h} image is not whole {merge}×{merge} blocks of {patch}-px patches"
+        )));
+    }
+    // (c, R, m, P, C', m, P) → (R, C', m, m, c, P, P)
+    let x = pixels.reshape(vec![c, rows / merge, merge, patch, cols / merge, merge, patch])?;
+    let x = x.permute(vec![1, 4, 2, 5, 0, 3, 6])?.contiguous()?;
+    // One frame's values per patch, then the same values for each of the t frames.
+    let x = x.reshape((rows * cols, c, 1, patch * patch))?;
+    let x = x.broadcast_as((rows * cols, c, t, patch * patch))?.contiguous()?;
+    Ok((x.reshape((rows * cols, c * t * patch * patch))?, rows, cols))
+}
+
+/// The `(row, col)` of each patch in [`patchify`]'s order.
+pub fn patch_positions(rows: usize, cols: usize, merge: usize) -> Vec<(usize, usize)> {
+    let mut out = Vec::with_capacity(rows * cols);
+    for br in 0..rows / merge {
+        for bc in 0..cols / merge {
+            for r in 0..merge {
+                for c in 0..merge {
+                    out.push((br * merge + r, bc * merge + c));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[derive(Clone, Debug)]
+struct Block {
+    norm1: LayerNorm,
+    attn: Attention,
+    norm2: LayerNorm,
+    mlp: Mlp,
+}
+
+/// The vision transformer and its merger.
+#[derive(Clone, Debug)]
+pub struct Qwen2VisionTower {
+    cfg: Qwen2VisionConfig,
+    patch_embed: Linear,
+    blocks: Vec<Block>,
+    ln_q: LayerNorm,
+    merger_fc1: Linear,
+    merger_fc2: Linear,
+    /// The 2-D RoPE's `head_dim/4` inverse frequencies.
+    inv_freq: Vec<f32>,
+    dtype: DType,
+}
+
+impl Qwen2VisionTower {
+    /// `vb`: the tower's root (`visual`).
+    pub fn new(cfg: &Qwen2VisionConfig, vb: &Weights) -> Result<Self> {
+        cfg.validate()?;
+        let e = cfg.embed_dim;
+        let conv = vb
+            .pp("patch_embed.proj")
+            .get(&[e, cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size, cfg.patch_size], "weight")?;
+        let patch_embed = Linear::new(MatrixWeight::Dense(conv.reshape((e, cfg.patch_dim()))?), None)?;
+        let head_dim = cfg.head_dim();
+        let attn_cfg = AttentionConfig {
+            hidden_size: e,
+            num_heads: cfg.num_heads,
+            num_kv_heads: cfg.num_heads,
+            head_dim,
+            qkv_bias: true,
+            out_bias: true,
+            scale: 1.0 / (head_dim as f64).sqrt(),
+            out_name: "proj",
+            softcap: None,
+            qk_norm: None,
+        };
+        let blocks = (0..cfg.depth)
+            .map(|i| {
+                let b = vb.pp("blocks").pp(i);
+                let a = b.pp("attn");
+                let qkv_w = a.get(&[3 * e, e], "qkv.weight")?;
+                let qkv_b = a.get(&[3 * e], "qkv.bias")?;
+                let part = |k: usize| -> Result<Linear> {
+                    Ok(Linear::new(
+                        MatrixWeight::Dense(qkv_w.narrow(0, k * e, e)?.contiguous()?),
+                        Some(qkv_b.narrow(0, k * e, e)?.contiguous()?),
+                    )?)
+                };
+                let attn =
+                    Attention::from_parts(&attn_cfg, part(0)?, part(1)?, part(2)?, a.linear(e, e, true, "proj")?)?;
+                Ok(Block {
+                    norm1: LayerNorm::load(e, 1e-6, &b.pp("norm1"))?,
+                    attn,
+                    norm2: LayerNorm::load(e, 1e-6, &b.pp("norm2"))?,
+                    mlp: Mlp::new(e, e * cfg.mlp_ratio, cfg.hidden_act, &b.pp("mlp"))?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let m = vb.pp("merger");
+        let merged = e * cfg.spatial_merge_size * cfg.spatial_merge_size;
+        let spatial = head_dim / 2;
+        let inv_freq =
+            (0..spatial).step_by(2).map(|i| 1.0 / (cfg.rope_theta as f32).powf(i as f32 / spatial as f32)).collect();
+        Ok(Self {
+            cfg: cfg.clone(),
+            patch_embed,
+            blocks,
+            ln_q: LayerNorm::load(e, 1e-6, &m.pp("ln_q"))?,
+            merger_fc1: m.pp("mlp").linear(merged, merged, true, "0")?,
+            merger_fc2: m.pp("mlp").linear(merged, cfg.hidden_size, true, "2")?,
+            inv_freq,
+            dtype: vb.dtype(),
+        })
+    }
+
+    pub fn config(&self) -> &Qwen2VisionConfig {
+        &self.cfg
+    }
+
+    /// The blocks' output `(patches, embed_dim)` for one image's patches `(patches, C·T·P·P)`
+    /// on a `rows × cols` grid (what the merger reads).
+    pub fn features(&self, pixels: &Tensor, rows: usize, cols: usize) -> Result<Tensor> {
+        let n = pixels.dim(0)?;
+        if n != rows * cols {
+            return Err(VisionError::Config(format!("{n} patches for a {rows}×{cols} grid")));
+        }
+        let dtype = self.dtype;
+        let x = self.patch_embed.forward(&pixels.to_dtype(dtype)?.unsqueeze(0)?)?;
+        let half = self.inv_freq.len();
+        let mut angles = Vec::with_capacity(n * 2 * half);
+        for (r, c) in patch_positions(rows, cols, self.cfg.spatial_merge_size) {
+            angles.extend(self.inv_freq.iter().map(|f| r as f32 * f));
+            angles.extend(self.inv_freq.iter().map(|f| c as f32 * f));
+        }
+        let angles = Tensor::from_vec(angles, (n, 2 * half), x.device())?;
+        let rope = RopeAngles::from_angles(&angles, RopeStyle::Half, self.cfg.head_dim(), dtype)?;
+        let mut x = x;
+        for b in &self.blocks {
+            let input = AttentionInput {
+                rope: Some(&rope),
+                mask: &AttentionMask::Bidirectional,
+                bias: None,
+                cache: None,
+                capture: false,
+                residual: Some(&x),
+            };
+            let (y, _) = b.attn.forward(&b.norm1.forward(&x)?, input)?;
+            x = b.mlp.forward_add(&b.norm2.forward(&y)?, Some(&y))?;
+        }
+        Ok(x.squeeze(0)?)
+    }
+
+    /// Features `(patches, embed_dim)` → image tokens `(patches / merge², hidden_size)`.
+    pub fn merge(&self, features: &Tensor) -> Result<Tensor> {
+        let (n, e) = features.dims2()?;
+        let m2 = self.cfg.spatial_merge_size * self.cfg.spatial_merge_size;
+        if !n.is_multiple_of(m2) {
+            return Err(VisionError::Config(format!("{n} patches do not form {m2}-patch blocks")));
+        }
+        let x = self.ln_q.forward(features)?.reshape((n / m2, e * m2))?;
+        let x = Activation::Gelu.apply(&self.merger_fc1.forward(&x)?)?;
+        Ok(self.merger_fc2.forward(&x)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::Device;
+
+    use super::*;
+
+    #[test]
+    fn smart_resize_follows_the_reference() -> Result<()> {
+        // 300×451 (h×w) under 4096 pixels, factor 8: scaled down, multiples of 8.
+        assert_eq!(smart_resize(300, 451, 8, 256, 4096)?, (48, 72));
+        // Python's round is half to even: 20/8 = 2.5 → 2, 28/8 = 3.5 → 4.
+        assert_eq!(smart_resize(20, 28, 8, 1, 100_000)?, (16, 32));
+        // Too small: scaled up to at least min_pixels.
+        assert_eq!(smart_resize(4, 4, 8, 256, 4096)?, (16, 16));
+        assert!(smart_resize(1, 300, 8, 1, 100_000).is_err(), "aspect ratio over 200");
+        Ok(())
+    }
+
+    #[test]
+    fn patches_are_block_major_and_repeated_over_frames() -> Result<()> {
+        // One channel... as three: a 4×4 image of 1-px patches, merge 2, 2 frames.
+        let v: Vec<f32> = (0..48).map(|i| i as f32).collect();
+        let px = Tensor::from_vec(v, (3, 4, 4), &Device::Cpu)?;
+        let (p, rows, cols) = patchify(&px, 1, 2, 2)?;
+        assert_eq!((p.dims(), rows, cols), (&[16, 6][..], 4, 4));
+        let rows_v: Vec<Vec<f32>> = p.to_vec2()?;
+        // Block (0,0) holds pixels (0,0), (0,1), (1,0), (1,1); then block (0,1).
+        assert_eq!(rows_v[0], vec![0.0, 0.0, 16.0, 16.0, 32.0, 32.0]);
+        assert_eq!(rows_v[2][0], 4.0);
+        assert_eq!(rows_v[4][0], 2.0);
+        assert_eq!(patch_positions(4, 4, 2)[..5], [(0, 0), (0, 1), (1, 0), (1, 1), (0, 2)]);
+        Ok(())
+    }
+}
