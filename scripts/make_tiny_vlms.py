@@ -17,6 +17,10 @@ Writes tests/fixtures/vlm/<name>/ for
                          RoPE, 2x2 patch merger, a Qwen2 text model with M-RoPE sections [2, 3, 3]) +
                          Qwen2VLProcessor (smart_resize to multiples of 8 between 256 and 4096 pixels, the real
                          Qwen2-VL chat template); non-square images, two images, text after them
+  qwen2.5-vl-tiny        Qwen2_5_VLForConditionalGeneration: the same processor; RMSNorm and gated-MLP vision blocks,
+                         windowed attention (windows of 2x2 merged tokens, most photos several windows, edges partial)
+                         in blocks 0 and 2, full attention in blocks 1 and 3 (fullatt_block_indexes [1, 3]), the
+                         window order undone after the merger
   gemma3-tiny            Gemma3ForConditionalGeneration (SigLIP vision, 2x2 average pooling, mm_soft_emb_norm, a
                          Gemma 3 text model: q/k norms, 5 local : 1 global layers with their own RoPE bases and linear
                          scaling on the global one, a window of 8 under 16 image tokens, images attending to themselves
@@ -452,6 +456,47 @@ def qwen2_vl_spec():
         ])
 
 
+def qwen2_5_vl_spec():
+    from transformers import (Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor,
+                              Qwen2_5_VLTextConfig, Qwen2_5_VLVisionConfig)
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor  # needs torchvision
+    tok = qwen2_vl_tokenizer()
+    ids = tok.convert_tokens_to_ids
+    image_processor = Qwen2VLImageProcessorPil(min_pixels=256, max_pixels=4096, patch_size=4, merge_size=2,
+                                               temporal_patch_size=2, resample=Image.Resampling.BICUBIC,
+                                               image_mean=list(OPENAI_CLIP_MEAN), image_std=list(OPENAI_CLIP_STD))
+    processor = Qwen2_5_VLProcessor(image_processor=image_processor, tokenizer=tok,
+                                    video_processor=Qwen2VLVideoProcessor(), chat_template=QWEN2_VL_CHAT)
+    tok = processor.tokenizer
+    text = Qwen2_5_VLTextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                                rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                                    "mrope_section": [2, 3, 3]},
+                                bos_token_id=None, eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|endoftext|>"))
+    # window_size 16 px = 2 merged tokens of 8 px: a 6x9 grid of merged tokens has 3x5 windows, the last row and column
+    # partial.
+    vision = Qwen2_5_VLVisionConfig(depth=4, hidden_size=32, intermediate_size=48, num_heads=4, in_channels=3,
+                                    patch_size=4, spatial_merge_size=2, temporal_patch_size=2, window_size=16,
+                                    out_hidden_size=64, fullatt_block_indexes=[1, 3], hidden_act="silu")
+    config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, image_token_id=ids("<|image_pad|>"),
+                              video_token_id=ids("<|video_pad|>"), vision_start_token_id=ids("<|vision_start|>"),
+                              vision_end_token_id=ids("<|vision_end|>"), tie_word_embeddings=True)
+    return dict(
+        name="qwen2.5-vl-tiny", cls=Qwen2_5_VLForConditionalGeneration, config=config, processor=processor,
+        # std 0.2: with 0.3 the four gated-MLP vision blocks grow activations to ~50, where f32 rounding alone reaches
+        # the 1e-4 tolerance of the feature tests; 0.2 keeps them in the range of the other fixtures.
+        seed=1100, std=0.2, connector=lambda m: m.model.visual.merger, text_model=lambda m: m.model.language_model,
+        generation=dict(eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|endoftext|>")),
+        image_token="<|image_pad|>",
+        cases=[
+            chat_case("chelsea", [f"{IMAGES}/chelsea.png"], "Describe this image."),
+            chat_case("two_images", [f"{IMAGES}/astronaut.png", f"{IMAGES}/chelsea.png"],
+                      "What differs between the two images?"),
+            chat_case("text_only", [], "Hello, who are you?"),
+        ])
+
+
 def gemma3_spec():
     tok = gemma3_tokenizer()
     ids = tok.convert_tokens_to_ids
@@ -635,7 +680,7 @@ def build(spec):
         os.makedirs(folder)
         torch.manual_seed(seed)
         model = spec["cls"](spec["config"]).eval()
-        randomize(model, seed)
+        randomize(model, seed, std=spec.get("std", 0.3))
         for k, v in spec["generation"].items():
             setattr(model.generation_config, k, v)
         model.save_pretrained(folder)
@@ -851,7 +896,7 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     derive_images()
     for make in (smolvlm_spec, llava_spec, llava_interleave_spec, paligemma_spec, paligemma2_spec, gemma3_spec,
-                 qwen2_vl_spec):
+                 qwen2_vl_spec, qwen2_5_vl_spec):
         spec = make()
         if wanted and spec["name"] not in wanted:
             continue

@@ -454,6 +454,13 @@ fn info(args: ModelArgs) -> Result<()> {
         d.head_dim
     );
     out!("rope:           theta {}, scaling {:?}, layout {:?}", d.rope.theta, d.rope.scaling, d.rope.style);
+    if let Some(m) = &d.rope.mrope {
+        out!(
+            "m-rope:         sections {:?} (temporal, height, width){}",
+            m.section,
+            if m.interleaved { ", interleaved" } else { "" }
+        );
+    }
     if let Some(local) = &d.local_rope {
         let n = local.layers.iter().filter(|&&l| l).count();
         out!(

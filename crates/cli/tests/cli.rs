@@ -337,6 +337,7 @@ fn vision_language_checkpoints_answer_and_describe_themselves() -> Result<()> {
         ("paligemma2-tiny", 64),
         ("gemma3-tiny", 16),
         ("qwen2-vl-tiny", 54),
+        ("qwen2.5-vl-tiny", 54),
     ] {
         let o = tessera(&[
             "generate",

@@ -27,6 +27,9 @@ pub enum AttentionMask {
     /// of each block see each other both ways, within the window too (Gemma 3: each image's
     /// tokens attend to the whole image; later text and other images see it causally).
     CausalBlocks { window: Option<usize>, blocks: Blocks },
+    /// Each position sees exactly the positions of its own block, both ways (Qwen2.5-VL's
+    /// windowed vision attention); positions outside every block see nothing.
+    BlockDiagonal { blocks: Blocks },
 }
 
 /// Disjoint position ranges, in order (the image runs of a prompt).
@@ -128,6 +131,7 @@ impl AttentionMask {
                 let in_window = window.is_none_or(|w| k + w > q);
                 in_window && (k <= q || blocks.of(q).is_some_and(|b| b.contains(&k)))
             }
+            Self::BlockDiagonal { ref blocks } => blocks.of(q).is_some_and(|b| b.contains(&k)),
         }
     }
 
@@ -135,6 +139,7 @@ impl AttentionMask {
     /// (the same answer as [`allows`](Self::allows), which the tests check).
     pub fn visible_keys(&self, q: usize, kv_len: usize) -> std::ops::Range<usize> {
         let r = match *self {
+            Self::BlockDiagonal { ref blocks } => blocks.of(q).cloned().unwrap_or(0..0),
             Self::CausalBlocks { window, ref blocks } => {
                 let start = window.map_or(0, |w| q.saturating_add(1).saturating_sub(w));
                 start..blocks.of(q).map_or(q.saturating_add(1), |b| b.end.max(q.saturating_add(1)))

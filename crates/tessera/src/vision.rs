@@ -297,9 +297,14 @@ impl ImageEncoder {
             Self::Hf(e) => e.describe(),
             Self::Qwen2Vl(e) => {
                 let c = e.tower.config();
+                let windows = match &c.windows {
+                    Some(w) => format!(", windows of {} px except in blocks {:?}", w.size, w.full_blocks),
+                    None => String::new(),
+                };
                 format!(
-                    "Qwen2-VL tower ({} blocks, width {}, {}×{} patches over {} frames, 2-D RoPE), {}×{} patch \
-                     merger; images resized to multiples of {} px within {}..={} pixels, one token per {}×{} block",
+                    "Qwen2-VL tower ({} blocks, width {}, {}×{} patches over {} frames, 2-D RoPE{windows}), {}×{} \
+                     patch merger; images resized to multiples of {} px within {}..={} pixels, one token per {}×{} \
+                     block",
                     c.depth,
                     c.embed_dim,
                     c.patch_size,
@@ -350,7 +355,11 @@ impl ImageEncoder {
         match self {
             Self::Native { encoder, .. } => Ok(encoder.forward(&self.pixel_values(img, device)?.unsqueeze(0)?)?),
             Self::Hf(e) => Ok(e.project(&e.tower_features(&e.processor.pixel_values(img, device)?)?)?.unsqueeze(0)?),
-            Self::Qwen2Vl(e) => Ok(e.tower.merge(&e.features(img, device)?)?.unsqueeze(0)?),
+            Self::Qwen2Vl(e) => {
+                let (px, rows, cols) = e.patches(img, device)?;
+                let features = e.tower.features(&px, rows, cols)?;
+                Ok(e.tower.merge(&features, rows, cols)?.unsqueeze(0)?)
+            }
         }
     }
 

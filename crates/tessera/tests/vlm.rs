@@ -22,6 +22,7 @@ const FAMILIES: &[&str] = &[
     "paligemma2-tiny",
     "gemma3-tiny",
     "qwen2-vl-tiny",
+    "qwen2.5-vl-tiny",
 ];
 
 fn vlm_dir(name: &str) -> PathBuf {
@@ -126,7 +127,11 @@ fn pixels_tower_features_and_image_tokens_match() -> Result<()> {
                 |k: &str| reference_tensor(&tensors, &case.name, k).with_context(|| format!("{what}: no {k}"));
             let d = max_abs_diff(&Tensor::cat(&pixels, 0)?, reference("pixel_values")?, "pixel values")?;
             assert!(d < 1e-5, "{what}: pixel values differ by {d}");
-            let d = max_abs_diff(&Tensor::cat(&features, 0)?, reference("vision_hidden")?, "tower features")?;
+            // Rows of tower features, image after image (views of one image, or Qwen2-VL's patches of
+            // images of different sizes).
+            let rows = |t: &Tensor| -> Result<Tensor> { Ok(t.reshape(((), t.dim(t.rank() - 1)?))?) };
+            let features = features.iter().map(rows).collect::<Result<Vec<_>>>()?;
+            let d = max_abs_diff(&Tensor::cat(&features, 0)?, &rows(reference("vision_hidden")?)?, "tower features")?;
             assert!(d < 1e-4, "{what}: vision tower features differ by {d}");
             let d = max_abs_diff(&Tensor::cat(&tokens, 0)?, reference("image_features")?, "image features")?;
             assert!(d < 1e-4, "{what}: projected image features differ by {d}");
@@ -239,7 +244,7 @@ fn bad_input_gives_clear_errors() -> Result<()> {
         let weights = candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu)?;
         let n = weights.len();
         // (Qwen2-VL's blocks keep q, k and v in one matrix.)
-        let victim = if name.starts_with("qwen2-vl") {
+        let victim = if name.starts_with("qwen2") {
             "blocks.0.attn.qkv.weight"
         } else {
             "encoder.layers.0.self_attn.k_proj.weight"
@@ -611,5 +616,27 @@ fn qwen2_vl_images_take_grid_positions() -> Result<()> {
     let n = expected.dim(0)?;
     let moved = max_abs_diff(&logits.narrow(0, logits.dim(0)? - n, n)?, expected, "logits")?;
     assert!(moved > 1.0, "consecutive positions move the logits by only {moved}");
+    Ok(())
+}
+
+/// Qwen2.5-VL's windows: blocks 0 and 2 attend within windows of 2×2 merged tokens (a 6×9 grid
+/// makes 3×5 windows, the last row and column partial), blocks 1 and 3 over the whole image,
+/// and the merger's output returns to raster order. The features match transformers (see
+/// `pixels_tower_features_and_image_tokens_match`); with every block attending globally
+/// (`fullatt_block_indexes` [0, 1, 2, 3]) the image tokens move far beyond that tolerance.
+#[test]
+fn qwen2_5_vl_windows_shape_the_image_tokens() -> Result<()> {
+    let (cases, tensors) = cases("qwen2.5-vl-tiny")?;
+    let case = cases.iter().find(|c| c.name == "chelsea").context("chelsea")?;
+    let dir = scratch_copy("qwen2.5-vl-tiny", "all-global")?;
+    let config_path = dir.join("config.json");
+    let mut config = common::read_json(&config_path)?;
+    config["vision_config"]["fullatt_block_indexes"] = serde_json::json!([0, 1, 2, 3]);
+    std::fs::write(&config_path, serde_json::to_string_pretty(&config)?)?;
+    let global = Model::load(dir.to_str().context("utf-8")?, &LoadOptions::default())?;
+    let want = reference_tensor(&tensors, &case.name, "image_features").context("image features")?;
+    let windowed = max_abs_diff(&load("qwen2.5-vl-tiny")?.image_embeddings(&case.images[0])?, want, "windowed")?;
+    let all_global = max_abs_diff(&global.image_embeddings(&case.images[0])?, want, "global")?;
+    assert!(windowed < 1e-4 && all_global > 0.1, "windowed {windowed}, all global {all_global}");
     Ok(())
 }

@@ -10,12 +10,18 @@
 //!   column angles side by side) → LayerNorm → MLP, every patch of an image seeing every other;
 //! - the merger (`PatchMerger`): LayerNorm, each `merge × merge` block of patches concatenated,
 //!   Linear → GELU → Linear into the text model's width.
+//!
+//! Qwen2.5-VL's tower (`Qwen2_5_VisionTransformerPretrainedModel`) differs in its blocks and
+//! attention: RMSNorms, a gated MLP with biases, and — except in `fullatt_block_indexes` —
+//! attention within windows of `window_size` px: the merged tokens are reordered window by
+//! window (raster order of windows, raster order inside; edge windows partial), every block runs
+//! in that order, and the merger's output is put back in raster order.
 
 use candle_core::{DType, Tensor};
 use tessera_decoder::weights::MatrixWeight;
 use tessera_decoder::{
-    Activation, Attention, AttentionConfig, AttentionInput, AttentionMask, LayerNorm, Linear, Mlp, RopeAngles,
-    RopeStyle, Weights,
+    Activation, Attention, AttentionConfig, AttentionInput, AttentionMask, Blocks, GatedMlp, LayerNorm, Linear, Mlp,
+    NormStyle, RmsNorm, RopeAngles, RopeStyle, Weights,
 };
 
 use crate::error::{Result, VisionError};
@@ -28,7 +34,10 @@ pub struct Qwen2VisionConfig {
     /// The merger's output: the text model's width.
     pub hidden_size: usize,
     pub num_heads: usize,
-    pub mlp_ratio: usize,
+    pub norm: VisionNorm,
+    pub mlp: VisionMlp,
+    /// Qwen2.5-VL's windowed attention; `None`: every block attends over the whole image.
+    pub windows: Option<Windows>,
     pub in_channels: usize,
     pub patch_size: usize,
     pub spatial_merge_size: usize,
@@ -36,6 +45,30 @@ pub struct Qwen2VisionConfig {
     pub hidden_act: Activation,
     /// The 2-D RoPE base (`rope_parameters.rope_theta`).
     pub rope_theta: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VisionNorm {
+    /// LayerNorm with bias (Qwen2-VL).
+    Layer,
+    /// RMSNorm (Qwen2.5-VL).
+    Rms,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VisionMlp {
+    /// `fc1` → act → `fc2`, `embed_dim × ratio` wide (Qwen2-VL).
+    Plain { ratio: usize },
+    /// `gate_proj`/`up_proj` → act(gate) · up → `down_proj`, with biases (Qwen2.5-VL).
+    Gated { intermediate: usize },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Windows {
+    /// Window side in pixels.
+    pub size: usize,
+    /// Blocks that attend over the whole image.
+    pub full_blocks: Vec<usize>,
 }
 
 impl Qwen2VisionConfig {
@@ -52,6 +85,14 @@ impl Qwen2VisionConfig {
         }
         if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
             return bad(format!("vision rope_theta {} must be a positive number", self.rope_theta));
+        }
+        if let Some(w) = &self.windows {
+            if w.size < self.factor() || !w.size.is_multiple_of(self.factor()) {
+                return bad(format!("window_size {} must be a multiple of {} px", w.size, self.factor()));
+            }
+            if let Some(b) = w.full_blocks.iter().find(|&&b| b >= self.depth) {
+                return bad(format!("fullatt_block_indexes names block {b} of a {}-block tower", self.depth));
+            }
         }
         Ok(())
     }
@@ -140,12 +181,62 @@ pub fn patch_positions(rows: usize, cols: usize, merge: usize) -> Vec<(usize, us
     out
 }
 
+/// Qwen2.5-VL's window order of a `rows × cols` grid of merged tokens: the merged tokens
+/// (raster indices) window by window, and each window's length in merged tokens.
+pub fn window_order(rows: usize, cols: usize, side: usize) -> (Vec<usize>, Vec<usize>) {
+    let side = side.max(1);
+    let (wr, wc) = (rows / side + 1, cols / side + 1); // the reference pads by a whole window when even
+    let (mut order, mut lengths) = (Vec::with_capacity(rows * cols), Vec::new());
+    for a in 0..wr {
+        for b in 0..wc {
+            let before = order.len();
+            for r in a * side..((a + 1) * side).min(rows) {
+                for c in b * side..((b + 1) * side).min(cols) {
+                    order.push(r * cols + c);
+                }
+            }
+            if order.len() > before {
+                lengths.push(order.len() - before);
+            }
+        }
+    }
+    (order, lengths)
+}
+
+#[derive(Clone, Debug)]
+enum Norm {
+    Layer(LayerNorm),
+    Rms(RmsNorm),
+}
+
+impl Norm {
+    fn load(kind: VisionNorm, dim: usize, vb: &Weights) -> Result<Self> {
+        Ok(match kind {
+            VisionNorm::Layer => Self::Layer(LayerNorm::load(dim, 1e-6, vb)?),
+            VisionNorm::Rms => Self::Rms(RmsNorm::load(dim, 1e-6, NormStyle::Plain, vb)?),
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(match self {
+            Self::Layer(n) => n.forward(x)?,
+            Self::Rms(n) => n.forward(x)?,
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+enum BlockMlp {
+    Plain(Mlp),
+    Gated(GatedMlp),
+}
+
 #[derive(Clone, Debug)]
 struct Block {
-    norm1: LayerNorm,
+    norm1: Norm,
     attn: Attention,
-    norm2: LayerNorm,
-    mlp: Mlp,
+    norm2: Norm,
+    mlp: BlockMlp,
 }
 
 /// The vision transformer and its merger.
@@ -154,7 +245,7 @@ pub struct Qwen2VisionTower {
     cfg: Qwen2VisionConfig,
     patch_embed: Linear,
     blocks: Vec<Block>,
-    ln_q: LayerNorm,
+    ln_q: Norm,
     merger_fc1: Linear,
     merger_fc2: Linear,
     /// The 2-D RoPE's `head_dim/4` inverse frequencies.
@@ -198,11 +289,19 @@ impl Qwen2VisionTower {
                 };
                 let attn =
                     Attention::from_parts(&attn_cfg, part(0)?, part(1)?, part(2)?, a.linear(e, e, true, "proj")?)?;
+                let mlp = match cfg.mlp {
+                    VisionMlp::Plain { ratio } => {
+                        BlockMlp::Plain(Mlp::new(e, e * ratio, cfg.hidden_act, &b.pp("mlp"))?)
+                    }
+                    VisionMlp::Gated { intermediate } => {
+                        BlockMlp::Gated(GatedMlp::new(e, intermediate, cfg.hidden_act, true, &b.pp("mlp"))?)
+                    }
+                };
                 Ok(Block {
-                    norm1: LayerNorm::load(e, 1e-6, &b.pp("norm1"))?,
+                    norm1: Norm::load(cfg.norm, e, &b.pp("norm1"))?,
                     attn,
-                    norm2: LayerNorm::load(e, 1e-6, &b.pp("norm2"))?,
-                    mlp: Mlp::new(e, e * cfg.mlp_ratio, cfg.hidden_act, &b.pp("mlp"))?,
+                    norm2: Norm::load(cfg.norm, e, &b.pp("norm2"))?,
+                    mlp,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -215,7 +314,7 @@ impl Qwen2VisionTower {
             cfg: cfg.clone(),
             patch_embed,
             blocks,
-            ln_q: LayerNorm::load(e, 1e-6, &m.pp("ln_q"))?,
+            ln_q: Norm::load(cfg.norm, e, &m.pp("ln_q"))?,
             merger_fc1: m.pp("mlp").linear(merged, merged, true, "0")?,
             merger_fc2: m.pp("mlp").linear(merged, cfg.hidden_size, true, "2")?,
             inv_freq,
@@ -227,49 +326,100 @@ impl Qwen2VisionTower {
         &self.cfg
     }
 
+    /// The merged-token order the blocks run in: raster order, or Qwen2.5-VL's windows; and
+    /// the windows' lengths in merged tokens (`None`: no windows).
+    fn order(&self, rows: usize, cols: usize) -> (Vec<usize>, Option<Vec<usize>>) {
+        let m = self.cfg.spatial_merge_size;
+        match &self.cfg.windows {
+            Some(w) => {
+                let (order, lengths) = window_order(rows / m, cols / m, w.size / self.cfg.factor());
+                (order, Some(lengths))
+            }
+            None => ((0..rows * cols / (m * m)).collect(), None),
+        }
+    }
+
     /// The blocks' output `(patches, embed_dim)` for one image's patches `(patches, C·T·P·P)`
-    /// on a `rows × cols` grid (what the merger reads).
+    /// on a `rows × cols` grid — what the merger reads, in the order the blocks run (Qwen2.5-VL:
+    /// window by window).
     pub fn features(&self, pixels: &Tensor, rows: usize, cols: usize) -> Result<Tensor> {
         let n = pixels.dim(0)?;
         if n != rows * cols {
             return Err(VisionError::Config(format!("{n} patches for a {rows}×{cols} grid")));
         }
         let dtype = self.dtype;
-        let x = self.patch_embed.forward(&pixels.to_dtype(dtype)?.unsqueeze(0)?)?;
+        let m2 = self.cfg.spatial_merge_size * self.cfg.spatial_merge_size;
+        let (order, windows) = self.order(rows, cols);
+        // Patches in the blocks' order: each merged token's m² patches, tokens reordered.
+        let patch_order: Vec<u32> = order.iter().flat_map(|&u| (u * m2..(u + 1) * m2).map(|p| p as u32)).collect();
+        let index = Tensor::new(patch_order.as_slice(), pixels.device())?;
+        let x = self.patch_embed.forward(&pixels.to_dtype(dtype)?.index_select(&index, 0)?.unsqueeze(0)?)?;
+        let positions = patch_positions(rows, cols, self.cfg.spatial_merge_size);
         let half = self.inv_freq.len();
         let mut angles = Vec::with_capacity(n * 2 * half);
-        for (r, c) in patch_positions(rows, cols, self.cfg.spatial_merge_size) {
+        for &p in &patch_order {
+            let (r, c) = positions[p as usize];
             angles.extend(self.inv_freq.iter().map(|f| r as f32 * f));
             angles.extend(self.inv_freq.iter().map(|f| c as f32 * f));
         }
         let angles = Tensor::from_vec(angles, (n, 2 * half), x.device())?;
         let rope = RopeAngles::from_angles(&angles, RopeStyle::Half, self.cfg.head_dim(), dtype)?;
+        let windowed = match windows {
+            Some(lengths) => {
+                let mut at = 0;
+                let ranges = lengths
+                    .iter()
+                    .map(|l| {
+                        at += l * m2;
+                        at - l * m2..at
+                    })
+                    .collect();
+                Some(AttentionMask::BlockDiagonal { blocks: Blocks::new(ranges)? })
+            }
+            None => None,
+        };
+        let full_blocks = self.cfg.windows.as_ref().map(|w| w.full_blocks.as_slice()).unwrap_or(&[]);
         let mut x = x;
-        for b in &self.blocks {
-            let input = AttentionInput {
-                rope: Some(&rope),
-                mask: &AttentionMask::Bidirectional,
-                bias: None,
-                cache: None,
-                capture: false,
-                residual: Some(&x),
+        for (i, b) in self.blocks.iter().enumerate() {
+            let mask = match &windowed {
+                Some(w) if !full_blocks.contains(&i) => w,
+                _ => &AttentionMask::Bidirectional,
             };
+            let input =
+                AttentionInput { rope: Some(&rope), mask, bias: None, cache: None, capture: false, residual: Some(&x) };
             let (y, _) = b.attn.forward(&b.norm1.forward(&x)?, input)?;
-            x = b.mlp.forward_add(&b.norm2.forward(&y)?, Some(&y))?;
+            let h = b.norm2.forward(&y)?;
+            x = match &b.mlp {
+                BlockMlp::Plain(mlp) => mlp.forward_add(&h, Some(&y))?,
+                BlockMlp::Gated(mlp) => mlp.forward_add(&h, Some(&y))?,
+            };
         }
         Ok(x.squeeze(0)?)
     }
 
-    /// Features `(patches, embed_dim)` → image tokens `(patches / merge², hidden_size)`.
-    pub fn merge(&self, features: &Tensor) -> Result<Tensor> {
+    /// Features `(patches, embed_dim)` from [`features`](Self::features) of a `rows × cols`
+    /// grid → image tokens `(patches / merge², hidden_size)` in raster order.
+    pub fn merge(&self, features: &Tensor, rows: usize, cols: usize) -> Result<Tensor> {
         let (n, e) = features.dims2()?;
         let m2 = self.cfg.spatial_merge_size * self.cfg.spatial_merge_size;
-        if !n.is_multiple_of(m2) {
-            return Err(VisionError::Config(format!("{n} patches do not form {m2}-patch blocks")));
+        if !n.is_multiple_of(m2) || n != rows * cols {
+            return Err(VisionError::Config(format!(
+                "{n} patches do not form {m2}-patch blocks of a {rows}×{cols} grid"
+            )));
         }
         let x = self.ln_q.forward(features)?.reshape((n / m2, e * m2))?;
         let x = Activation::Gelu.apply(&self.merger_fc1.forward(&x)?)?;
-        Ok(self.merger_fc2.forward(&x)?)
+        let x = self.merger_fc2.forward(&x)?;
+        let (order, windows) = self.order(rows, cols);
+        if windows.is_none() {
+            return Ok(x);
+        }
+        // Back to raster order: token `order[i]` is row i of `x`.
+        let mut inverse = vec![0u32; order.len()];
+        for (i, &u) in order.iter().enumerate() {
+            inverse[u] = i as u32;
+        }
+        Ok(x.index_select(&Tensor::new(inverse.as_slice(), x.device())?, 0)?)
     }
 }
 
@@ -305,5 +455,19 @@ mod tests {
         assert_eq!(rows_v[4][0], 2.0);
         assert_eq!(patch_positions(4, 4, 2)[..5], [(0, 0), (0, 1), (1, 0), (1, 1), (0, 2)]);
         Ok(())
+    }
+
+    #[test]
+    fn windows_cover_the_grid_in_the_reference_order() {
+        // A 3×5 grid of merged tokens in windows of 2×2: 2×3 windows, the last row and column partial.
+        let (order, lengths) = window_order(3, 5, 2);
+        assert_eq!(lengths, vec![4, 4, 2, 2, 2, 1]);
+        assert_eq!(&order[..6], &[0, 1, 5, 6, 2, 3]);
+        assert_eq!(&order[12..], &[12, 13, 14]);
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..15).collect::<Vec<_>>());
+        // An even grid: the reference pads by a whole (empty, dropped) window.
+        assert_eq!(window_order(2, 2, 2).1, vec![4]);
     }
 }

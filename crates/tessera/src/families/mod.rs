@@ -63,13 +63,16 @@ enum Checkpoint {
     /// Qwen2-VL: its own ViT (2-D RoPE, patch merger), a Qwen2 decoder with M-RoPE.
     #[serde(rename = "qwen2_vl")]
     Qwen2Vl(Box<qwen2_vl::Qwen2VlConfig>),
+    /// Qwen2.5-VL: Qwen2-VL with RMSNorm + gated-MLP vision blocks and windowed attention.
+    #[serde(rename = "qwen2_5_vl")]
+    Qwen25Vl(Box<qwen2_vl::Qwen2VlConfig>),
     #[serde(other)]
     Unsupported,
 }
 
 /// What `tessera` reads, for error messages.
 pub const SUPPORTED: &str =
-    "llama, mistral, qwen2, gemma, gemma2, gemma3_text, gemma3, qwen2_vl, tessera_native, idefics3, llava, paligemma \
+    "llama, mistral, qwen2, gemma, gemma2, gemma3_text, gemma3, qwen2_vl, qwen2_5_vl, tessera_native, idefics3, llava, paligemma \
      (config.json model_type) / llama, qwen2 (GGUF)";
 
 impl Checkpoint {
@@ -90,7 +93,8 @@ impl Checkpoint {
             Self::Llava(c) => c.resolve().map_err(err),
             Self::PaliGemma(c) => c.resolve().map_err(err),
             Self::Gemma3(c) => c.resolve().map_err(err),
-            Self::Qwen2Vl(c) => c.resolve().map_err(err),
+            Self::Qwen2Vl(c) => c.resolve(qwen2_vl::Generation::Qwen2Vl).map_err(err),
+            Self::Qwen25Vl(c) => c.resolve(qwen2_vl::Generation::Qwen25Vl).map_err(err),
             Self::Unsupported => Err(TesseraError::UnsupportedArchitecture {
                 found: json.get("model_type").map(|v| v.to_string().trim_matches('"').to_string()).unwrap_or_default(),
                 path: path.to_path_buf(),

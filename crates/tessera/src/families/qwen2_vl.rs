@@ -5,9 +5,13 @@
 //! the processor repeats `<|image_pad|>` once per merged token. Text positions run on in one
 //! stream; an image's tokens take (temporal, row, column) positions from where the text stopped,
 //! and the text after it continues past the largest of them.
+//!
+//! Qwen2.5-VL is the same model with another vision block (RMSNorm, gated MLP) and windowed
+//! attention in all but its `fullatt_block_indexes`.
 
 use serde::Deserialize;
 use tessera_decoder::Activation;
+use tessera_vision::qwen2_vl::{VisionMlp, VisionNorm, Windows};
 use tessera_vision::Qwen2VisionConfig;
 
 use super::text::{TextFamily, TextSubConfig};
@@ -42,6 +46,11 @@ struct VisionFields {
     spatial_merge_size: Option<usize>,
     temporal_patch_size: Option<usize>,
     rope_parameters: Option<VisionRope>,
+    // Qwen2.5-VL
+    intermediate_size: Option<usize>,
+    out_hidden_size: Option<usize>,
+    window_size: Option<usize>,
+    fullatt_block_indexes: Option<Vec<usize>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -57,25 +66,62 @@ pub struct Qwen2VlSpec {
     pub image_token_id: u32,
 }
 
+/// Which of the two generations a config is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generation {
+    Qwen2Vl,
+    Qwen25Vl,
+}
+
 impl Qwen2VlConfig {
-    pub fn resolve(&self) -> Result<ModelConfig, String> {
-        let text = text_config(&self.text_config, TextFamily::Qwen2Vl)?;
+    /// Qwen2-VL's or Qwen2.5-VL's config (the same fields, other defaults and vision blocks).
+    pub fn resolve(&self, generation: Generation) -> Result<ModelConfig, String> {
+        let (text_family, name) = match generation {
+            Generation::Qwen2Vl => (TextFamily::Qwen2Vl, "qwen2_vl"),
+            Generation::Qwen25Vl => (TextFamily::Qwen25Vl, "qwen2_5_vl"),
+        };
+        let text = text_config(&self.text_config, text_family)?;
         if text.decoder.rope.mrope.is_none() {
             return Err("text_config: Qwen2-VL needs rope_parameters.mrope_section".into());
         }
         let v = &self.vision_config;
-        let tower = Qwen2VisionConfig {
+        let rope_theta = v.rope_parameters.as_ref().and_then(|r| r.rope_theta).unwrap_or(10_000.0);
+        let common = |embed_dim, hidden_size, norm, mlp, windows, act| Qwen2VisionConfig {
             depth: v.depth.unwrap_or(32),
-            embed_dim: v.embed_dim.unwrap_or(1280),
-            hidden_size: v.hidden_size.unwrap_or(3584),
+            embed_dim,
+            hidden_size,
             num_heads: v.num_heads.unwrap_or(16),
-            mlp_ratio: v.mlp_ratio.unwrap_or(4),
+            norm,
+            mlp,
+            windows,
             in_channels: v.in_channels.unwrap_or(3),
             patch_size: v.patch_size.unwrap_or(14),
             spatial_merge_size: v.spatial_merge_size.unwrap_or(2),
             temporal_patch_size: v.temporal_patch_size.unwrap_or(2),
-            hidden_act: v.hidden_act.unwrap_or(Activation::QuickGelu),
-            rope_theta: v.rope_parameters.as_ref().and_then(|r| r.rope_theta).unwrap_or(10_000.0),
+            hidden_act: v.hidden_act.unwrap_or(act),
+            rope_theta,
+        };
+        let tower = match generation {
+            Generation::Qwen2Vl => common(
+                v.embed_dim.unwrap_or(1280),
+                v.hidden_size.unwrap_or(3584),
+                VisionNorm::Layer,
+                VisionMlp::Plain { ratio: v.mlp_ratio.unwrap_or(4) },
+                None,
+                Activation::QuickGelu,
+            ),
+            // Qwen2.5-VL names the tower's width hidden_size and the merger's out_hidden_size.
+            Generation::Qwen25Vl => common(
+                v.hidden_size.unwrap_or(3584),
+                v.out_hidden_size.unwrap_or(3584),
+                VisionNorm::Rms,
+                VisionMlp::Gated { intermediate: v.intermediate_size.unwrap_or(3420) },
+                Some(Windows {
+                    size: v.window_size.unwrap_or(112),
+                    full_blocks: v.fullatt_block_indexes.clone().unwrap_or_else(|| vec![7, 15, 23, 31]),
+                }),
+                Activation::Silu,
+            ),
         };
         tower.validate().map_err(|e| format!("vision_config: {e}"))?;
         if tower.hidden_size != text.decoder.hidden_size {
@@ -86,7 +132,7 @@ impl Qwen2VlConfig {
         }
         let spec = Qwen2VlSpec { tower, image_token_id: self.image_token_id.unwrap_or(151_655) };
         Ok(ModelConfig::vlm(
-            "qwen2_vl",
+            name,
             text,
             self.tie_word_embeddings,
             self.eos_token_id.as_ref(),

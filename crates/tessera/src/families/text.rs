@@ -34,6 +34,9 @@ pub enum TextFamily {
     /// Qwen2-VL's text model: Qwen2 with multimodal RoPE (`mrope_section`).
     #[serde(rename = "qwen2_vl_text")]
     Qwen2Vl,
+    /// Qwen2.5-VL's text model (the same).
+    #[serde(rename = "qwen2_5_vl_text")]
+    Qwen25Vl,
 }
 
 /// A text config class's defaults (the fields transformers leaves out of a `text_config`
@@ -170,8 +173,8 @@ impl TextFamily {
                 final_logit_softcapping: Some(30.0),
                 ..gemma
             },
-            Self::Qwen2Vl => TextClass {
-                name: "qwen2_vl_text",
+            Self::Qwen2Vl | Self::Qwen25Vl => TextClass {
+                name: if self == Self::Qwen2Vl { "qwen2_vl_text" } else { "qwen2_5_vl_text" },
                 vocab_size: 152_064,
                 hidden_size: 8192,
                 intermediate_size: 29_568,
@@ -217,7 +220,7 @@ impl TextFamily {
     pub fn gguf_rope_style(self) -> RopeStyle {
         match self {
             Self::Llama | Self::Mistral => RopeStyle::Interleaved,
-            Self::Qwen2 | Self::Qwen2Vl | Self::Gemma | Self::Gemma2 | Self::Gemma3 => RopeStyle::Half,
+            Self::Qwen2 | Self::Qwen2Vl | Self::Qwen25Vl | Self::Gemma | Self::Gemma2 | Self::Gemma3 => RopeStyle::Half,
         }
     }
 }
