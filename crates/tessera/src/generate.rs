@@ -147,6 +147,16 @@ impl Model {
 
         while generated.len() < params.max_new_tokens {
             let row: Vec<f32> = logits.to_vec1()?;
+            if row.iter().any(|x| !x.is_finite()) {
+                // Cheap on the way (the logits only); located on failure.
+                let at = self.locate_non_finite(prompt, &generated)?;
+                return Err(TesseraError::InvalidInput(format!(
+                    "non-finite logits (NaN or infinity) at generation step {} (position {}): the first non-finite \
+                     values appear {at}; the weights or the input are broken",
+                    generated.len(),
+                    prompt.len() + generated.len()
+                )));
+            }
             if let (Some(k), Some(lp)) = (params.logprobs, logprobs.as_mut()) {
                 lp.push(top_logprobs(&row, k));
             }
@@ -218,6 +228,39 @@ impl Model {
 
     /// One forward over `embeds`: the last position's f32 logits `(vocab,)` and, when `capture`,
     /// that position's attention over every cached position, averaged over layers and heads.
+    /// Where non-finite values first appear when `prompt` and then `generated` run: "in the
+    /// input embeddings", "after decoder layer N", or "in the LM head".
+    fn locate_non_finite(&self, prompt: &Prompt, generated: &[u32]) -> Result<String> {
+        let finite = |t: &Tensor| -> Result<bool> {
+            let t = t.to_dtype(candle_core::DType::F32)?;
+            Ok(t.flatten_all()?.to_vec1::<f32>()?.iter().all(|x| x.is_finite()))
+        };
+        let mut cache = self.new_cache();
+        let mut traces = Vec::new();
+        let mut trace = Trace { capture_hidden: true, ..Default::default() };
+        let embeds = self.prompt_embeddings(prompt)?;
+        self.forward_prompt(prompt, &embeds, &mut cache, &mut trace)?;
+        traces.push(trace.hidden_states);
+        if !generated.is_empty() {
+            let mut trace = Trace { capture_hidden: true, ..Default::default() };
+            self.forward_hidden(&self.embed_ids(generated)?, &mut cache, &mut trace)?;
+            traces.push(trace.hidden_states);
+        }
+        let layers = traces.first().map(Vec::len).unwrap_or(0);
+        for i in 0..layers {
+            for states in &traces {
+                if !finite(&states[i])? {
+                    return Ok(if i == 0 {
+                        "in the input embeddings".into()
+                    } else {
+                        format!("after decoder layer {}", i - 1)
+                    });
+                }
+            }
+        }
+        Ok("in the final norm or the LM head (every layer's output is finite)".into())
+    }
+
     /// `prompt`: the prompt whose embeddings these are (its masks and positions); `None` when
     /// decoding.
     fn step(

@@ -170,3 +170,22 @@ fn empty_prompt_and_out_of_range_token() -> Result<()> {
     assert!(err.contains("100000"), "{err}");
     Ok(())
 }
+
+/// Weights that make the logits NaN stop generation with an error naming the step and the
+/// first layer whose output is not finite — not a stream of token 0.
+#[test]
+fn non_finite_logits_stop_generation_and_name_the_layer() -> Result<()> {
+    let dir = tiny_copy("nan-weights")?;
+    edit_weights(&dir, |t| {
+        if let Some(w) = t.get("model.layers.1.mlp.down_proj.weight") {
+            let nan = (w.ones_like().expect("ones") * f64::NAN).expect("nan");
+            t.insert("model.layers.1.mlp.down_proj.weight".into(), nan);
+        }
+    })?;
+    let model = Model::load(dir.to_str().expect("utf-8"), &LoadOptions::default())?;
+    let prompt = model.prompt(vec![1, 5, 9, 13], &[])?;
+    let params = GenerateParams { max_new_tokens: 4, ignore_eos: true, ..Default::default() };
+    let err = model.generate(&prompt, &params, &mut |_| {}).unwrap_err().to_string();
+    assert!(err.contains("step 0") && err.contains("after decoder layer 1") && err.contains("NaN"), "{err}");
+    Ok(())
+}
