@@ -21,6 +21,11 @@ Writes tests/fixtures/vlm/<name>/ for
                          windowed attention (windows of 2x2 merged tokens, most photos several windows, edges partial)
                          in blocks 0 and 2, full attention in blocks 1 and 3 (fullatt_block_indexes [1, 3]), the
                          window order undone after the merger
+  qwen3-vl-tiny          Qwen3VLForConditionalGeneration (biased patch embedding, learned 4x4 position table
+                         interpolated to each grid, DeepStack from vision blocks 0 and 1 into text layers 0 and 1,
+                         interleaved M-RoPE, a Qwen3 text model with q/k norms) + Qwen3VLProcessor (the real
+                         Qwen3-VL chat template from tests/fixtures/real_configs/qwen3-vl-2b-instruct when that
+                         folder exists, else Qwen2-VL's, which writes the same image markup)
   gemma3-tiny            Gemma3ForConditionalGeneration (SigLIP vision, 2x2 average pooling, mm_soft_emb_norm, a
                          Gemma 3 text model: q/k norms, 5 local : 1 global layers with their own RoPE bases and linear
                          scaling on the global one, a window of 8 under 16 image tokens, images attending to themselves
@@ -497,6 +502,53 @@ def qwen2_5_vl_spec():
         ])
 
 
+def qwen3_vl_spec():
+    from transformers import (Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLProcessor, Qwen3VLTextConfig,
+                              Qwen3VLVisionConfig)
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor  # needs torchvision
+    real = os.path.join(REAL, "qwen3-vl-2b-instruct")
+    template_file = os.path.join(real, "chat_template.json")
+    if os.path.exists(template_file):
+        template = json.load(open(template_file))["chat_template"]
+    elif os.path.exists(os.path.join(real, "chat_template.jinja")):
+        template = open(os.path.join(real, "chat_template.jinja")).read()
+    else:
+        # Not obtainable offline when this was written: Qwen2-VL's template writes the same image markup.
+        template = QWEN2_VL_CHAT
+    tok = qwen2_vl_tokenizer()
+    ids = tok.convert_tokens_to_ids
+    image_processor = Qwen2VLImageProcessorPil(min_pixels=256, max_pixels=4096, patch_size=4, merge_size=2,
+                                               temporal_patch_size=2, resample=Image.Resampling.BICUBIC,
+                                               image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    processor = Qwen3VLProcessor(image_processor=image_processor, tokenizer=tok,
+                                 video_processor=Qwen3VLVideoProcessor(), chat_template=template)
+    tok = processor.tokenizer
+    text = Qwen3VLTextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                             num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=2048,
+                             rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 5000000.0,
+                                                                 "mrope_section": [2, 3, 3], "mrope_interleaved": True},
+                             pad_token_id=ids("<|endoftext|>"))
+    vision = Qwen3VLVisionConfig(depth=3, hidden_size=32, intermediate_size=48, num_heads=4, in_channels=3, patch_size=4,
+                                 spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=64,
+                                 num_position_embeddings=16, deepstack_visual_indexes=[0, 1],
+                                 hidden_act="gelu_pytorch_tanh")
+    config = Qwen3VLConfig(text_config=text, vision_config=vision, image_token_id=ids("<|image_pad|>"),
+                           video_token_id=ids("<|video_pad|>"), vision_start_token_id=ids("<|vision_start|>"),
+                           vision_end_token_id=ids("<|vision_end|>"), tie_word_embeddings=True)
+    return dict(
+        name="qwen3-vl-tiny", cls=Qwen3VLForConditionalGeneration, config=config, processor=processor, seed=1200,
+        std=0.2, connector=lambda m: m.model.visual.merger, text_model=lambda m: m.model.language_model,
+        generation=dict(eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|endoftext|>")),
+        image_token="<|image_pad|>",
+        cases=[
+            chat_case("chelsea", [f"{IMAGES}/chelsea.png"], "Describe this image."),
+            chat_case("two_images", [f"{IMAGES}/astronaut.png", f"{IMAGES}/chelsea.png"],
+                      "What differs between the two images?"),
+            chat_case("text_only", [], "Hello, who are you?"),
+        ])
+
+
 def gemma3_spec():
     tok = gemma3_tokenizer()
     ids = tok.convert_tokens_to_ids
@@ -895,11 +947,14 @@ def main():
     torch.set_num_threads(2)
     os.makedirs(OUT, exist_ok=True)
     derive_images()
-    for make in (smolvlm_spec, llava_spec, llava_interleave_spec, paligemma_spec, paligemma2_spec, gemma3_spec,
-                 qwen2_vl_spec, qwen2_5_vl_spec):
-        spec = make()
-        if wanted and spec["name"] not in wanted:
+    specs = {"smolvlm-tiny": smolvlm_spec, "llava-tiny": llava_spec, "llava-interleave-tiny": llava_interleave_spec,
+             "paligemma-tiny": paligemma_spec, "paligemma2-tiny": paligemma2_spec, "gemma3-tiny": gemma3_spec,
+             "qwen2-vl-tiny": qwen2_vl_spec, "qwen2.5-vl-tiny": qwen2_5_vl_spec, "qwen3-vl-tiny": qwen3_vl_spec}
+    for name, make in specs.items():
+        if wanted and name not in wanted:
             continue
+        spec = make()
+        assert spec["name"] == name
         folder, ref, tensors = build(spec)
         print(f"{spec['name']}: seed {ref['seed']}, params {ref['param_count']}, "
               f"vocab {spec['config'].get_text_config().vocab_size}, files {sorted(os.listdir(folder))}")

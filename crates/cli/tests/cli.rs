@@ -338,6 +338,7 @@ fn vision_language_checkpoints_answer_and_describe_themselves() -> Result<()> {
         ("gemma3-tiny", 16),
         ("qwen2-vl-tiny", 54),
         ("qwen2.5-vl-tiny", 54),
+        ("qwen3-vl-tiny", 54),
     ] {
         let o = tessera(&[
             "generate",

@@ -232,6 +232,27 @@ impl Decoder {
         positions: &Tensor,
         trace: &mut Trace,
     ) -> Result<Tensor> {
+        self.forward_with_additions(embeds, cache, masks, positions, &[], trace)
+    }
+
+    /// [`forward_traced`](Self::forward_traced) with `additions[i]` `(b, t, hidden)` added to the
+    /// output of layer `i` (Qwen3-VL's DeepStack: image features joining the first layers).
+    pub fn forward_with_additions(
+        &self,
+        embeds: &Tensor,
+        cache: &mut KvCache,
+        masks: &MaskPlan,
+        positions: &Tensor,
+        additions: &[Tensor],
+        trace: &mut Trace,
+    ) -> Result<Tensor> {
+        if additions.len() > self.layers.len() {
+            return Err(DecoderError::Config(format!(
+                "{} layer additions for {} layers",
+                additions.len(),
+                self.layers.len()
+            )));
+        }
         let offset = cache.len();
         let t = embeds.dim(1)?;
         if offset + t > self.cfg.max_position_embeddings {
@@ -280,7 +301,10 @@ impl Decoder {
                 residual: None,
             };
             let (y, weights) = layer.forward(&x, input)?;
-            x = y;
+            x = match additions.get(i) {
+                Some(a) => (y + a)?,
+                None => y,
+            };
             if let Some(w) = weights {
                 trace.attentions.push((i, w));
             }

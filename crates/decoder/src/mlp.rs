@@ -81,9 +81,20 @@ pub struct Mlp {
 
 impl Mlp {
     pub fn new(hidden: usize, intermediate: usize, act: Activation, vb: &Weights) -> Result<Self> {
+        Self::named(hidden, intermediate, act, vb, ("fc1", "fc2"))
+    }
+
+    /// [`new`](Self::new) with other names for the two layers (Qwen3-VL: `linear_fc1`, `linear_fc2`).
+    pub fn named(
+        hidden: usize,
+        intermediate: usize,
+        act: Activation,
+        vb: &Weights,
+        (first, second): (&str, &str),
+    ) -> Result<Self> {
         Ok(Self {
-            fc1: vb.linear(hidden, intermediate, true, "fc1")?,
-            fc2: vb.linear(intermediate, hidden, true, "fc2")?,
+            fc1: vb.linear(hidden, intermediate, true, first)?,
+            fc2: vb.linear(intermediate, hidden, true, second)?,
             act,
         })
     }

@@ -113,9 +113,8 @@ impl Model {
     /// All hidden states (`num_hidden_states()` tensors of `(positions, hidden)`, f32) for
     /// `prompt`, indexed as transformers' `output_hidden_states`.
     pub fn hidden_states(&self, prompt: &Prompt) -> Result<Vec<Tensor>> {
-        let embeds = self.prompt_embeddings(prompt)?;
         let mut trace = Trace { capture_hidden: true, ..Default::default() };
-        let last = self.forward_prompt(prompt, &embeds, &mut self.new_cache(), &mut trace)?;
+        let last = self.forward_prompt(prompt, &mut self.new_cache(), &mut trace)?;
         let mut states = trace.hidden_states;
         // Replace the last block's raw output with the final-normed one, as transformers does.
         states.pop();
@@ -313,9 +312,8 @@ impl Model {
                 n - 1
             )));
         }
-        let embeds = self.prompt_embeddings(prompt)?;
         let mut trace = Trace { attention_layers: layers.to_vec(), ..Default::default() };
-        self.forward_prompt(prompt, &embeds, &mut self.new_cache(), &mut trace)?;
+        self.forward_prompt(prompt, &mut self.new_cache(), &mut trace)?;
         trace.attentions.into_iter().map(|(l, w)| Ok((l, w.squeeze(0)?))).collect()
     }
 }

@@ -238,8 +238,7 @@ impl Model {
         let mut cache = self.new_cache();
         let mut traces = Vec::new();
         let mut trace = Trace { capture_hidden: true, ..Default::default() };
-        let embeds = self.prompt_embeddings(prompt)?;
-        self.forward_prompt(prompt, &embeds, &mut cache, &mut trace)?;
+        self.forward_prompt(prompt, &mut cache, &mut trace)?;
         traces.push(trace.hidden_states);
         if !generated.is_empty() {
             let mut trace = Trace { capture_hidden: true, ..Default::default() };
@@ -273,7 +272,7 @@ impl Model {
         let layers = if capture { (0..self.config().decoder.num_hidden_layers).collect() } else { Vec::new() };
         let mut trace = Trace { attention_layers: layers, ..Default::default() };
         let hidden = match prompt {
-            Some(p) => self.forward_prompt(p, embeds, cache, &mut trace)?,
+            Some(p) => self.forward_prompt(p, cache, &mut trace)?,
             None => self.forward_hidden(embeds, cache, &mut trace)?,
         };
         let t = hidden.dim(1)?;

@@ -424,22 +424,17 @@ impl Model {
         let start = usize::try_from(cache.len() as i64 + cache.position_delta())
             .map_err(|_| TesseraError::InvalidInput("the cache's RoPE position is negative".into()))?;
         let positions = self.decoder.consecutive_positions(start, t, embeds.device())?;
-        self.run_decoder(embeds, cache, trace, image_runs, &positions)
+        self.run_decoder(embeds, cache, trace, image_runs, &positions, &[])
     }
 
-    /// The decoder over `prompt`'s embeddings `embeds` (see [`Model::prompt_embeddings`]) after
-    /// what `cache` holds, with the prompt's masks (image blocks) and RoPE positions (M-RoPE
+    /// The decoder over `prompt` (its embeddings, see [`Model::prompt_inputs`]) after what
+    /// `cache` holds, with the prompt's masks (image blocks) and RoPE positions (M-RoPE
     /// grid positions for the images of Qwen2-VL); the cache then remembers where the next
     /// token's position is.
-    pub fn forward_prompt(
-        &self,
-        prompt: &Prompt,
-        embeds: &Tensor,
-        cache: &mut KvCache,
-        trace: &mut Trace,
-    ) -> Result<Tensor> {
+    pub fn forward_prompt(&self, prompt: &Prompt, cache: &mut KvCache, trace: &mut Trace) -> Result<Tensor> {
+        let (embeds, additions) = self.prompt_inputs(prompt)?;
         let (positions, delta) = self.prompt_positions(prompt, cache)?;
-        let hidden = self.run_decoder(embeds, cache, trace, &prompt.image_runs(), &positions)?;
+        let hidden = self.run_decoder(&embeds, cache, trace, &prompt.image_runs(), &positions, &additions)?;
         cache.set_position_delta(delta);
         Ok(hidden)
     }
@@ -505,6 +500,7 @@ impl Model {
         trace: &mut Trace,
         image_runs: &[Range<usize>],
         positions: &Tensor,
+        additions: &[Tensor],
     ) -> Result<Tensor> {
         let t = embeds.dim(1)?;
         if t == 0 {
@@ -518,7 +514,7 @@ impl Model {
             )));
         }
         let masks = self.mask_plan(cache.len(), t, image_runs)?;
-        Ok(self.decoder.forward_traced(embeds, cache, &masks, positions, trace)?)
+        Ok(self.decoder.forward_with_additions(embeds, cache, &masks, positions, additions, trace)?)
     }
 
     /// The LM head: hidden `(1, t, hidden)` → f32 logits `(t, vocab)`.

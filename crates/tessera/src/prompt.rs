@@ -284,6 +284,13 @@ impl Model {
     /// placed where its chunks are (transformers' `masked_scatter` for the Hugging Face
     /// families), the text embedded as tokens.
     pub fn prompt_embeddings(&self, prompt: &Prompt) -> Result<Tensor> {
+        Ok(self.prompt_inputs(prompt)?.0)
+    }
+
+    /// [`prompt_embeddings`](Self::prompt_embeddings) and, for Qwen3-VL, DeepStack's additions:
+    /// one `(1, t, hidden)` tensor per early decoder layer, the images' DeepStack features at
+    /// their positions and zeros elsewhere (each image encoded once for both).
+    pub fn prompt_inputs(&self, prompt: &Prompt) -> Result<(Tensor, Vec<Tensor>)> {
         let image_id = self.image_encoder.as_ref().and_then(|e| e.image_token_id());
         // A placeholder id outside the vocabulary embeds as id 0 before it is replaced.
         let vocab = self.embed.vocab_size() as u32;
@@ -291,17 +298,19 @@ impl Model {
             prompt.ids.iter().map(|&t| if Some(t) == image_id && t >= vocab { 0 } else { t }).collect();
         let text = if safe.is_empty() { None } else { Some(self.embed_ids(&safe)?) };
         let dtype = text.as_ref().map(|t| t.dtype());
-        let feats = prompt
-            .images
-            .iter()
-            .map(|img| {
-                let f = self.encode_image(img)?;
-                Ok(match dtype {
-                    Some(d) => f.to_dtype(d)?,
-                    None => f,
-                })
+        let cast = |f: Tensor| -> Result<Tensor> {
+            Ok(match dtype {
+                Some(d) => f.to_dtype(d)?,
+                None => f,
             })
-            .collect::<Result<Vec<_>>>()?;
+        };
+        let mut feats = Vec::with_capacity(prompt.images.len());
+        let mut deep: Vec<Vec<Tensor>> = Vec::with_capacity(prompt.images.len());
+        for img in &prompt.images {
+            let (tokens, stack) = self.vision()?.encode_with_deepstack(img, &self.device)?;
+            feats.push(cast(tokens)?);
+            deep.push(stack.into_iter().map(cast).collect::<Result<_>>()?);
+        }
         let parts = prompt
             .chunks
             .iter()
@@ -311,7 +320,26 @@ impl Model {
                 (Chunk::Text(_), None) => Err(TesseraError::InvalidInput("a text chunk without tokens".into())),
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Tensor::cat(&parts, 1)?)
+        let embeds = Tensor::cat(&parts, 1)?;
+        let levels = deep.iter().map(Vec::len).max().unwrap_or(0);
+        let additions = (0..levels)
+            .map(|level| {
+                let rows = prompt
+                    .chunks
+                    .iter()
+                    .map(|c| match c {
+                        Chunk::Text(r) => {
+                            Ok(Tensor::zeros((r.len(), embeds.dim(2)?), embeds.dtype(), embeds.device())?)
+                        }
+                        Chunk::Image { image, tokens } => {
+                            Ok(deep[*image][level].narrow(0, tokens.start, tokens.len())?)
+                        }
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(Tensor::cat(&rows, 0)?.unsqueeze(0)?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((embeds, additions))
     }
 }
 

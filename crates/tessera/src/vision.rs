@@ -363,6 +363,19 @@ impl ImageEncoder {
         }
     }
 
+    /// [`encode`](Self::encode) and, for Qwen3-VL, DeepStack's image tokens `(N, hidden)` per
+    /// level (empty for the other families).
+    pub fn encode_with_deepstack(&self, img: &RgbImage, device: &Device) -> Result<(Tensor, Vec<Tensor>)> {
+        match self {
+            Self::Qwen2Vl(e) => {
+                let (px, rows, cols) = e.patches(img, device)?;
+                let (features, deepstack) = e.tower.features_and_deepstack(&px, rows, cols)?;
+                Ok((e.tower.merge(&features, rows, cols)?.unsqueeze(0)?, deepstack))
+            }
+            _ => Ok((self.encode(img, device)?, Vec::new())),
+        }
+    }
+
     /// The vision tower's features for `img`, `(views, patches, vision_hidden)`, as the
     /// connector reads them (native models have no tower: their image tokens are returned).
     pub fn tower_features(&self, img: &RgbImage, device: &Device) -> Result<Tensor> {

@@ -23,6 +23,7 @@ const FAMILIES: &[&str] = &[
     "gemma3-tiny",
     "qwen2-vl-tiny",
     "qwen2.5-vl-tiny",
+    "qwen3-vl-tiny",
 ];
 
 fn vlm_dir(name: &str) -> PathBuf {
@@ -148,8 +149,7 @@ fn logits_and_16_greedy_ids_match_transformers() -> Result<()> {
         for case in &cases {
             let what = format!("{name}/{}", case.name);
             let prompt = model.prompt(common::ids(&case.json["input_ids"]), &case.images)?;
-            let embeds = model.prompt_embeddings(&prompt)?;
-            let hidden = model.forward_prompt(&prompt, &embeds, &mut model.new_cache(), &mut Default::default())?;
+            let hidden = model.forward_prompt(&prompt, &mut model.new_cache(), &mut Default::default())?;
             let logits = model.logits(&hidden)?;
             let expected = reference_tensor(&tensors, &case.name, "logits").context("logits")?;
             let n = expected.dim(0)?;
@@ -244,7 +244,7 @@ fn bad_input_gives_clear_errors() -> Result<()> {
         let weights = candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu)?;
         let n = weights.len();
         // (Qwen2-VL's blocks keep q, k and v in one matrix.)
-        let victim = if name.starts_with("qwen2") {
+        let victim = if name.starts_with("qwen") {
             "blocks.0.attn.qkv.weight"
         } else {
             "encoder.layers.0.self_attn.k_proj.weight"
@@ -567,8 +567,7 @@ fn gemma3_pan_and_scan_matches_transformers() -> Result<()> {
         let tokens = case.images.iter().map(|i| model.image_embeddings(i)).collect::<tessera::Result<Vec<_>>>()?;
         let d = max_abs_diff(&Tensor::cat(&tokens, 0)?, reference("image_features")?, "image features")?;
         assert!(d < 1e-4, "{what}: image features differ by {d}");
-        let embeds = model.prompt_embeddings(&prompt)?;
-        let hidden = model.forward_prompt(&prompt, &embeds, &mut model.new_cache(), &mut Default::default())?;
+        let hidden = model.forward_prompt(&prompt, &mut model.new_cache(), &mut Default::default())?;
         let logits = model.logits(&hidden)?;
         let expected = reference("logits")?;
         let n = expected.dim(0)?;
@@ -638,5 +637,30 @@ fn qwen2_5_vl_windows_shape_the_image_tokens() -> Result<()> {
     let windowed = max_abs_diff(&load("qwen2.5-vl-tiny")?.image_embeddings(&case.images[0])?, want, "windowed")?;
     let all_global = max_abs_diff(&global.image_embeddings(&case.images[0])?, want, "global")?;
     assert!(windowed < 1e-4 && all_global > 0.1, "windowed {windowed}, all global {all_global}");
+    Ok(())
+}
+
+/// Qwen3-VL's DeepStack: the outputs of vision blocks 0 and 1, through mergers of their own,
+/// join the text model's hidden states at the image positions after layers 0 and 1. Its
+/// learned position table (4×4) is resampled to each grid, and M-RoPE interleaves the streams.
+/// The logits match transformers (`logits_and_16_greedy_ids_match_transformers`); the same
+/// forward without the DeepStack additions moves them well beyond the tolerance.
+#[test]
+fn qwen3_vl_deepstack_features_join_the_first_layers() -> Result<()> {
+    let model = load("qwen3-vl-tiny")?;
+    let (cases, tensors) = cases("qwen3-vl-tiny")?;
+    let case = cases.iter().find(|c| c.name == "chelsea").context("chelsea")?;
+    let prompt = model.prompt(common::ids(&case.json["input_ids"]), &case.images)?;
+    let (embeds, additions) = model.prompt_inputs(&prompt)?;
+    assert_eq!(additions.len(), 2, "two DeepStack levels");
+    let mut cache = model.new_cache();
+    let (positions, _) = model.prompt_positions(&prompt, &cache)?;
+    let masks = model.mask_plan(0, prompt.len(), &prompt.image_runs())?;
+    let hidden = model.decoder().forward_traced(&embeds, &mut cache, &masks, &positions, &mut Default::default())?;
+    let logits = model.logits(&hidden)?;
+    let expected = reference_tensor(&tensors, &case.name, "logits").context("logits")?;
+    let n = expected.dim(0)?;
+    let without = max_abs_diff(&logits.narrow(0, logits.dim(0)? - n, n)?, expected, "logits")?;
+    assert!(without > 0.1, "without DeepStack the logits move by only {without}");
     Ok(())
 }

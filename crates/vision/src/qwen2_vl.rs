@@ -16,6 +16,12 @@
 //! attention within windows of `window_size` px: the merged tokens are reordered window by
 //! window (raster order of windows, raster order inside; edge windows partial), every block runs
 //! in that order, and the merger's output is put back in raster order.
+//!
+//! Qwen3-VL's (`Qwen3VLVisionModel`): a biased patch embedding plus learned position embeddings
+//! (a square table resampled bilinearly, corners aligned, to each image's grid), LayerNorm blocks
+//! with a plain MLP, a merger that norms before concatenating, and DeepStack: the outputs of some
+//! blocks go through mergers of their own (norm after concatenating) and are added to the text
+//! model's hidden states at the image's positions after its first layers.
 
 use candle_core::{DType, Tensor};
 use tessera_decoder::weights::MatrixWeight;
@@ -38,6 +44,8 @@ pub struct Qwen2VisionConfig {
     pub mlp: VisionMlp,
     /// Qwen2.5-VL's windowed attention; `None`: every block attends over the whole image.
     pub windows: Option<Windows>,
+    /// Qwen3-VL's learned positions and DeepStack.
+    pub qwen3: Option<Qwen3Vision>,
     pub in_channels: usize,
     pub patch_size: usize,
     pub spatial_merge_size: usize,
@@ -59,8 +67,18 @@ pub enum VisionNorm {
 pub enum VisionMlp {
     /// `fc1` → act → `fc2`, `embed_dim × ratio` wide (Qwen2-VL).
     Plain { ratio: usize },
+    /// `linear_fc1` → act → `linear_fc2` (Qwen3-VL).
+    Linear { intermediate: usize },
     /// `gate_proj`/`up_proj` → act(gate) · up → `down_proj`, with biases (Qwen2.5-VL).
     Gated { intermediate: usize },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Qwen3Vision {
+    /// The learned position table's size (a square: `side²`).
+    pub num_position_embeddings: usize,
+    /// Blocks whose outputs feed DeepStack, in the order of the text layers they join.
+    pub deepstack: Vec<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +110,18 @@ impl Qwen2VisionConfig {
             }
             if let Some(b) = w.full_blocks.iter().find(|&&b| b >= self.depth) {
                 return bad(format!("fullatt_block_indexes names block {b} of a {}-block tower", self.depth));
+            }
+        }
+        if let Some(q) = &self.qwen3 {
+            let side = (q.num_position_embeddings as f64).sqrt() as usize;
+            if side < 2 || side * side != q.num_position_embeddings {
+                return bad(format!(
+                    "num_position_embeddings {} is not a square of 2 or more",
+                    q.num_position_embeddings
+                ));
+            }
+            if let Some(b) = q.deepstack.iter().find(|&&b| b >= self.depth) {
+                return bad(format!("deepstack_visual_indexes names block {b} of a {}-block tower", self.depth));
             }
         }
         Ok(())
@@ -248,6 +278,10 @@ pub struct Qwen2VisionTower {
     ln_q: Norm,
     merger_fc1: Linear,
     merger_fc2: Linear,
+    /// Qwen3-VL: the learned position table `(side², embed_dim)`.
+    pos_embed: Option<Tensor>,
+    /// Qwen3-VL: DeepStack's mergers (norm over the concatenated block, then two layers).
+    deepstack: Vec<(usize, LayerNorm, Linear, Linear)>,
     /// The 2-D RoPE's `head_dim/4` inverse frequencies.
     inv_freq: Vec<f32>,
     dtype: DType,
@@ -261,7 +295,11 @@ impl Qwen2VisionTower {
         let conv = vb
             .pp("patch_embed.proj")
             .get(&[e, cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size, cfg.patch_size], "weight")?;
-        let patch_embed = Linear::new(MatrixWeight::Dense(conv.reshape((e, cfg.patch_dim()))?), None)?;
+        let patch_bias = match cfg.qwen3 {
+            Some(_) => Some(vb.pp("patch_embed.proj").get(&[e], "bias")?),
+            None => None,
+        };
+        let patch_embed = Linear::new(MatrixWeight::Dense(conv.reshape((e, cfg.patch_dim()))?), patch_bias)?;
         let head_dim = cfg.head_dim();
         let attn_cfg = AttentionConfig {
             hidden_size: e,
@@ -290,6 +328,13 @@ impl Qwen2VisionTower {
                 let attn =
                     Attention::from_parts(&attn_cfg, part(0)?, part(1)?, part(2)?, a.linear(e, e, true, "proj")?)?;
                 let mlp = match cfg.mlp {
+                    VisionMlp::Linear { intermediate } => BlockMlp::Plain(Mlp::named(
+                        e,
+                        intermediate,
+                        cfg.hidden_act,
+                        &b.pp("mlp"),
+                        ("linear_fc1", "linear_fc2"),
+                    )?),
                     VisionMlp::Plain { ratio } => {
                         BlockMlp::Plain(Mlp::new(e, e * ratio, cfg.hidden_act, &b.pp("mlp"))?)
                     }
@@ -314,9 +359,39 @@ impl Qwen2VisionTower {
             cfg: cfg.clone(),
             patch_embed,
             blocks,
-            ln_q: Norm::load(cfg.norm, e, &m.pp("ln_q"))?,
-            merger_fc1: m.pp("mlp").linear(merged, merged, true, "0")?,
-            merger_fc2: m.pp("mlp").linear(merged, cfg.hidden_size, true, "2")?,
+            ln_q: match cfg.qwen3 {
+                Some(_) => Norm::Layer(LayerNorm::load(e, 1e-6, &m.pp("norm"))?),
+                None => Norm::load(cfg.norm, e, &m.pp("ln_q"))?,
+            },
+            merger_fc1: match cfg.qwen3 {
+                Some(_) => m.linear(merged, merged, true, "linear_fc1")?,
+                None => m.pp("mlp").linear(merged, merged, true, "0")?,
+            },
+            merger_fc2: match cfg.qwen3 {
+                Some(_) => m.linear(merged, cfg.hidden_size, true, "linear_fc2")?,
+                None => m.pp("mlp").linear(merged, cfg.hidden_size, true, "2")?,
+            },
+            pos_embed: match &cfg.qwen3 {
+                Some(q) => Some(vb.pp("pos_embed").get(&[q.num_position_embeddings, e], "weight")?),
+                None => None,
+            },
+            deepstack: match &cfg.qwen3 {
+                Some(q) => q
+                    .deepstack
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &block)| {
+                        let d = vb.pp("deepstack_merger_list").pp(i);
+                        Ok((
+                            block,
+                            LayerNorm::load(merged, 1e-6, &d.pp("norm"))?,
+                            d.linear(merged, merged, true, "linear_fc1")?,
+                            d.linear(merged, cfg.hidden_size, true, "linear_fc2")?,
+                        ))
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+                None => Vec::new(),
+            },
             inv_freq,
             dtype: vb.dtype(),
         })
@@ -343,6 +418,12 @@ impl Qwen2VisionTower {
     /// on a `rows × cols` grid — what the merger reads, in the order the blocks run (Qwen2.5-VL:
     /// window by window).
     pub fn features(&self, pixels: &Tensor, rows: usize, cols: usize) -> Result<Tensor> {
+        Ok(self.features_and_deepstack(pixels, rows, cols)?.0)
+    }
+
+    /// [`features`](Self::features) and, for Qwen3-VL, DeepStack's image tokens
+    /// `(patches / merge², hidden_size)` of each DeepStack block, in raster order.
+    pub fn features_and_deepstack(&self, pixels: &Tensor, rows: usize, cols: usize) -> Result<(Tensor, Vec<Tensor>)> {
         let n = pixels.dim(0)?;
         if n != rows * cols {
             return Err(VisionError::Config(format!("{n} patches for a {rows}×{cols} grid")));
@@ -354,6 +435,13 @@ impl Qwen2VisionTower {
         let patch_order: Vec<u32> = order.iter().flat_map(|&u| (u * m2..(u + 1) * m2).map(|p| p as u32)).collect();
         let index = Tensor::new(patch_order.as_slice(), pixels.device())?;
         let x = self.patch_embed.forward(&pixels.to_dtype(dtype)?.index_select(&index, 0)?.unsqueeze(0)?)?;
+        let x = match &self.pos_embed {
+            Some(table) => {
+                let pos = self.learned_positions(table, rows, cols)?.index_select(&index, 0)?;
+                (x + pos.to_dtype(dtype)?.unsqueeze(0)?)?
+            }
+            None => x,
+        };
         let positions = patch_positions(rows, cols, self.cfg.spatial_merge_size);
         let half = self.inv_freq.len();
         let mut angles = Vec::with_capacity(n * 2 * half);
@@ -379,6 +467,7 @@ impl Qwen2VisionTower {
             None => None,
         };
         let full_blocks = self.cfg.windows.as_ref().map(|w| w.full_blocks.as_slice()).unwrap_or(&[]);
+        let mut deepstack = Vec::new();
         let mut x = x;
         for (i, b) in self.blocks.iter().enumerate() {
             let mask = match &windowed {
@@ -393,8 +482,40 @@ impl Qwen2VisionTower {
                 BlockMlp::Plain(mlp) => mlp.forward_add(&h, Some(&y))?,
                 BlockMlp::Gated(mlp) => mlp.forward_add(&h, Some(&y))?,
             };
+            for (_, norm, fc1, fc2) in self.deepstack.iter().filter(|d| d.0 == i) {
+                let merged = x.squeeze(0)?.reshape((n / m2, ()))?;
+                let y = Activation::Gelu.apply(&fc1.forward(&norm.forward(&merged)?)?)?;
+                deepstack.push(fc2.forward(&y)?);
+            }
         }
-        Ok(x.squeeze(0)?)
+        Ok((x.squeeze(0)?, deepstack))
+    }
+
+    /// Qwen3-VL's position embeddings for a `rows × cols` patch grid, in [`patchify`]'s order:
+    /// the `side × side` table resampled bilinearly with corners aligned (`F.interpolate(…,
+    /// align_corners=True)`, as transformers' `get_vision_interpolation_indices_and_weights`).
+    fn learned_positions(&self, table: &Tensor, rows: usize, cols: usize) -> Result<Tensor> {
+        let side = (table.dim(0)? as f64).sqrt() as usize;
+        let taps = |i: usize, size: usize| -> [(usize, f32); 2] {
+            let src = i as f32 * (side - 1) as f32 / (size.max(2) - 1) as f32;
+            let floor = src.floor();
+            let t0 = (floor as usize).min(side - 1);
+            let t1 = (floor as usize + 1).min(side - 1);
+            [(t0, (1.0 - (src - floor)).max(0.0)), (t1, (1.0 - (floor + 1.0 - src).abs()).max(0.0))]
+        };
+        let (mut index, mut weight) = (Vec::new(), Vec::new());
+        for (r, c) in patch_positions(rows, cols, self.cfg.spatial_merge_size) {
+            for (tr, wr) in taps(r, rows) {
+                for (tc, wc) in taps(c, cols) {
+                    index.push((tr * side + tc) as u32);
+                    weight.push(wr * wc);
+                }
+            }
+        }
+        let n = rows * cols;
+        let gathered = table.to_dtype(DType::F32)?.index_select(&Tensor::new(index.as_slice(), table.device())?, 0)?;
+        let weights = Tensor::from_vec(weight, (n * 4, 1), table.device())?;
+        Ok(gathered.broadcast_mul(&weights)?.reshape((n, 4, ()))?.sum(1)?)
     }
 
     /// Features `(patches, embed_dim)` from [`features`](Self::features) of a `rows × cols`

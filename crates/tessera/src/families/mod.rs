@@ -66,13 +66,16 @@ enum Checkpoint {
     /// Qwen2.5-VL: Qwen2-VL with RMSNorm + gated-MLP vision blocks and windowed attention.
     #[serde(rename = "qwen2_5_vl")]
     Qwen25Vl(Box<qwen2_vl::Qwen2VlConfig>),
+    /// Qwen3-VL: learned vision positions, DeepStack, interleaved M-RoPE, a Qwen3 decoder.
+    #[serde(rename = "qwen3_vl")]
+    Qwen3Vl(Box<qwen2_vl::Qwen2VlConfig>),
     #[serde(other)]
     Unsupported,
 }
 
 /// What `tessera` reads, for error messages.
 pub const SUPPORTED: &str =
-    "llama, mistral, qwen2, gemma, gemma2, gemma3_text, gemma3, qwen2_vl, qwen2_5_vl, tessera_native, idefics3, llava, paligemma \
+    "llama, mistral, qwen2, gemma, gemma2, gemma3_text, gemma3, qwen2_vl, qwen2_5_vl, qwen3_vl, tessera_native, idefics3, llava, paligemma \
      (config.json model_type) / llama, qwen2 (GGUF)";
 
 impl Checkpoint {
@@ -95,6 +98,7 @@ impl Checkpoint {
             Self::Gemma3(c) => c.resolve().map_err(err),
             Self::Qwen2Vl(c) => c.resolve(qwen2_vl::Generation::Qwen2Vl).map_err(err),
             Self::Qwen25Vl(c) => c.resolve(qwen2_vl::Generation::Qwen25Vl).map_err(err),
+            Self::Qwen3Vl(c) => c.resolve(qwen2_vl::Generation::Qwen3Vl).map_err(err),
             Self::Unsupported => Err(TesseraError::UnsupportedArchitecture {
                 found: json.get("model_type").map(|v| v.to_string().trim_matches('"').to_string()).unwrap_or_default(),
                 path: path.to_path_buf(),

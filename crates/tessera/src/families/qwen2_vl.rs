@@ -7,11 +7,14 @@
 //! and the text after it continues past the largest of them.
 //!
 //! Qwen2.5-VL is the same model with another vision block (RMSNorm, gated MLP) and windowed
-//! attention in all but its `fullatt_block_indexes`.
+//! attention in all but its `fullatt_block_indexes`. Qwen3-VL: 16-px patches with a biased
+//! embedding and learned, interpolated positions, DeepStack features added to the first decoder
+//! layers, interleaved M-RoPE, and a Qwen3 text model (q/k norms).
 
 use serde::Deserialize;
 use tessera_decoder::Activation;
-use tessera_vision::qwen2_vl::{VisionMlp, VisionNorm, Windows};
+use tessera_decoder::MRope;
+use tessera_vision::qwen2_vl::{Qwen3Vision, VisionMlp, VisionNorm, Windows};
 use tessera_vision::Qwen2VisionConfig;
 
 use super::text::{TextFamily, TextSubConfig};
@@ -51,6 +54,9 @@ struct VisionFields {
     out_hidden_size: Option<usize>,
     window_size: Option<usize>,
     fullatt_block_indexes: Option<Vec<usize>>,
+    // Qwen3-VL
+    num_position_embeddings: Option<usize>,
+    deepstack_visual_indexes: Option<Vec<usize>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -68,9 +74,11 @@ pub struct Qwen2VlSpec {
 
 /// Which of the two generations a config is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(clippy::enum_variant_names)] // the model names end so
 pub enum Generation {
     Qwen2Vl,
     Qwen25Vl,
+    Qwen3Vl,
 }
 
 impl Qwen2VlConfig {
@@ -79,14 +87,22 @@ impl Qwen2VlConfig {
         let (text_family, name) = match generation {
             Generation::Qwen2Vl => (TextFamily::Qwen2Vl, "qwen2_vl"),
             Generation::Qwen25Vl => (TextFamily::Qwen25Vl, "qwen2_5_vl"),
+            Generation::Qwen3Vl => (TextFamily::Qwen3Vl, "qwen3_vl"),
         };
-        let text = text_config(&self.text_config, text_family)?;
+        let mut text = text_config(&self.text_config, text_family)?;
+        if generation == Generation::Qwen3Vl {
+            // Qwen3-VL interleaves the three streams over the frequencies.
+            if let Some(m) = text.decoder.rope.mrope {
+                text.decoder.rope.mrope = Some(MRope { interleaved: true, ..m });
+            }
+        }
         if text.decoder.rope.mrope.is_none() {
             return Err("text_config: Qwen2-VL needs rope_parameters.mrope_section".into());
         }
         let v = &self.vision_config;
         let rope_theta = v.rope_parameters.as_ref().and_then(|r| r.rope_theta).unwrap_or(10_000.0);
         let common = |embed_dim, hidden_size, norm, mlp, windows, act| Qwen2VisionConfig {
+            qwen3: None,
             depth: v.depth.unwrap_or(32),
             embed_dim,
             hidden_size,
@@ -122,7 +138,33 @@ impl Qwen2VlConfig {
                 }),
                 Activation::Silu,
             ),
+            Generation::Qwen3Vl => Qwen2VisionConfig {
+                patch_size: v.patch_size.unwrap_or(16),
+                depth: v.depth.unwrap_or(27),
+                num_heads: v.num_heads.unwrap_or(16),
+                qwen3: Some(Qwen3Vision {
+                    num_position_embeddings: v.num_position_embeddings.unwrap_or(2304),
+                    deepstack: v.deepstack_visual_indexes.clone().unwrap_or_else(|| vec![8, 16, 24]),
+                }),
+                ..common(
+                    v.hidden_size.unwrap_or(1152),
+                    v.out_hidden_size.unwrap_or(3584),
+                    VisionNorm::Layer,
+                    VisionMlp::Linear { intermediate: v.intermediate_size.unwrap_or(4304) },
+                    None,
+                    Activation::GeluTanh,
+                )
+            },
         };
+        if let Some(q) = &tower.qwen3 {
+            if q.deepstack.len() > text.decoder.num_hidden_layers {
+                return Err(format!(
+                    "{} DeepStack levels for a {}-layer text model",
+                    q.deepstack.len(),
+                    text.decoder.num_hidden_layers
+                ));
+            }
+        }
         tower.validate().map_err(|e| format!("vision_config: {e}"))?;
         if tower.hidden_size != text.decoder.hidden_size {
             return Err(format!(

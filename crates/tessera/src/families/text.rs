@@ -37,6 +37,9 @@ pub enum TextFamily {
     /// Qwen2.5-VL's text model (the same).
     #[serde(rename = "qwen2_5_vl_text")]
     Qwen25Vl,
+    /// Qwen3-VL's text model: Qwen3 (q/k norms, no q/k/v bias) with interleaved M-RoPE.
+    #[serde(rename = "qwen3_vl_text")]
+    Qwen3Vl,
 }
 
 /// A text config class's defaults (the fields transformers leaves out of a `text_config`
@@ -190,6 +193,22 @@ impl TextFamily {
                 rms_norm_eps: 1e-5,
                 ..llama
             },
+            Self::Qwen3Vl => TextClass {
+                name: "qwen3_vl_text",
+                vocab_size: 151_936,
+                hidden_size: 4096,
+                intermediate_size: 22_016,
+                num_hidden_layers: 32,
+                num_attention_heads: 32,
+                num_key_value_heads: Some(32),
+                head_dim: Some(128),
+                max_position_embeddings: 128_000,
+                bos_token_id: None,
+                eos_token_id: None,
+                qk_norm: true,
+                rope_theta: 5_000_000.0,
+                ..llama
+            },
             Self::Gemma3 => TextClass {
                 name: "gemma3_text",
                 vocab_size: 262_208,
@@ -220,7 +239,13 @@ impl TextFamily {
     pub fn gguf_rope_style(self) -> RopeStyle {
         match self {
             Self::Llama | Self::Mistral => RopeStyle::Interleaved,
-            Self::Qwen2 | Self::Qwen2Vl | Self::Qwen25Vl | Self::Gemma | Self::Gemma2 | Self::Gemma3 => RopeStyle::Half,
+            Self::Qwen2
+            | Self::Qwen2Vl
+            | Self::Qwen25Vl
+            | Self::Qwen3Vl
+            | Self::Gemma
+            | Self::Gemma2
+            | Self::Gemma3 => RopeStyle::Half,
         }
     }
 }
