@@ -15,7 +15,7 @@ import os
 
 import torch
 import transformers
-from transformers import AutoModelForImageTextToText, AutoProcessor
+from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoProcessor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VLM = os.path.join(ROOT, "tests", "fixtures", "vlm")
@@ -60,6 +60,8 @@ def run(model_name, name, messages):
     model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32,
                                                         attn_implementation="eager").eval()
     processor = AutoProcessor.from_pretrained(folder)
+    # The PIL image processor, as the engine resizes (AutoProcessor picks torchvision's where installed).
+    processor.image_processor = AutoImageProcessor.from_pretrained(folder, backend="pil")
     model.generation_config.eos_token_id = None
     rendered = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     inputs = processor.apply_chat_template(absolute(messages), add_generation_prompt=True, tokenize=True,
@@ -81,7 +83,8 @@ def run(model_name, name, messages):
 
 def main():
     out = dict(transformers_version=transformers.__version__, eos_ignored=True, models={})
-    for model_name in ("smolvlm-tiny", "llava-interleave-tiny"):
+    for model_name in ("smolvlm-tiny", "llava-interleave-tiny", "gemma3-tiny", "qwen2-vl-tiny", "qwen2.5-vl-tiny",
+                       "qwen3-vl-tiny"):
         out["models"][model_name] = [run(model_name, name, m) for name, m in chats().items()]
     with open(os.path.join(VLM, "chats.json"), "w") as f:
         json.dump(out, f, indent=1)

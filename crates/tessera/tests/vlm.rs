@@ -425,7 +425,9 @@ fn int8_vision_features_stay_within_8_bit_rounding_of_f32() -> Result<()> {
 /// Whole conversations (scripts/reference_chats.py → tests/fixtures/vlm/chats.json): system,
 /// user and assistant turns with images in an earlier turn and in two turns, read from the chat
 /// JSON a user writes (`Conversation`), rendered and tokenized as `apply_chat_template` does,
-/// and the same 16 greedy ids as transformers' `generate`.
+/// and the same 16 greedy ids as transformers' `generate` — for SmolVLM, LLaVA-interleave,
+/// Gemma 3, Qwen2-VL, Qwen2.5-VL and Qwen3-VL (whose decoding continues from the M-RoPE
+/// position delta of images in earlier turns).
 #[test]
 fn multi_turn_chats_with_images_match_transformers() -> Result<()> {
     let reference = common::read_json(&common::fixtures().join("vlm/chats.json"))?;
@@ -454,7 +456,7 @@ fn multi_turn_chats_with_images_match_transformers() -> Result<()> {
             checked += 1;
         }
     }
-    assert_eq!(checked, 4);
+    assert_eq!(checked, 12);
     // Image parts and images must agree, and a PaliGemma checkpoint has no chat to render.
     let model = load("smolvlm-tiny")?;
     let conv = tessera::Conversation::from_json(&serde_json::json!([
