@@ -9,9 +9,10 @@ logits at every prompt position and 16 greedy ids (EOS ignored), computed with e
 from the weights reloaded from disk. Also tests/fixtures/tiny/attention_reference.json
 (llama-gqa: attention weights and hidden states of every layer).
 
-Dev-time only: /work/py/bin/python scripts/make_tiny_models.py
+Dev-time only: /work/py/bin/python scripts/make_tiny_models.py [NAME ...] (default: all)
 """
 import json
+import sys
 import os
 import shutil
 
@@ -19,7 +20,8 @@ import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,
-                          MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+                          MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "fixtures", "tiny")
@@ -94,7 +96,12 @@ def to_new_rope_form(cfg):
     return cfg
 
 
+WANTED = set(sys.argv[1:])  # build only these (default: all)
+
+
 def build(name, cls, config, seed, rope_form, shard=False):
+    if WANTED and name not in WANTED:
+        return None, None
     tok = train_tokenizer()
     folder = os.path.join(OUT, name)
     shutil.rmtree(folder, ignore_errors=True)
@@ -161,6 +168,11 @@ def main():
     build("mistral", MistralForCausalLM,
           MistralConfig(**c, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
                         rope_theta=10000.0, sliding_window=None), 5, "old")
+    build("qwen3-qknorm", Qwen3ForCausalLM,
+          Qwen3Config(**c, num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
+                      rope_theta=10000.0, use_sliding_window=False), 6, "new")
+    if gqa is None:
+        return
 
     with torch.no_grad():
         out = gqa(torch.tensor([prompt]), output_attentions=True, output_hidden_states=True)

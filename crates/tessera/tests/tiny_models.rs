@@ -4,15 +4,24 @@
 //! Gemma (GeGLU, `(1 + w)` RMSNorm, √width-scaled embeddings, head_dim 16, one KV head) and
 //! Gemma 2 (soft-caps, four norms per layer, sliding layers with a window of 6 under a 12-token
 //! prompt) and Gemma 3 (q/k norms, 5 local : 1 global layers with a RoPE base each; all three
-//! written by scripts/make_tiny_vlms.py).
+//! written by scripts/make_tiny_vlms.py), and Qwen3 (q/k norms, no q/k/v biases).
 
 mod common;
 
 use anyhow::Result;
 use tessera::{GenerateParams, LoadOptions, Model};
 
-const MODELS: &[&str] =
-    &["llama-gqa", "llama-mha", "llama-mqa-llama3rope", "qwen2-bias", "mistral", "gemma", "gemma2", "gemma3"];
+const MODELS: &[&str] = &[
+    "llama-gqa",
+    "llama-mha",
+    "llama-mqa-llama3rope",
+    "qwen2-bias",
+    "mistral",
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "qwen3-qknorm",
+];
 
 fn load(name: &str) -> Result<Model> {
     let dir = common::fixtures().join("tiny").join(name);

@@ -38,6 +38,8 @@ enum Checkpoint {
     Mistral(TextFields),
     #[serde(rename = "qwen2")]
     Qwen2(TextFields),
+    #[serde(rename = "qwen3")]
+    Qwen3(TextFields),
     #[serde(rename = "gemma")]
     Gemma(TextFields),
     #[serde(rename = "gemma2")]
@@ -75,7 +77,7 @@ enum Checkpoint {
 
 /// What `tessera` reads, for error messages.
 pub const SUPPORTED: &str =
-    "llama, mistral, qwen2, gemma, gemma2, gemma3_text, gemma3, qwen2_vl, qwen2_5_vl, qwen3_vl, tessera_native, idefics3, llava, paligemma \
+    "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, gemma3, qwen2_vl, qwen2_5_vl, qwen3_vl, tessera_native, idefics3, llava, paligemma \
      (config.json model_type) / llama, qwen2 (GGUF)";
 
 impl Checkpoint {
@@ -88,6 +90,7 @@ impl Checkpoint {
             Self::Llama(f) => text(TextFamily::Llama, &f),
             Self::Mistral(f) => text(TextFamily::Mistral, &f),
             Self::Qwen2(f) => text(TextFamily::Qwen2, &f),
+            Self::Qwen3(f) => text(TextFamily::Qwen3, &f),
             Self::Gemma(f) => text(TextFamily::Gemma, &f),
             Self::Gemma2(f) => text(TextFamily::Gemma2, &f),
             Self::Gemma3Text(f) => text(TextFamily::Gemma3, &f),

@@ -19,6 +19,9 @@ pub enum TextFamily {
     Mistral,
     #[serde(rename = "qwen2")]
     Qwen2,
+    /// Qwen3: Qwen2 without q/k/v biases, with q/k norms.
+    #[serde(rename = "qwen3")]
+    Qwen3,
     /// Gemma 1: GeGLU, `(1 + w)` RMSNorm, embeddings scaled by √width.
     #[serde(rename = "gemma")]
     Gemma,
@@ -193,6 +196,19 @@ impl TextFamily {
                 rms_norm_eps: 1e-5,
                 ..llama
             },
+            Self::Qwen3 => TextClass {
+                name: "qwen3",
+                vocab_size: 151_936,
+                intermediate_size: 22_016,
+                max_position_embeddings: 32_768,
+                head_dim: Some(128),
+                bos_token_id: None,
+                eos_token_id: None,
+                sliding: Sliding::WhenEnabled,
+                sliding_window: Some(4096),
+                qk_norm: true,
+                ..llama
+            },
             Self::Qwen3Vl => TextClass {
                 name: "qwen3_vl_text",
                 vocab_size: 151_936,
@@ -240,6 +256,7 @@ impl TextFamily {
         match self {
             Self::Llama | Self::Mistral => RopeStyle::Interleaved,
             Self::Qwen2
+            | Self::Qwen3
             | Self::Qwen2Vl
             | Self::Qwen25Vl
             | Self::Qwen3Vl
