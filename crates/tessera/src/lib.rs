@@ -41,6 +41,7 @@ pub mod device;
 pub mod embed;
 pub mod error;
 pub mod families;
+mod forward;
 pub mod generate;
 pub mod model;
 pub mod prompt;

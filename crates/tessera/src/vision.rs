@@ -680,3 +680,93 @@ fn first_prefix(vb: &Weights, candidates: &[&str], probe: &str) -> Weights {
         .find(|w| if probe.is_empty() { w.has_any() } else { w.contains(probe) })
         .unwrap_or_else(|| vb.pp(candidates[0]))
 }
+
+/// The image side of a [`Model`]: how many tokens an image takes, its placeholder text, pixel
+/// values and encodings.
+impl crate::model::Model {
+    /// Refuses more images than the model takes, naming the model.
+    pub(crate) fn check_image_count(&self, n: usize) -> Result<()> {
+        let max = self.max_images();
+        if max == 0 {
+            self.vision()?;
+        }
+        if n > max {
+            return Err(TesseraError::InvalidInput(format!(
+                "{n} images given but model `{}` accepts at most {max}",
+                self.info.source.path().display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Image tokens per image, for models where that does not depend on the image (`None` for
+    /// text models and for Idefics3, whose tile count depends on the image's size).
+    pub fn image_tokens_per_image(&self) -> Option<usize> {
+        self.image_encoder.as_ref()?.fixed_tokens()
+    }
+
+    /// Image tokens `image` becomes in the sequence.
+    pub fn image_tokens(&self, image: &RgbImage) -> Result<usize> {
+        self.vision()?.tokens_for(image)
+    }
+
+    /// What a raw prompt writes for each image, before the processor's expansion (`<image>`;
+    /// Gemma 3's `<start_of_image>`); `None` for text models and the native model.
+    pub fn image_placeholder(&self) -> Option<&str> {
+        self.image_encoder.as_ref()?.image_token()
+    }
+
+    /// The prompt text that stands for `image` (Hugging Face families; `None` for the native
+    /// model, whose image tokens go before the text).
+    pub fn image_placeholder_text(&self, image: &RgbImage) -> Result<Option<String>> {
+        self.vision()?.placeholder_text(image)
+    }
+
+    /// Refuses an image that would take more than `max_tokens` image tokens.
+    pub fn check_image_budget(&self, image: &RgbImage, max_tokens: usize, name: &str) -> Result<()> {
+        let n = self.image_tokens(image)?;
+        if n > max_tokens {
+            return Err(TesseraError::InvalidInput(format!(
+                "image {name} ({}×{}) takes {n} image tokens, over the budget of {max_tokens} per image",
+                image.width, image.height
+            )));
+        }
+        Ok(())
+    }
+
+    /// The most images one prompt may carry (0 for text-only models).
+    pub fn max_images(&self) -> usize {
+        self.image_encoder.as_ref().map(|e| e.max_images()).unwrap_or(0)
+    }
+
+    /// A description of the image side for `tessera info`.
+    pub fn vision_description(&self) -> Option<String> {
+        self.image_encoder.as_ref().map(|e| e.describe())
+    }
+
+    /// The preprocessed pixel values the model sees for `image`: `(3, H, W)` for the native
+    /// model, `(views, 3, H, W)` for the Hugging Face families (Idefics3: tiles + global view).
+    pub fn pixel_values(&self, image: &RgbImage) -> Result<Tensor> {
+        self.vision()?.pixel_values(image, &self.device)
+    }
+
+    /// The image as the model sees it (resized, not normalized) and its patch grid `(rows, cols)`.
+    pub fn model_view(&self, image: &RgbImage) -> Result<(RgbImage, usize, usize)> {
+        self.vision()?.model_view(image)
+    }
+
+    /// Image tokens `(1, N, hidden)` for `image`, in the decoder's width.
+    pub fn encode_image(&self, image: &RgbImage) -> Result<Tensor> {
+        self.vision()?.encode(image, &self.device)
+    }
+
+    pub(crate) fn vision(&self) -> Result<&ImageEncoder> {
+        self.image_encoder.as_ref().ok_or_else(|| {
+            TesseraError::InvalidInput(format!(
+                "model `{}` ({}) takes no images",
+                self.info.source.path().display(),
+                self.config.family
+            ))
+        })
+    }
+}
