@@ -226,7 +226,8 @@ struct GenerateArgs {
     /// Maximum number of tokens to generate.
     #[arg(long, default_value_t = 256)]
     max_new_tokens: usize,
-    /// 0 = greedy. Default: generation_config.json's (greedy when it does not sample).
+    /// 0 = greedy; otherwise at least 1e-6. Default: generation_config.json's (greedy when it does not
+    /// sample).
     #[arg(long)]
     temperature: Option<f64>,
     #[arg(long)]

@@ -27,11 +27,22 @@ impl Default for SamplingParams {
     }
 }
 
+/// The smallest temperature other than 0 (greedy): logits of ±1e3 divided by it stay finite in f32.
+pub const MIN_TEMPERATURE: f64 = 1e-6;
+
 impl SamplingParams {
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(TesseraError::InvalidInput(m));
         if self.temperature.is_nan() || self.temperature < 0.0 || !self.temperature.is_finite() {
             return bad(format!("temperature must be ≥ 0, got {}", self.temperature));
+        }
+        if self.temperature > 0.0 && self.temperature < MIN_TEMPERATURE {
+            // Dividing the logits by it would overflow (f32: 1e-300 is 0).
+            return bad(format!(
+                "temperature {:e} is too small to divide the logits by: use 0 for greedy decoding, or at least \
+                 {MIN_TEMPERATURE:e}",
+                self.temperature
+            ));
         }
         if let Some(p) = self.top_p {
             if !(p > 0.0 && p <= 1.0) {
@@ -234,5 +245,10 @@ mod tests {
         assert!(Sampler::new(params(-1.0)).is_err());
         assert!(Sampler::new(SamplingParams { top_p: Some(0.0), ..params(1.0) }).is_err());
         assert!(Sampler::new(SamplingParams { top_k: Some(0), ..params(1.0) }).is_err());
+        let err = Sampler::new(params(1e-300)).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("temperature 1e-300") && err.contains("greedy"), "{err}");
+        // The smallest allowed temperature still samples (the argmax, practically).
+        let mut s = Sampler::new(params(MIN_TEMPERATURE)).unwrap();
+        assert_eq!(s.sample(&[1000.0, -1000.0, 999.0], &[]).unwrap(), 0);
     }
 }
