@@ -340,7 +340,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
             let images = chat
                 .images
                 .iter()
-                .map(|src| tessera::load_image_source(src, args.max_image_pixels))
+                .map(|src| tessera::load_image_source(src, args.max_image_pixels).map_err(pixel_limit_hint))
                 .collect::<Result<Vec<_>, _>>()
                 .with_context(|| format!("loading the images of {}", file.display()))?;
             let names: Vec<String> = chat
@@ -355,7 +355,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
             let images = args
                 .image
                 .iter()
-                .map(|p| tessera::load_image(p, args.max_image_pixels))
+                .map(|p| tessera::load_image(p, args.max_image_pixels).map_err(pixel_limit_hint))
                 .collect::<Result<Vec<_>, _>>()?;
             (images, args.image.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(), None)
         }
@@ -405,6 +405,14 @@ fn generate(args: GenerateArgs) -> Result<()> {
         report_timings(&out, load_s);
     }
     Ok(())
+}
+
+/// An image over the pixel limit: the error, and the flag that raises the limit.
+fn pixel_limit_hint(e: tessera::VisionError) -> anyhow::Error {
+    match e {
+        tessera::VisionError::TooLarge { .. } => anyhow::anyhow!("{e} (--max-image-pixels raises the limit)"),
+        e => e.into(),
+    }
 }
 
 fn print_json(out: &GenerationOutput, load_s: f64) -> Result<()> {

@@ -73,7 +73,7 @@ fn default_model_answers_about_an_image_and_reports_timings() -> Result<()> {
     assert_clean_failure(&tessera(&["generate", "--image", "/no/such.png", "--prompt", "x"]), &["/no/such.png"]);
     assert_clean_failure(
         &tessera(&["generate", "--image", &image, "--max-image-pixels", "100", "--prompt", "x"]),
-        &["64×64", "limit of 100 pixels"],
+        &["64×64", "limit of 100 pixels", "--max-image-pixels"],
     );
     Ok(())
 }
@@ -280,6 +280,7 @@ fn analogy_king_man_woman_gives_queen() -> Result<()> {
         &tessera(&["analogy", "--model", &m, "king", "man", "zqxjzqxj"]),
         &["zqxjzqxj", "single token"],
     );
+    assert_clean_failure(&tessera(&["analogy", "--model", &m, "king", " ", "woman"]), &["\" \"", "empty"]);
     Ok(())
 }
 

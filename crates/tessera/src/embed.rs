@@ -243,6 +243,9 @@ impl Model {
 
     /// The single token a word stands for: `" word"` (its in-sentence form) or `"word"`.
     pub fn word_token(&self, word: &str) -> Result<u32> {
+        if word.trim().is_empty() {
+            return Err(TesseraError::InvalidInput(format!("the word {word:?} is empty: give a word")));
+        }
         for form in [format!(" {word}"), word.to_string()] {
             if let [id] = self.tokenizer().encode(&form, false)?.as_slice() {
                 return Ok(*id);

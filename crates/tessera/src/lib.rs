@@ -62,4 +62,6 @@ pub use sampling::{Sampler, SamplingParams};
 pub use source::{resolve, ModelSource};
 pub use tessera_decoder::{AttentionMask, Decoder, KvCache, MaskPlan, Trace};
 pub use tessera_text::{ChatTemplate, Content, ContentPart, Conversation, Message, Tokenizer};
-pub use tessera_vision::{load_image, load_image_source, render_heatmap, save_png, RgbImage, DEFAULT_MAX_PIXELS};
+pub use tessera_vision::{
+    load_image, load_image_source, render_heatmap, save_png, RgbImage, VisionError, DEFAULT_MAX_PIXELS,
+};
