@@ -162,3 +162,63 @@ fn paligemma_3b() -> Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn gemma_3_4b_it() -> Result<()> {
+    let cfg = config("gemma-3-4b-it")?;
+    assert_eq!((cfg.family, cfg.text_family), ("gemma3", TextFamily::Gemma3));
+    let d = &cfg.decoder;
+    // text_config names only a few fields: Gemma3TextConfig's defaults fill the rest.
+    assert_eq!((d.hidden_size, d.intermediate_size, d.num_hidden_layers), (2560, 10240, 34));
+    assert_eq!((d.num_attention_heads, d.num_key_value_heads, d.head_dim), (8, 4, 256));
+    assert_eq!((d.rope.theta, d.rope.scaling), (1_000_000.0, tessera_decoder::RopeScaling::Linear { factor: 8.0 }));
+    let local = d.local_rope.as_ref().context("local RoPE")?;
+    assert_eq!(local.rope.theta, 10_000.0);
+    // Every sixth layer is global: 29 of 34 slide over 1024 tokens.
+    assert_eq!(cfg.layer_windows.iter().flatten().count(), 29);
+    assert!(cfg.layer_windows.iter().flatten().all(|&w| w == 1024));
+    assert!(d.qk_norm && d.sandwich_norms && cfg.bidirectional_images);
+    assert_eq!((cfg.vocab_size, cfg.eos_token_ids.clone()), (262_208, vec![1, 106]));
+    let v = hf_vision(&cfg)?;
+    assert_eq!((v.tower.image_size, v.tower.patch_size, v.tower.num_hidden_layers), (896, 14, 27));
+    assert_eq!(v.connector, ConnectorConfig::AvgPool { tokens_per_side: 16 });
+    assert_eq!(v.image_token_id, 262_144);
+    let processor = ImageProcessor::load(&real("gemma-3-4b-it"), v, false)?;
+    assert_eq!(processor.fixed_tokens(), Some(256));
+    let template = ChatTemplate::from_model_dir(&real("gemma-3-4b-it"))?.context("template")?;
+    assert_eq!(
+        template.render(&image_question("Describe this image."), true)?,
+        "<bos><start_of_turn>user\n<start_of_image>Describe this image.<end_of_turn>\n<start_of_turn>model\n"
+    );
+    Ok(())
+}
+
+#[test]
+fn qwen2_5_vl_3b_instruct() -> Result<()> {
+    // An older config: the text model's fields at the top level, rope_scaling {"type": "mrope"}.
+    let cfg = config("qwen2.5-vl-3b-instruct")?;
+    assert_eq!((cfg.family, cfg.text_family), ("qwen2_5_vl", TextFamily::Qwen25Vl));
+    let d = &cfg.decoder;
+    assert_eq!((d.hidden_size, d.intermediate_size, d.num_hidden_layers), (2048, 11008, 36));
+    assert_eq!((d.num_attention_heads, d.num_key_value_heads, d.head_dim, d.qkv_bias), (16, 2, 128, true));
+    assert_eq!((d.rope.theta, d.max_position_embeddings, cfg.vocab_size), (1_000_000.0, 128_000, 151_936));
+    let mrope = d.rope.mrope.context("M-RoPE")?;
+    assert_eq!((mrope.section, mrope.interleaved), ([16, 24, 24], false));
+    assert!(cfg.tie_word_embeddings && cfg.layer_windows.iter().all(Option::is_none));
+    let Some(VisionSpec::Qwen2Vl(v)) = &cfg.vision else { anyhow::bail!("a Qwen2-VL image side") };
+    let t = &v.tower;
+    assert_eq!((t.depth, t.embed_dim, t.hidden_size, t.num_heads, t.patch_size), (32, 1280, 2048, 16, 14));
+    let w = t.windows.as_ref().context("windows")?;
+    assert_eq!((w.size, w.full_blocks.clone()), (112, vec![7, 15, 23, 31]));
+    assert_eq!(v.image_token_id, 151_655);
+    // 451×300: smart_resize to 448×308 → 32×22 patches → 16×11 = 176 image tokens.
+    let img = chelsea()?;
+    assert_eq!(tessera_vision::qwen2_vl::smart_resize(img.height, img.width, 28, 3136, 12_845_056)?, (308, 448));
+    let template = ChatTemplate::from_model_dir(&real("qwen2.5-vl-3b-instruct"))?.context("template")?;
+    assert_eq!(
+        template.render(&image_question("Describe this image."), true)?,
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n\
+         <|vision_start|><|image_pad|><|vision_end|>Describe this image.<|im_end|>\n<|im_start|>assistant\n"
+    );
+    Ok(())
+}

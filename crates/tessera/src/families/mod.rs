@@ -269,8 +269,9 @@ impl ModelConfig {
         if let Some(tie) = tie {
             cfg.tie_word_embeddings = tie;
         }
-        if cfg.eos_token_ids.is_empty() {
-            cfg.eos_token_ids = eos.map(TokenIds::to_vec).unwrap_or_default();
+        // The composite's own eos_token_id, where the file states one, over the text class's default.
+        if let Some(eos) = eos {
+            cfg.eos_token_ids = eos.to_vec();
         }
         cfg.prompt = prompt;
         cfg.vision = Some(vision);

@@ -17,7 +17,7 @@ use tessera_decoder::MRope;
 use tessera_vision::qwen2_vl::{Qwen3Vision, VisionMlp, VisionNorm, Windows};
 use tessera_vision::Qwen2VisionConfig;
 
-use super::text::{TextFamily, TextSubConfig};
+use super::text::{TextFamily, TextFields, TextSubConfig};
 use super::{text_config, ModelConfig, PromptStyle, TokenIds, VisionSpec};
 
 #[derive(Debug, Deserialize)]
@@ -32,6 +32,9 @@ pub struct Qwen2VlConfig {
     tie_word_embeddings: Option<bool>,
     #[serde(default)]
     eos_token_id: Option<TokenIds>,
+    /// Older checkpoints (transformers < 4.5x) keep the text model's fields at the top level.
+    #[serde(flatten)]
+    top_level_text: TextFields,
 }
 
 /// `Qwen2VLVisionConfig`'s fields (`null` counts as absent).
@@ -44,6 +47,7 @@ struct VisionFields {
     hidden_act: Option<Activation>,
     mlp_ratio: Option<usize>,
     num_heads: Option<usize>,
+    #[serde(alias = "in_chans")]
     in_channels: Option<usize>,
     patch_size: Option<usize>,
     spatial_merge_size: Option<usize>,
@@ -89,7 +93,13 @@ impl Qwen2VlConfig {
             Generation::Qwen25Vl => (TextFamily::Qwen25Vl, "qwen2_5_vl"),
             Generation::Qwen3Vl => (TextFamily::Qwen3Vl, "qwen3_vl"),
         };
-        let mut text = text_config(&self.text_config, text_family)?;
+        let legacy = TextSubConfig { model_type: None, fields: self.top_level_text.clone() };
+        let sub = match &self.text_config {
+            Some(t) => Some(t.clone()),
+            None if self.top_level_text.hidden_size.is_some() => Some(legacy),
+            None => None,
+        };
+        let mut text = text_config(&sub, text_family)?;
         if generation == Generation::Qwen3Vl {
             // Qwen3-VL interleaves the three streams over the frequencies.
             if let Some(m) = text.decoder.rope.mrope {
