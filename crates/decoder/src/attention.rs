@@ -358,8 +358,11 @@ pub struct AttentionInput<'a> {
     /// paths that add a bias use it; the fused CPU path reads `mask`). `None`: built here if
     /// needed.
     pub bias: Option<&'a Tensor>,
-    /// The cache and this layer's index in it; `None` attends over `x` alone.
-    pub cache: Option<(&'a mut KvCache, usize)>,
+    /// The caches and this layer's index in them; `None` attends over `x` alone. One cache:
+    /// every row of `x` continues it. Several: `x` is `(1, n, hidden)` and row `i` is the next
+    /// token of the sequence whose cache is `caches[i]` (a batched decode step: the
+    /// projections see all rows at once, each row attends over its own cache).
+    pub cache: Option<(&'a mut [KvCache], usize)>,
     /// Return the attention weights `(b, heads, tq, tk)`.
     pub capture: bool,
     /// Added to the output (the layer's skip connection), inside the output projection's pass
@@ -431,6 +434,19 @@ impl Attention {
         // The kernels' attention reads strided heads; everything else takes contiguous ones.
         // (Soft-capped scores take the tensor path: the kernels do not cap.)
         let fused = !input.capture && x.device().is_cpu() && x.dtype() == DType::F32 && self.softcap.is_none();
+        let per_row = match &input.cache {
+            Some((caches, _)) if caches.len() > 1 => {
+                if b != 1 || t != caches.len() || input.capture {
+                    return Err(DecoderError::Config(format!(
+                        "a batched step takes one row per cache: input ({b}, {t}), {} caches{}",
+                        caches.len(),
+                        if input.capture { ", and captures no weights" } else { "" }
+                    )));
+                }
+                true
+            }
+            _ => false,
+        };
         let heads = |y: Tensor, n: usize, copy: bool| -> Result<Tensor> {
             // (b, t, n·d) → (b, n, t, d)
             let y = y.reshape((b, t, n, self.head_dim))?.transpose(1, 2)?;
@@ -449,38 +465,69 @@ impl Attention {
             Some(rope) => (rope.apply(&q)?, rope.apply(&k)?),
             None => (q, k),
         };
-        let (k, v) = match input.cache {
-            Some((cache, layer)) => cache.append(layer, &k, &v)?,
-            None => (k, v),
+        let (mask, bias, capture) = (input.mask, input.bias, input.capture);
+        let (out, weights) = match input.cache {
+            Some((caches, layer)) if per_row => {
+                // Each row: its keys and values into its own cache, one query over that cache.
+                let mut outs = Vec::with_capacity(t);
+                for (i, cache) in caches.iter_mut().enumerate() {
+                    let (kc, vc) = cache.append(layer, &k.narrow(2, i, 1)?, &v.narrow(2, i, 1)?)?;
+                    outs.push(self.attend(&q.narrow(2, i, 1)?.contiguous()?, &kc, &vc, mask, None, false, fused)?.0);
+                }
+                (Tensor::cat(&outs, 1)?, None)
+            }
+            Some((caches, layer)) => {
+                let cache = caches
+                    .first_mut()
+                    .ok_or_else(|| DecoderError::Config("an attention call was given no cache".into()))?;
+                let (k, v) = cache.append(layer, &k, &v)?;
+                self.attend(&q, &k, &v, mask, bias, capture, fused)?
+            }
+            None => self.attend(&q, &k, &v, mask, bias, capture, fused)?,
         };
+        Ok((self.o_proj.forward_add(&out, residual)?, weights))
+    }
+
+    /// `softmax(q kᵀ · scale + mask) v` for `q` `(b, heads, tq, d)` over `k`/`v`
+    /// `(b, kv_heads, tk, d)` (the cache's positions, then the new ones) → `(b, tq, heads·d)`,
+    /// and the weights when `capture`; `fused`: the CPU f32 kernels run it.
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: &AttentionMask,
+        bias: Option<&Tensor>,
+        capture: bool,
+        fused: bool,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        let (b, _, t, _) = q.dims4()?;
         #[cfg(feature = "flash-attn")]
-        if let Some(out) = self.flash(&q, &k, &v, input.mask, input.capture)? {
-            let out = out.reshape((b, t, self.num_heads * self.head_dim))?;
-            return Ok((self.o_proj.forward_add(&out, residual)?, None));
+        if let Some(out) = self.flash(q, k, v, mask, capture)? {
+            return Ok((out.reshape((b, t, self.num_heads * self.head_dim))?, None));
         }
         let kv_len = k.dim(2)?;
         if fused {
-            let op = FusedAttention { mask: input.mask.clone(), scale: self.scale as f32 };
-            let out = q.apply_op3_no_bwd(&k, &v, &op)?; // (b, t, heads·d)
-            return Ok((self.o_proj.forward_add(&out, residual)?, None));
+            let op = FusedAttention { mask: mask.clone(), scale: self.scale as f32 };
+            return Ok((q.apply_op3_no_bwd(k, v, &op)?, None)); // (b, t, heads·d)
         }
-        let (out, weights) = if input.capture {
+        let (out, weights) = if capture {
             let built;
-            let bias = match input.bias {
+            let bias = match bias {
                 Some(b) => Some(b),
                 None => {
-                    built = input.mask.bias(t, kv_len, DType::F32, x.device())?;
+                    built = mask.bias(t, kv_len, DType::F32, q.device())?;
                     built.as_ref()
                 }
             };
-            let (out, weights) = capped_attention(&q, &k, &v, bias, self.scores())?;
+            let (out, weights) = capped_attention(q, k, v, bias, self.scores())?;
             (out, Some(weights))
         } else {
             let rows = query_chunk(b * self.num_heads, kv_len);
-            (attention_in_query_chunks(&q, &k, &v, input.mask, input.bias, self.scores(), rows)?, None)
+            (attention_in_query_chunks(q, k, v, mask, bias, self.scores(), rows)?, None)
         };
-        let out = out.transpose(1, 2)?.reshape((b, t, self.num_heads * self.head_dim))?;
-        Ok((self.o_proj.forward_add(&out, residual)?, weights))
+        Ok((out.transpose(1, 2)?.reshape((b, t, self.num_heads * self.head_dim))?, weights))
     }
 
     fn scores(&self) -> Scores {

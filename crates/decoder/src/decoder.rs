@@ -221,6 +221,19 @@ impl Decoder {
         Ok(Tensor::arange(start as u32, end, device)?)
     }
 
+    /// The RoPE positions `(n,)` of rows that each continue their own sequence at `starts[i]`
+    /// (a batched decode step), shifted like [`consecutive_positions`](Self::consecutive_positions).
+    pub fn row_positions(&self, starts: &[usize], device: &candle_core::Device) -> Result<Tensor> {
+        let positions = starts
+            .iter()
+            .map(|&s| {
+                let p = s.saturating_add(self.cfg.position_offset);
+                u32::try_from(p).map_err(|_| DecoderError::ContextOverflow { requested: p, max: u32::MAX as usize })
+            })
+            .collect::<Result<Vec<u32>>>()?;
+        Ok(Tensor::new(positions, device)?)
+    }
+
     /// [`forward`](Self::forward) with each layer's rule from `masks` and the rows' RoPE
     /// `positions` `(t,)` given, recording what `trace` asks for. The rotation angles are
     /// computed once here and shared by every layer.
@@ -246,6 +259,41 @@ impl Decoder {
         additions: &[Tensor],
         trace: &mut Trace,
     ) -> Result<Tensor> {
+        self.run(embeds, std::slice::from_mut(cache), masks, positions, additions, trace)
+    }
+
+    /// One decode step of several sequences at once: `embeds` `(1, n, hidden)` holds the next
+    /// token of each of `n` sequences, row `i` continuing `caches[i]` at RoPE position
+    /// `positions[i]` (`(n,)`, or `(3, n)` for M-RoPE). The matmuls run over all `n` rows
+    /// together (each weight read once for the batch) with the kernels' row-invariant
+    /// arithmetic, so every row's result is the one it gets alone; attention runs per row over
+    /// its own cache under `masks` (a decode step's rule, the same for every sequence).
+    pub fn forward_rows(
+        &self,
+        embeds: &Tensor,
+        caches: &mut [KvCache],
+        masks: &MaskPlan,
+        positions: &Tensor,
+    ) -> Result<Tensor> {
+        let (b, n, _) = embeds.dims3()?;
+        if b != 1 || n != caches.len() || n == 0 {
+            return Err(DecoderError::Config(format!(
+                "a batched step takes (1, n, hidden) rows for n caches: got ({b}, {n}) for {}",
+                caches.len()
+            )));
+        }
+        tessera_kernels::row_invariant(|| self.run(embeds, caches, masks, positions, &[], &mut Trace::default()))
+    }
+
+    fn run(
+        &self,
+        embeds: &Tensor,
+        caches: &mut [KvCache],
+        masks: &MaskPlan,
+        positions: &Tensor,
+        additions: &[Tensor],
+        trace: &mut Trace,
+    ) -> Result<Tensor> {
         if additions.len() > self.layers.len() {
             return Err(DecoderError::Config(format!(
                 "{} layer additions for {} layers",
@@ -253,10 +301,17 @@ impl Decoder {
                 self.layers.len()
             )));
         }
-        let offset = cache.len();
         let t = embeds.dim(1)?;
-        if offset + t > self.cfg.max_position_embeddings {
-            return Err(DecoderError::ContextOverflow { requested: offset + t, max: self.cfg.max_position_embeddings });
+        // One cache: the rows follow its positions; several: one new row each.
+        let (offset, new) = match caches {
+            [cache] => (cache.len(), t),
+            _ => (caches.iter().map(KvCache::len).max().unwrap_or(0), 1),
+        };
+        if offset + new > self.cfg.max_position_embeddings {
+            return Err(DecoderError::ContextOverflow {
+                requested: offset + new,
+                max: self.cfg.max_position_embeddings,
+            });
         }
         if masks.len() != self.layers.len() {
             return Err(DecoderError::Config(format!(
@@ -278,7 +333,8 @@ impl Decoder {
         // query chunk's rows as they go).
         let kv_len = offset + t;
         let fused = embeds.device().is_cpu() && embeds.dtype() == DType::F32;
-        let biases = if (!fused || !trace.attention_layers.is_empty()) && t * kv_len <= MAX_SHARED_BIAS {
+        let shared = caches.len() == 1 && (!fused || !trace.attention_layers.is_empty());
+        let biases = if shared && t * kv_len <= MAX_SHARED_BIAS {
             masks.biases(t, kv_len, embeds.device())?
         } else {
             MaskBiases::default()
@@ -296,7 +352,7 @@ impl Decoder {
                 }),
                 mask: masks.layer(i)?,
                 bias: biases.bias_of(masks.layer(i)?),
-                cache: Some((&mut *cache, i)),
+                cache: Some((&mut *caches, i)),
                 capture,
                 residual: None,
             };

@@ -27,4 +27,5 @@ pub use mask::{AttentionMask, Blocks, MaskBiases, MaskPlan};
 pub use mlp::{GatedMlp, Mlp};
 pub use norm::{LayerNorm, NormStyle, RmsNorm};
 pub use rope::{MRope, RopeAngles, RopeConfig, RopeScaling, RopeStyle, RotaryEmbedding};
+pub use tessera_kernels::row_invariant;
 pub use weights::{GgufMode, MatrixWeight, Weights};

@@ -60,7 +60,9 @@ pub fn linear(pool: &ThreadPool, a: LinearArgs<'_>, out: &mut [f32]) -> Result<(
         return Ok(());
     }
     let parts = pool.threads();
-    let by_rows = m >= MIN_ROWS_PER_PART * parts;
+    // Row-invariant calls split like a single row (by W's rows), whatever their length.
+    let invariant = crate::invariant::active();
+    let by_rows = m >= MIN_ROWS_PER_PART * parts && !invariant;
     let dst = SendPtr(out.as_mut_ptr());
     pool.run(&|p| {
         let dst = &dst;
@@ -87,16 +89,21 @@ pub fn linear(pool: &ThreadPool, a: LinearArgs<'_>, out: &mut [f32]) -> Result<(
                 }
             }
             // dst(r, c) = [dst +] x(r, :) · W(c, :)ᵀ; rhs (k, c) is W's rows read transposed.
-            sgemm(
-                (r.len(), c.len(), k),
-                at(r.start),
-                n,
-                init,
-                x.as_ptr().add(r.start * k),
-                k,
-                w.as_ptr().add(c.start * k),
-                (1, k),
-            );
+            // Row-invariant: each row as the one-row product it is alone (same columns).
+            let step = if invariant { 1 } else { r.len() };
+            for g in r.clone().step_by(step) {
+                let rows = step.min(r.end - g);
+                sgemm(
+                    (rows, c.len(), k),
+                    at(g),
+                    n,
+                    init,
+                    x.as_ptr().add(g * k),
+                    k,
+                    w.as_ptr().add(c.start * k),
+                    (1, k),
+                );
+            }
             if epilogue == Epilogue::GeluTanh {
                 for i in r {
                     let row = std::slice::from_raw_parts_mut(at(i), c.len());

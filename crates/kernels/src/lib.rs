@@ -26,6 +26,7 @@ pub mod dot;
 mod error;
 #[cfg(target_arch = "x86_64")]
 mod igemm;
+mod invariant;
 mod matmul;
 #[cfg(target_arch = "aarch64")]
 mod neon;
@@ -38,5 +39,6 @@ mod x86;
 pub use alloc::keep_freed_memory;
 pub use blocks::{ActKind, Q8Block, Q8KBlock, QType};
 pub use error::{KernelError, Result};
+pub use invariant::row_invariant;
 pub use matmul::{Isa, Layout, QMatrix, GEMM_MIN_TOKENS};
 pub use pool::{default_threads, ThreadPool, MAX_THREADS};

@@ -319,7 +319,7 @@ impl QMatrix {
             // Only the VNNI kernels read panels; other sets (forced in tests) use the f32 path.
             return self.gemm(pool, x, m, out);
         }
-        if m >= GEMM_MIN_TOKENS {
+        if m >= GEMM_MIN_TOKENS && !crate::invariant::active() {
             if isa == Isa::Avx512Vnni {
                 for (xc, oc) in x.chunks(IGEMM_CHUNK * self.cols).zip(out.chunks_mut(IGEMM_CHUNK * self.rows)) {
                     self.igemm(pool, xc, xc.len() / self.cols, oc)?;

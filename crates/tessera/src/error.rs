@@ -29,6 +29,10 @@ pub enum TesseraError {
     #[error("{0}")]
     InvalidInput(String),
 
+    /// The engine's queue is full (or it has stopped): try again later.
+    #[error("the server is busy: {0}")]
+    Busy(String),
+
     /// The requested device is not available in this build or on this machine.
     #[error("device `{0}` is not available: {1}")]
     Device(String, String),

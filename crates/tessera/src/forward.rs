@@ -27,6 +27,41 @@ impl Model {
         self.logits(&hidden.narrow(1, t - 1, 1)?)?.squeeze(0).map_err(Into::into)
     }
 
+    /// One decode step of several sequences: `ids[i]` is the next token of the sequence whose
+    /// cache is `caches[i]` (each prefilled). Returns f32 logits `(n, vocab)`; row `i` is what
+    /// [`forward_last`](Self::forward_last) gives that sequence alone, bit for bit (the
+    /// kernels' row-invariant arithmetic), while each weight is read once for all rows.
+    pub fn decode_rows(&self, ids: &[u32], caches: &mut [KvCache]) -> Result<Tensor> {
+        if ids.is_empty() || ids.len() != caches.len() {
+            return Err(TesseraError::InvalidInput(format!(
+                "a batched step takes one token per cache: {} tokens, {} caches",
+                ids.len(),
+                caches.len()
+            )));
+        }
+        let starts = caches
+            .iter()
+            .map(|c| {
+                if c.is_empty() {
+                    return Err(TesseraError::InvalidInput("a batched step continues prefilled caches only".into()));
+                }
+                if c.len() >= self.max_positions() {
+                    return Err(TesseraError::InvalidInput(format!(
+                        "{} positions exceed the model's context of {} tokens",
+                        c.len() + 1,
+                        self.max_positions()
+                    )));
+                }
+                usize::try_from(c.len() as i64 + c.position_delta())
+                    .map_err(|_| TesseraError::InvalidInput("the cache's RoPE position is negative".into()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let positions = self.decoder.row_positions(&starts, &self.device)?;
+        let masks = self.mask_plan(1, 1, &[])?;
+        let hidden = self.decoder.forward_rows(&self.embed_ids(ids)?, caches, &masks, &positions)?;
+        tessera_decoder::row_invariant(|| self.logits(&hidden))
+    }
+
     /// The mask of every layer for `t` new positions after `cached` ones; `image_runs`: the
     /// positions (relative to the first new one) of the images among them. A prefix-LM prompt
     /// (PaliGemma's image + text, the first forward) attends both ways; with

@@ -85,6 +85,11 @@ pub struct GenerationOutput {
     pub timings: Timings,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<Vec<Vec<TokenLogprob>>>,
+    /// With `logprobs`: the log-probability of the token drawn at each step (which sampling
+    /// may pick from outside the top K). Like `logprobs`, one more than `generated_tokens`
+    /// when generation ended at an EOS id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampled_logprobs: Option<Vec<f32>>,
     /// With `capture_attention`: one row per generated token over the positions before it
     /// (images first, then prompt, then earlier generated tokens).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -102,6 +107,195 @@ pub fn top_logprobs(logits: &[f32], k: usize) -> Vec<TokenLogprob> {
     idx.into_iter().map(|i| TokenLogprob { id: i as u32, logprob: lp[i] }).collect()
 }
 
+/// One generation in progress, fed one row of logits at a time: sampling, EOS and stop rules,
+/// limits, log-probabilities and streaming text. [`Model::generate`] runs one alone; a
+/// server's scheduler ([`crate::engine`]) steps many together through batched decode steps.
+pub struct Sequence<'m> {
+    params: GenerateParams,
+    sampler: Sampler,
+    max_stop_len: usize,
+    prompt_ids: Vec<u32>,
+    prompt_positions: usize,
+    image_positions: usize,
+    max_positions: usize,
+    history: Vec<u32>,
+    generated: Vec<u32>,
+    logprobs: Option<Vec<Vec<TokenLogprob>>>,
+    sampled_logprobs: Vec<f32>,
+    attention: Option<Vec<Vec<f32>>>,
+    /// The text so far, built piece by piece by the streaming detokenizer.
+    stream: tessera_text::TextStream<'m>,
+    text: String,
+    emitted: usize,
+    finish: Option<FinishReason>,
+}
+
+impl<'m> Sequence<'m> {
+    /// Checks `prompt` against the model's context and `params`.
+    pub fn new(model: &'m Model, prompt: &Prompt, params: &GenerateParams) -> Result<Self> {
+        if prompt.ids().is_empty() {
+            return Err(TesseraError::InvalidInput("the prompt is empty (no tokens)".into()));
+        }
+        let positions = prompt.len();
+        if positions >= model.max_positions() {
+            let extra = positions - prompt.ids().len();
+            return Err(TesseraError::InvalidInput(format!(
+                "the prompt has {} tokens{} but the model's context is {} tokens",
+                prompt.ids().len(),
+                if extra > 0 { format!(" (+ {extra} image tokens)") } else { String::new() },
+                model.max_positions()
+            )));
+        }
+        Ok(Self {
+            params: params.clone(),
+            sampler: Sampler::new(params.sampling.clone())?,
+            max_stop_len: params.stop_strings.iter().map(String::len).max().unwrap_or(0),
+            prompt_ids: prompt.ids().to_vec(),
+            prompt_positions: positions,
+            image_positions: prompt.image_tokens(),
+            max_positions: model.max_positions(),
+            history: prompt.ids().to_vec(),
+            generated: Vec::new(),
+            logprobs: params.logprobs.map(|_| Vec::new()),
+            sampled_logprobs: Vec::new(),
+            attention: params.capture_attention.then(Vec::new),
+            stream: model.tokenizer().decode_stream(true),
+            text: String::new(),
+            emitted: 0,
+            finish: None,
+        })
+    }
+
+    /// The tokens generated so far.
+    pub fn generated(&self) -> &[u32] {
+        &self.generated
+    }
+
+    /// Why generation ended, once it has.
+    pub fn finish_reason(&self) -> Option<FinishReason> {
+        self.finish
+    }
+
+    /// Positions the sequence holds: the prompt's and the generated tokens'.
+    pub fn positions(&self) -> usize {
+        self.prompt_positions + self.generated.len()
+    }
+
+    /// Takes the logits of the next position (after the prompt, then after each token this
+    /// returned); `attention`: that position's attention row when it was captured. Passes the
+    /// newly completed text to `on_text` and returns the token to run next, or `None` when
+    /// generation has ended (then [`finish`](Self::finish)). Non-finite logits are an error
+    /// whose place `prompt` is re-run to find.
+    pub fn accept(
+        &mut self,
+        model: &Model,
+        prompt: &Prompt,
+        row: &[f32],
+        attention: Option<Vec<f32>>,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Option<u32>> {
+        if self.finish.is_some() {
+            return Ok(None);
+        }
+        if self.generated.len() >= self.params.max_new_tokens {
+            self.finish = Some(FinishReason::Length);
+            return Ok(None);
+        }
+        if row.iter().any(|x| !x.is_finite()) {
+            // Cheap on the way (the logits only); located on failure.
+            let at = model.locate_non_finite(prompt, &self.generated)?;
+            return Err(TesseraError::InvalidInput(format!(
+                "non-finite logits (NaN or infinity) at generation step {} (position {}): the first non-finite \
+                 values appear {at}; the weights or the input are broken",
+                self.generated.len(),
+                self.positions()
+            )));
+        }
+        if let (Some(k), Some(lp)) = (self.params.logprobs, self.logprobs.as_mut()) {
+            lp.push(top_logprobs(row, k));
+        }
+        let next = self.sampler.sample(row, &self.history, self.generated.len())?;
+        if self.logprobs.is_some() {
+            self.sampled_logprobs.push(log_softmax(row).get(next as usize).copied().unwrap_or(f32::NEG_INFINITY));
+        }
+        self.history.push(next);
+        if !self.params.ignore_eos && model.eos_ids().contains(&next) {
+            self.finish = Some(FinishReason::Eos);
+            return Ok(None);
+        }
+        self.generated.push(next);
+        if let (Some(rows), Some(r)) = (self.attention.as_mut(), attention) {
+            rows.push(r);
+        }
+        let stops = &self.params.stop_strings;
+        if let Some(piece) = self.stream.step(next)? {
+            // A stop string can only end in the new piece: search from where it could start.
+            let from = self.text.len().saturating_sub(self.max_stop_len.saturating_sub(1));
+            self.text.push_str(&piece);
+            let from = (0..=from).rev().find(|&i| self.text.is_char_boundary(i)).unwrap_or(0);
+            if let Some(cut) = find_stop(&self.text[from..], stops) {
+                self.text.truncate(from + cut);
+                self.finish = Some(FinishReason::StopString);
+                self.flush(on_text);
+                return Ok(None);
+            }
+        }
+        // Hold back an incomplete UTF-8 character and a possible stop-string prefix.
+        let ready = stable_len(&self.text, stops);
+        if ready > self.emitted {
+            on_text(&self.text[self.emitted..ready]);
+            self.emitted = ready;
+        }
+        if self.generated.len() >= self.params.max_new_tokens {
+            self.finish = Some(FinishReason::Length);
+        } else if self.positions() >= self.max_positions {
+            // The sequence (prompt + generated) may not outgrow the context.
+            self.finish = Some(FinishReason::ContextFull);
+        }
+        Ok(if self.finish.is_some() { None } else { Some(next) })
+    }
+
+    /// Passes what the stream still holds back to `on_text`: a character cut off by the
+    /// length limit is part of the answer too (the text is that of one decode of every
+    /// generated id).
+    fn flush(&mut self, on_text: &mut dyn FnMut(&str)) {
+        if self.text.len() > self.emitted {
+            on_text(&self.text[self.emitted..]);
+            self.emitted = self.text.len();
+        }
+    }
+
+    /// Ends the sequence (where it stands, if it had not ended): the rest of the text goes to
+    /// `on_text`; `timings` are the caller's.
+    pub fn finish(
+        mut self,
+        model: &Model,
+        timings: Timings,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<GenerationOutput> {
+        let finish = *self.finish.get_or_insert(FinishReason::Length);
+        if finish != FinishReason::StopString {
+            let full = model.tokenizer().decode(&self.generated, true)?;
+            if full.starts_with(&self.text) {
+                self.text = full;
+            }
+        }
+        self.flush(on_text);
+        Ok(GenerationOutput {
+            prompt_tokens: self.prompt_ids,
+            image_tokens: self.image_positions,
+            prompt_positions: self.prompt_positions,
+            generated_tokens: self.generated,
+            text: self.text,
+            finish_reason: finish,
+            timings,
+            sampled_logprobs: self.logprobs.is_some().then_some(self.sampled_logprobs),
+            logprobs: self.logprobs,
+            attention: self.attention,
+        })
+    }
+}
+
 impl Model {
     /// Generates from `prompt` (see [`Model::encode_prompt`], [`Model::encode_chat`],
     /// [`Model::prompt`]); `on_text` receives each newly completed piece of text.
@@ -111,126 +305,30 @@ impl Model {
         params: &GenerateParams,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<GenerationOutput> {
-        if prompt.ids().is_empty() {
-            return Err(TesseraError::InvalidInput("the prompt is empty (no tokens)".into()));
-        }
-        let image_positions = prompt.image_tokens();
-        let positions = prompt.len();
-        if positions >= self.max_positions() {
-            let extra = positions - prompt.ids().len();
-            return Err(TesseraError::InvalidInput(format!(
-                "the prompt has {} tokens{} but the model's context is {} tokens",
-                prompt.ids().len(),
-                if extra > 0 { format!(" (+ {extra} image tokens)") } else { String::new() },
-                self.max_positions()
-            )));
-        }
-        let mut sampler = Sampler::new(params.sampling.clone())?;
-        let max_stop_len = params.stop_strings.iter().map(String::len).max().unwrap_or(0);
+        let mut seq = Sequence::new(self, prompt, params)?;
         let mut cache = self.new_cache();
-        let mut history = prompt.ids().to_vec();
-        let mut generated: Vec<u32> = Vec::new();
-        let mut logprobs = params.logprobs.map(|_| Vec::new());
-        // The text so far, built piece by piece by the streaming detokenizer.
-        let mut stream = self.tokenizer().decode_stream(true);
-        let mut text = String::new();
-        let mut emitted = 0usize;
-        let mut finish = FinishReason::Length;
         let mut timings = Timings::default();
-
-        let mut attention = params.capture_attention.then(Vec::new);
         let start = Instant::now();
-        let embeds = self.prompt_embeddings(prompt)?;
-        let (mut logits, mut attn_row) = self.step(&embeds, &mut cache, params.capture_attention, Some(prompt))?;
+        let (mut logits, mut attn_row) = self.step(StepInput::Prompt(prompt), &mut cache, params.capture_attention)?;
         timings.prompt_s = start.elapsed().as_secs_f64();
         let decode_start = Instant::now();
-
-        while generated.len() < params.max_new_tokens {
-            let row: Vec<f32> = logits.to_vec1()?;
-            if row.iter().any(|x| !x.is_finite()) {
-                // Cheap on the way (the logits only); located on failure.
-                let at = self.locate_non_finite(prompt, &generated)?;
-                return Err(TesseraError::InvalidInput(format!(
-                    "non-finite logits (NaN or infinity) at generation step {} (position {}): the first non-finite \
-                     values appear {at}; the weights or the input are broken",
-                    generated.len(),
-                    prompt.len() + generated.len()
-                )));
-            }
-            if let (Some(k), Some(lp)) = (params.logprobs, logprobs.as_mut()) {
-                lp.push(top_logprobs(&row, k));
-            }
-            let next = sampler.sample(&row, &history)?;
-            history.push(next);
-            if !params.ignore_eos && self.eos_ids().contains(&next) {
-                finish = FinishReason::Eos;
-                break;
-            }
-            generated.push(next);
-            if let (Some(rows), Some(r)) = (attention.as_mut(), attn_row.take()) {
-                rows.push(r);
-            }
-            if let Some(piece) = stream.step(next)? {
-                // A stop string can only end in the new piece: search from where it could start.
-                let from = text.len().saturating_sub(max_stop_len.saturating_sub(1));
-                text.push_str(&piece);
-                let from = (0..=from).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
-                if let Some(cut) = find_stop(&text[from..], &params.stop_strings) {
-                    text.truncate(from + cut);
-                    finish = FinishReason::StopString;
-                    break;
-                }
-            }
-            // Hold back an incomplete UTF-8 character and a possible stop-string prefix.
-            let ready = stable_len(&text, &params.stop_strings);
-            if ready > emitted {
-                on_text(&text[emitted..ready]);
-                emitted = ready;
-            }
-            if generated.len() >= params.max_new_tokens {
-                break;
-            }
-            // The sequence (prompt + generated) may not outgrow the context.
-            if positions + generated.len() >= self.max_positions() {
-                finish = FinishReason::ContextFull;
-                break;
-            }
-            (logits, attn_row) = self.step(&self.embed_ids(&[next])?, &mut cache, params.capture_attention, None)?;
-        }
-        if finish != FinishReason::StopString {
-            // What the stream still holds back (a character cut off by the length limit) is
-            // part of the answer too: the text is that of one decode of every generated id.
-            let full = self.tokenizer().decode(&generated, true)?;
-            if full.starts_with(&text) {
-                text = full;
-            }
-        }
-        if text.len() > emitted {
-            on_text(&text[emitted..]);
+        while let Some(next) = seq.accept(self, prompt, &logits.to_vec1::<f32>()?, attn_row.take(), on_text)? {
+            (logits, attn_row) = self.step(StepInput::Token(next), &mut cache, params.capture_attention)?;
         }
         timings.generate_s = decode_start.elapsed().as_secs_f64();
-        timings.prompt_tokens_per_s = positions as f64 / timings.prompt_s.max(1e-9);
-        let decoded_steps = generated.len().saturating_sub(1).max(1);
+        let generated = seq.generated().len();
+        timings.prompt_tokens_per_s = prompt.len() as f64 / timings.prompt_s.max(1e-9);
+        let decoded_steps = generated.saturating_sub(1).max(1);
         timings.generated_tokens_per_s =
-            if generated.len() > 1 { decoded_steps as f64 / timings.generate_s.max(1e-9) } else { 0.0 };
-        Ok(GenerationOutput {
-            prompt_tokens: prompt.ids().to_vec(),
-            image_tokens: image_positions,
-            prompt_positions: prompt.len(),
-            generated_tokens: generated,
-            text,
-            finish_reason: finish,
-            timings,
-            logprobs,
-            attention,
-        })
+            if generated > 1 { decoded_steps as f64 / timings.generate_s.max(1e-9) } else { 0.0 };
+        seq.finish(self, timings, on_text)
     }
 
     /// One forward over `embeds`: the last position's f32 logits `(vocab,)` and, when `capture`,
     /// that position's attention over every cached position, averaged over layers and heads.
     /// Where non-finite values first appear when `prompt` and then `generated` run: "in the
     /// input embeddings", "after decoder layer N", or "in the LM head".
-    fn locate_non_finite(&self, prompt: &Prompt, generated: &[u32]) -> Result<String> {
+    pub(crate) fn locate_non_finite(&self, prompt: &Prompt, generated: &[u32]) -> Result<String> {
         let finite = |t: &Tensor| -> Result<bool> {
             let t = t.to_dtype(candle_core::DType::F32)?;
             Ok(t.flatten_all()?.to_vec1::<f32>()?.iter().all(|x| x.is_finite()))
@@ -260,20 +358,19 @@ impl Model {
         Ok("in the final norm or the LM head (every layer's output is finite)".into())
     }
 
-    /// `prompt`: the prompt whose embeddings these are (its masks and positions); `None` when
-    /// decoding.
-    fn step(
+    /// `input`: the whole prompt (its images encoded once, its masks and positions) or the
+    /// next token after what `cache` holds.
+    pub(crate) fn step(
         &self,
-        embeds: &Tensor,
+        input: StepInput<'_>,
         cache: &mut KvCache,
         capture: bool,
-        prompt: Option<&Prompt>,
     ) -> Result<(Tensor, Option<Vec<f32>>)> {
         let layers = if capture { (0..self.config().decoder.num_hidden_layers).collect() } else { Vec::new() };
         let mut trace = Trace { attention_layers: layers, ..Default::default() };
-        let hidden = match prompt {
-            Some(p) => self.forward_prompt(p, cache, &mut trace)?,
-            None => self.forward_hidden(embeds, cache, &mut trace)?,
+        let hidden = match input {
+            StepInput::Prompt(p) => self.forward_prompt(p, cache, &mut trace)?,
+            StepInput::Token(id) => self.forward_hidden(&self.embed_ids(&[id])?, cache, &mut trace)?,
         };
         let t = hidden.dim(1)?;
         let logits = self.logits(&hidden.narrow(1, t - 1, 1)?)?.squeeze(0)?;
@@ -297,6 +394,13 @@ impl Model {
         };
         Ok((logits, Some(row)))
     }
+}
+
+/// What one forward of [`Model::step`] runs.
+#[derive(Clone, Copy)]
+pub(crate) enum StepInput<'a> {
+    Prompt(&'a Prompt),
+    Token(u32),
 }
 
 /// Byte offset where the first stop string starts, if any.

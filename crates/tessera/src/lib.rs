@@ -39,6 +39,7 @@
 pub mod config;
 pub mod device;
 pub mod embed;
+pub mod engine;
 pub mod error;
 pub mod families;
 mod forward;
@@ -54,8 +55,9 @@ pub use candle_core::{DType, Device, Tensor};
 pub use config::{GenerationConfig, ModelConfig, PromptStyle, VisionSpec};
 pub use device::{default_dtype, parse_dtype, DeviceChoice};
 pub use embed::{cosine, Embeddings, Neighbour, Pooling};
+pub use engine::{Engine, EngineConfig, EngineStats, Event, Sink};
 pub use error::{Result, TesseraError};
-pub use generate::{FinishReason, GenerateParams, GenerationOutput, Timings, TokenLogprob};
+pub use generate::{FinishReason, GenerateParams, GenerationOutput, Sequence, Timings, TokenLogprob};
 pub use model::{LoadOptions, Model, ModelInfo};
 pub use prompt::{Chunk, Prompt};
 pub use sampling::{Sampler, SamplingParams};

@@ -18,12 +18,25 @@ pub struct SamplingParams {
     pub min_p: Option<f64>,
     /// > 1 discourages tokens already in the prompt or output (CTRL, Keskar et al. 2019).
     pub repetition_penalty: Option<f64>,
+    /// OpenAI's penalties over the generated tokens (not the prompt): each logit loses
+    /// `frequency_penalty × count + presence_penalty × (count > 0)`, in [-2, 2].
+    pub frequency_penalty: f64,
+    pub presence_penalty: f64,
     pub seed: u64,
 }
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        Self { temperature: 0.0, top_k: None, top_p: None, min_p: None, repetition_penalty: None, seed: 299_792_458 }
+        Self {
+            temperature: 0.0,
+            top_k: None,
+            top_p: None,
+            min_p: None,
+            repetition_penalty: None,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            seed: 299_792_458,
+        }
     }
 }
 
@@ -62,6 +75,11 @@ impl SamplingParams {
                 return bad(format!("repetition_penalty must be > 0, got {r}"));
             }
         }
+        for (name, v) in [("frequency_penalty", self.frequency_penalty), ("presence_penalty", self.presence_penalty)] {
+            if !(-2.0..=2.0).contains(&v) {
+                return bad(format!("{name} must be in [-2, 2], got {v}"));
+            }
+        }
         Ok(())
     }
 
@@ -83,14 +101,27 @@ impl Sampler {
     }
 
     /// Picks the next token from `logits` (one row, vocabulary-sized); `history` is every
-    /// token so far (prompt and generated), for the repetition penalty.
-    pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> Result<u32> {
+    /// token so far (prompt and generated), for the repetition penalty, of which the last
+    /// `generated` were generated (for the frequency and presence penalties).
+    pub fn sample(&mut self, logits: &[f32], history: &[u32], generated: usize) -> Result<u32> {
         if logits.is_empty() {
             return Err(TesseraError::InvalidInput("empty logits".into()));
         }
         let mut scores = logits.to_vec();
         if let Some(penalty) = self.params.repetition_penalty {
             apply_repetition_penalty(&mut scores, history, penalty as f32);
+        }
+        let (freq, pres) = (self.params.frequency_penalty as f32, self.params.presence_penalty as f32);
+        if freq != 0.0 || pres != 0.0 {
+            let mut counts = std::collections::BTreeMap::<u32, u32>::new();
+            for &id in &history[history.len().saturating_sub(generated)..] {
+                *counts.entry(id).or_default() += 1;
+            }
+            for (id, n) in counts {
+                if let Some(s) = scores.get_mut(id as usize) {
+                    *s -= freq * n as f32 + pres;
+                }
+            }
         }
         if self.params.is_greedy() {
             return Ok(argmax(&scores));
@@ -198,13 +229,25 @@ mod tests {
     #[test]
     fn greedy_picks_argmax_and_penalty_can_change_it() {
         let mut s = Sampler::new(params(0.0)).unwrap();
-        assert_eq!(s.sample(&[0.1, 2.0, 1.9], &[]).unwrap(), 1);
+        assert_eq!(s.sample(&[0.1, 2.0, 1.9], &[], 0).unwrap(), 1);
         let mut s = Sampler::new(SamplingParams { repetition_penalty: Some(1.2), ..params(0.0) }).unwrap();
-        assert_eq!(s.sample(&[0.1, 2.0, 1.9], &[1]).unwrap(), 2);
+        assert_eq!(s.sample(&[0.1, 2.0, 1.9], &[1], 0).unwrap(), 2);
         // Negative scores are multiplied, pushing them further down.
         let mut scores = vec![-1.0, 1.0];
         apply_repetition_penalty(&mut scores, &[0, 1, 1], 2.0);
         assert_eq!(scores, vec![-2.0, 0.5]);
+    }
+
+    #[test]
+    fn frequency_and_presence_penalties_count_generated_tokens_only() {
+        // Token 1 is in the prompt only: untouched. Token 2 was generated twice: 2.0 − 2·0.6 − 0.1.
+        let p = SamplingParams { frequency_penalty: 0.6, presence_penalty: 0.1, ..params(0.0) };
+        let mut s = Sampler::new(p.clone()).unwrap();
+        assert_eq!(s.sample(&[0.0, 1.5, 2.0], &[1, 1, 2, 2], 2).unwrap(), 1);
+        let mut s = Sampler::new(p).unwrap();
+        assert_eq!(s.sample(&[0.0, 1.5, 2.0], &[1, 1, 2, 2], 0).unwrap(), 2);
+        let bad = SamplingParams { presence_penalty: 2.5, ..params(0.0) };
+        assert!(Sampler::new(bad).is_err());
     }
 
     #[test]
@@ -226,7 +269,7 @@ mod tests {
         let logits = [0.0f32, 1.0, 2.0];
         let draw = |seed| {
             let mut s = Sampler::new(SamplingParams { seed, ..params(1.0) }).unwrap();
-            (0..2000).map(|_| s.sample(&logits, &[]).unwrap()).collect::<Vec<_>>()
+            (0..2000).map(|_| s.sample(&logits, &[], 0).unwrap()).collect::<Vec<_>>()
         };
         assert_eq!(draw(7), draw(7));
         let counts = draw(7).iter().fold([0usize; 3], |mut c, &i| {
@@ -249,6 +292,6 @@ mod tests {
         assert!(err.contains("temperature 1e-300") && err.contains("greedy"), "{err}");
         // The smallest allowed temperature still samples (the argmax, practically).
         let mut s = Sampler::new(params(MIN_TEMPERATURE)).unwrap();
-        assert_eq!(s.sample(&[1000.0, -1000.0, 999.0], &[]).unwrap(), 0);
+        assert_eq!(s.sample(&[1000.0, -1000.0, 999.0], &[], 0).unwrap(), 0);
     }
 }

@@ -1,0 +1,476 @@
+//! The endpoints. Bodies are read with the size limit and parsed here (so a bad body gets
+//! OpenAI's error shape, naming the field); prompts are built on a blocking thread (template,
+//! tokenizer, image decoding) and generation goes through the engine.
+
+use std::convert::Infallible;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+use tessera::{Conversation, Event, FinishReason, GenerateParams, GenerationOutput, Model, Pooling, Prompt, RgbImage};
+use tokio::sync::mpsc;
+
+use crate::api::{
+    ChatRequest, CompletionRequest, EmbeddingRequest, Sampling, TextInput, TokenLogprobs, TopLogprob, Usage,
+};
+use crate::error::ApiError;
+use crate::AppState;
+
+type Shared = State<Arc<AppState>>;
+
+/// The body as `T`: 413 over the size limit, 400 naming the field for malformed JSON.
+async fn read_json<T: DeserializeOwned>(state: &AppState, body: Body) -> Result<T, ApiError> {
+    let limit = state.config.max_body_bytes;
+    let bytes: Bytes = axum::body::to_bytes(body, limit).await.map_err(|_| ApiError {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        message: format!("the request body is over the server's limit of {limit} bytes (--max-body-bytes)"),
+        param: None,
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))
+}
+
+/// Runs `f` on a blocking thread (tokenizing, templating, decoding images, embeddings).
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| ApiError {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        message: format!("internal error: {e}"),
+        param: None,
+    })?
+}
+
+fn check_model(state: &AppState, model: &Option<String>) -> Result<(), ApiError> {
+    match model {
+        Some(m) if !m.is_empty() && *m != state.config.model_name => Err(ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!("the model `{m}` does not exist: this server serves `{}`", state.config.model_name),
+            param: Some("model".into()),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Generation settings from the request's sampling fields.
+fn params(state: &AppState, s: &Sampling, top_logprobs: Option<usize>) -> Result<GenerateParams, ApiError> {
+    if s.n.is_some_and(|n| n != 1) {
+        return Err(ApiError::bad_request("only n = 1 is supported").param("n"));
+    }
+    let max = s.max_completion_tokens.or(s.max_tokens).map(|m| m as usize).unwrap_or(state.config.default_max_tokens);
+    if max == 0 {
+        return Err(ApiError::bad_request("max_tokens must be at least 1").param("max_tokens"));
+    }
+    let stop = s.stop.clone().map(|s| s.into_vec()).unwrap_or_default();
+    if stop.len() > 4 {
+        return Err(ApiError::bad_request(format!("at most 4 stop sequences, got {}", stop.len())).param("stop"));
+    }
+    let temperature = s.temperature.unwrap_or(1.0);
+    if !(0.0..=2.0).contains(&temperature) {
+        return Err(
+            ApiError::bad_request(format!("temperature must be in [0, 2], got {temperature}")).param("temperature")
+        );
+    }
+    let sampling = tessera::SamplingParams {
+        temperature,
+        top_p: s.top_p,
+        frequency_penalty: s.frequency_penalty.unwrap_or(0.0),
+        presence_penalty: s.presence_penalty.unwrap_or(0.0),
+        seed: s.seed.unwrap_or_else(rand_seed),
+        ..Default::default()
+    };
+    sampling.validate().map_err(ApiError::from)?;
+    Ok(GenerateParams {
+        max_new_tokens: max,
+        sampling,
+        stop_strings: stop.into_iter().filter(|s| !s.is_empty()).collect(),
+        logprobs: top_logprobs,
+        ..Default::default()
+    })
+}
+
+fn rand_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.finish()
+}
+
+/// The image a message part names: a `data:` URL; a local path or `file://` URL only under
+/// `--allowed-local-media` (resolved, so `..` and links cannot leave it); `http(s)` refused.
+fn load_image(state: &AppState, src: &str) -> Result<RgbImage, ApiError> {
+    let max = state.config.max_image_pixels;
+    let bad = |m: String| ApiError::bad_request(m).param("messages");
+    if src.starts_with("data:") {
+        return tessera::load_image_source(src, max).map_err(|e| bad(e.to_string()));
+    }
+    if src.starts_with("http://") || src.starts_with("https://") {
+        return Err(bad(format!(
+            "image URL {}: this server does not download images; send them as data: URLs",
+            short(src)
+        )));
+    }
+    let Some(dir) = &state.config.allowed_local_media else {
+        return Err(bad(format!(
+            "image {}: local files are off (start the server with --allowed-local-media DIR); send data: URLs",
+            short(src)
+        )));
+    };
+    let path = src.strip_prefix("file://").unwrap_or(src);
+    let inside = resolve_inside(dir, Path::new(path))
+        .ok_or_else(|| bad(format!("image {}: not a file under the allowed media folder", short(src))))?;
+    tessera::load_image(&inside, max).map_err(|e| bad(e.to_string()))
+}
+
+/// `path` (relative to `dir`, or absolute) resolved with links followed, if it lies inside `dir`.
+fn resolve_inside(dir: &Path, path: &Path) -> Option<PathBuf> {
+    let root = dir.canonicalize().ok()?;
+    let full = if path.is_absolute() { path.to_path_buf() } else { root.join(path) };
+    let real = full.canonicalize().ok()?;
+    (real.starts_with(&root) && real.is_file()).then_some(real)
+}
+
+fn short(s: &str) -> String {
+    match s.char_indices().nth(64) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+fn finish_reason(f: FinishReason) -> &'static str {
+    match f {
+        FinishReason::Eos | FinishReason::StopString => "stop",
+        FinishReason::Length | FinishReason::ContextFull => "length",
+    }
+}
+
+/// The chat `logprobs.content` list of an output.
+fn chat_logprobs(model: &Model, out: &GenerationOutput) -> Option<Vec<TokenLogprobs>> {
+    let (tops, sampled) = (out.logprobs.as_ref()?, out.sampled_logprobs.as_ref()?);
+    let text = |id: u32| model.tokenizer().decode(&[id], false).unwrap_or_default();
+    Some(
+        out.generated_tokens
+            .iter()
+            .zip(tops)
+            .zip(sampled)
+            .map(|((&id, top), &lp)| {
+                let token = text(id);
+                TokenLogprobs {
+                    bytes: token.as_bytes().to_vec(),
+                    token,
+                    logprob: lp,
+                    top_logprobs: top
+                        .iter()
+                        .map(|t| {
+                            let token = text(t.id);
+                            TopLogprob { bytes: token.as_bytes().to_vec(), token, logprob: t.logprob }
+                        })
+                        .collect(),
+                }
+            })
+            .collect(),
+    )
+}
+
+/// Submits a generation; its events arrive on the returned channel. Dropping the receiver
+/// (the client went away) cancels it.
+fn submit(
+    state: &AppState,
+    prompt: Prompt,
+    params: GenerateParams,
+) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    state.engine.submit(prompt, params, Box::new(move |e| tx.send(e).is_ok()))?;
+    Ok(rx)
+}
+
+/// Waits for the whole output.
+async fn collect(mut rx: mpsc::UnboundedReceiver<Event>) -> Result<GenerationOutput, ApiError> {
+    while let Some(event) = rx.recv().await {
+        match event {
+            Event::Text(_) => {}
+            Event::Done(out) => return Ok(*out),
+            Event::Error(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        message: "the engine stopped before the request ended".into(),
+        param: None,
+    })
+}
+
+/// The events of one streamed response as SSE `data:` lines — `first`, one chunk per
+/// `piece(text)`, the chunks of `end(output)` — then `[DONE]`. When the client disconnects
+/// the stream (and with it the receiver) is dropped, which cancels the generation.
+fn sse(
+    rx: mpsc::UnboundedReceiver<Event>,
+    first: Option<Value>,
+    piece: impl Fn(&str) -> Value + Send + Sync + 'static,
+    end: impl Fn(&GenerationOutput) -> Vec<Value> + Send + Sync + 'static,
+) -> Response {
+    let (piece, end) = (Arc::new(piece), Arc::new(end));
+    let stream = futures_util::stream::unfold((rx, first, false), move |(mut rx, first, done)| {
+        let (piece, end) = (piece.clone(), end.clone());
+        async move {
+            if done {
+                return None;
+            }
+            if let Some(f) = first {
+                return Some((vec![f.to_string()], (rx, None, false)));
+            }
+            let mut lines: Vec<String> = match rx.recv().await? {
+                Event::Text(t) => return Some((vec![piece(&t).to_string()], (rx, None, false))),
+                Event::Done(out) => end(&out).iter().map(Value::to_string).collect(),
+                Event::Error(e) => {
+                    let err: ApiError = e.into();
+                    vec![json!({"error": {"message": err.message, "type": err.kind(), "param": null, "code": null}})
+                        .to_string()]
+                }
+            };
+            lines.push("[DONE]".into());
+            Some((lines, (rx, None, true)))
+        }
+    });
+    let events = futures_util::StreamExt::flat_map(stream, |lines| {
+        futures_util::stream::iter(lines.into_iter().map(|l| Ok::<_, Infallible>(SseEvent::default().data(l))))
+    });
+    Sse::new(events).into_response()
+}
+
+pub async fn chat_completions(State(state): Shared, body: Body) -> Result<Response, ApiError> {
+    let req: ChatRequest = read_json(&state, body).await?;
+    check_model(&state, &req.model)?;
+    if let Some(f) = &req.response_format {
+        if f.kind != "text" {
+            return Err(ApiError::bad_request(format!(
+                "response_format `{}` is not supported yet (only `text`)",
+                f.kind
+            ))
+            .param("response_format"));
+        }
+    }
+    let top = match (req.logprobs, req.top_logprobs) {
+        (false, _) => None,
+        (true, Some(k)) if k > 20 => {
+            return Err(ApiError::bad_request(format!("top_logprobs must be in 0..=20, got {k}")).param("top_logprobs"))
+        }
+        (true, k) => Some(k.unwrap_or(0).max(1) as usize),
+    };
+    let params = params(&state, &req.sampling, top)?;
+    let st = state.clone();
+    let messages = req.messages.clone();
+    let prompt = blocking(move || {
+        let conv =
+            Conversation::from_json(&messages).map_err(|e| ApiError::bad_request(e.to_string()).param("messages"))?;
+        if conv.images.len() > st.config.max_images {
+            return Err(ApiError::bad_request(format!(
+                "{} images in the request; the server takes at most {}",
+                conv.images.len(),
+                st.config.max_images
+            ))
+            .param("messages"));
+        }
+        let images = conv.images.iter().map(|s| load_image(&st, s)).collect::<Result<Vec<_>, _>>()?;
+        Ok(st.model().encode_chat(&conv.messages, &images)?)
+    })
+    .await?;
+    let rx = submit(&state, prompt, params)?;
+    let (id, created, model) = (state.id("chatcmpl"), state.created, state.config.model_name.clone());
+    if req.sampling.stream {
+        let include_usage = req.sampling.stream_options.as_ref().is_some_and(|o| o.include_usage);
+        let chunk = {
+            let (id, model) = (id.clone(), model.clone());
+            move |delta: Value, finish: Option<&str>| {
+                json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+                       "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]})
+            }
+        };
+        let first = chunk(json!({"role": "assistant", "content": ""}), None);
+        let piece = {
+            let chunk = chunk.clone();
+            move |t: &str| chunk(json!({"content": t}), None)
+        };
+        let end = move |out: &GenerationOutput| {
+            let mut v = vec![chunk(json!({}), Some(finish_reason(out.finish_reason)))];
+            if include_usage {
+                let usage = Usage::new(out.prompt_positions, out.generated_tokens.len());
+                v.push(json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+                              "choices": [], "usage": usage}));
+            }
+            v
+        };
+        return Ok(sse(rx, Some(first), piece, end));
+    }
+    let out = collect(rx).await?;
+    let logprobs = chat_logprobs(state.model(), &out).map(|content| json!({ "content": content }));
+    let usage = Usage::new(out.prompt_positions, out.generated_tokens.len());
+    Ok(Json(json!({
+        "id": id, "object": "chat.completion", "created": created, "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": out.text},
+                     "logprobs": logprobs, "finish_reason": finish_reason(out.finish_reason)}],
+        "usage": usage,
+    }))
+    .into_response())
+}
+
+fn one_text(input: TextInput, field: &str) -> Result<String, ApiError> {
+    match input {
+        TextInput::One(s) => Ok(s),
+        TextInput::Many(mut v) if v.len() == 1 => Ok(v.remove(0)),
+        TextInput::Many(v) => {
+            Err(ApiError::bad_request(format!("`{field}` must be one string here, got a list of {}", v.len()))
+                .param(field))
+        }
+    }
+}
+
+pub async fn completions(State(state): Shared, body: Body) -> Result<Response, ApiError> {
+    let req: CompletionRequest = read_json(&state, body).await?;
+    check_model(&state, &req.model)?;
+    let top = match req.logprobs {
+        Some(k) if k > 20 => {
+            return Err(ApiError::bad_request(format!("logprobs must be in 0..=20, got {k}")).param("logprobs"))
+        }
+        Some(k) => Some(k.max(1) as usize),
+        None => None,
+    };
+    let params = params(&state, &req.sampling, top)?;
+    let text = one_text(req.prompt, "prompt")?;
+    let st = state.clone();
+    let prompt = blocking(move || Ok(st.model().encode_prompt(&text, None, true, &[])?)).await?;
+    let rx = submit(&state, prompt, params)?;
+    let (id, created, model) = (state.id("cmpl"), state.created, state.config.model_name.clone());
+    let chunk = {
+        let (id, model) = (id.clone(), model.clone());
+        move |text: &str, finish: Option<&str>| {
+            json!({"id": id, "object": "text_completion", "created": created, "model": model,
+                   "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}]})
+        }
+    };
+    if req.sampling.stream {
+        let include_usage = req.sampling.stream_options.as_ref().is_some_and(|o| o.include_usage);
+        let piece = {
+            let chunk = chunk.clone();
+            move |t: &str| chunk(t, None)
+        };
+        let end = move |out: &GenerationOutput| {
+            let mut v = vec![chunk("", Some(finish_reason(out.finish_reason)))];
+            if include_usage {
+                let usage = Usage::new(out.prompt_positions, out.generated_tokens.len());
+                v.push(json!({"id": id, "object": "text_completion", "created": created, "model": model,
+                              "choices": [], "usage": usage}));
+            }
+            v
+        };
+        return Ok(sse(rx, None, piece, end));
+    }
+    let out = collect(rx).await?;
+    let logprobs = chat_logprobs(state.model(), &out).map(|content| {
+        json!({
+            "tokens": content.iter().map(|t| &t.token).collect::<Vec<_>>(),
+            "token_logprobs": content.iter().map(|t| t.logprob).collect::<Vec<_>>(),
+            "top_logprobs": content
+                .iter()
+                .map(|t| t.top_logprobs.iter().map(|x| (x.token.clone(), json!(x.logprob))).collect())
+                .collect::<Vec<serde_json::Map<String, Value>>>(),
+        })
+    });
+    let mut body = chunk(&out.text, Some(finish_reason(out.finish_reason)));
+    body["choices"][0]["logprobs"] = logprobs.unwrap_or(Value::Null);
+    body["usage"] = json!(Usage::new(out.prompt_positions, out.generated_tokens.len()));
+    Ok(Json(body).into_response())
+}
+
+pub async fn embeddings(State(state): Shared, body: Body) -> Result<Response, ApiError> {
+    let req: EmbeddingRequest = read_json(&state, body).await?;
+    check_model(&state, &req.model)?;
+    if let Some(f) = req.encoding_format.as_deref() {
+        if f != "float" {
+            return Err(ApiError::bad_request(format!("encoding_format `{f}` is not supported (only `float`)"))
+                .param("encoding_format"));
+        }
+    }
+    let texts = match req.input {
+        TextInput::One(s) => vec![s],
+        TextInput::Many(v) => v,
+    };
+    if texts.is_empty() || texts.iter().any(|t| t.is_empty()) {
+        return Err(ApiError::bad_request("`input` must be non-empty text").param("input"));
+    }
+    let st = state.clone();
+    let (vectors, tokens) = blocking(move || {
+        let mut vectors = Vec::with_capacity(texts.len());
+        let mut tokens = 0;
+        for t in &texts {
+            let e = st.model().contextual_embeddings(&[], t, None)?;
+            tokens += e.ids.len();
+            let pooled = e.pooled(&Pooling::Mean, true)?;
+            let v = pooled.flatten_all().and_then(|t| t.to_vec1::<f32>()).map_err(tessera::TesseraError::from)?;
+            vectors.push(v);
+        }
+        Ok((vectors, tokens))
+    })
+    .await?;
+    let data: Vec<Value> = vectors
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| json!({"object": "embedding", "index": i, "embedding": v}))
+        .collect();
+    Ok(Json(json!({"object": "list", "data": data, "model": state.config.model_name,
+                   "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}))
+    .into_response())
+}
+
+pub async fn models(State(state): Shared) -> Json<Value> {
+    Json(json!({"object": "list", "data": [
+        {"id": state.config.model_name, "object": "model", "created": state.created, "owned_by": "tessera"}
+    ]}))
+}
+
+pub async fn health(State(state): Shared) -> Json<Value> {
+    Json(json!({"status": "ok", "model": state.config.model_name,
+                "uptime_s": state.started.elapsed().as_secs()}))
+}
+
+pub async fn metrics(State(state): Shared) -> Response {
+    let s = state.engine.stats();
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let mut out = String::new();
+    let mut line = |name: &str, kind: &str, help: &str, value: f64| {
+        out.push_str(&format!("# HELP tessera_{name} {help}\n# TYPE tessera_{name} {kind}\n tessera_{name} {value}\n"));
+    };
+    line("requests_total", "counter", "Generation requests accepted.", get(&s.requests) as f64);
+    line("requests_completed_total", "counter", "Generations that ended normally.", get(&s.completed) as f64);
+    line("requests_cancelled_total", "counter", "Generations whose client went away.", get(&s.cancelled) as f64);
+    line("requests_failed_total", "counter", "Generations that failed.", get(&s.failed) as f64);
+    line("prompt_tokens_total", "counter", "Prompt positions prefilled.", get(&s.prompt_tokens) as f64);
+    line("generated_tokens_total", "counter", "Tokens generated.", get(&s.generated_tokens) as f64);
+    line("queue_depth", "gauge", "Requests waiting for the batch.", s.queued.load(Ordering::Relaxed) as f64);
+    line("batch_size", "gauge", "Sequences in the running batch.", s.active.load(Ordering::Relaxed) as f64);
+    line("decode_steps_total", "counter", "Batched decode steps run.", get(&s.decode_steps) as f64);
+    line("decode_rows_total", "counter", "Sequence-steps decoded (sum of batch sizes).", get(&s.decode_rows) as f64);
+    line(
+        "time_to_first_token_seconds_sum",
+        "counter",
+        "Submission to first token, summed over requests.",
+        get(&s.time_to_first_token_us) as f64 / 1e6,
+    );
+    line(
+        "time_to_first_token_seconds_count",
+        "counter",
+        "Requests that got a first token.",
+        get(&s.first_tokens) as f64,
+    );
+    let out = out.replace("\n tessera_", "\ntessera_");
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+pub async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError { status: StatusCode::NOT_FOUND, message: format!("no route {uri}"), param: None }
+}

@@ -1,0 +1,138 @@
+//! # tessera-server
+//!
+//! An OpenAI-compatible HTTP server over one loaded model: `POST /v1/chat/completions` (text
+//! and images as `data:` URLs, streamed as server-sent events or not), `POST /v1/completions`,
+//! `POST /v1/embeddings`, `GET /v1/models`, `GET /health` and `GET /metrics` (Prometheus
+//! text). Generation runs in [`tessera::Engine`]'s continuous batching: every request joins
+//! the running batch between decode steps, and a client that disconnects cancels its
+//! sequence at once. Errors use OpenAI's JSON shape with the matching status.
+
+mod api;
+mod error;
+mod handlers;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::routing::{get, post};
+use axum::Router;
+use tessera::{Engine, EngineConfig, Model};
+
+pub use error::ApiError;
+
+/// What the server allows and how it names its model.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The model's id in `/v1/models` and in responses.
+    pub model_name: String,
+    /// Request bodies larger than this are refused (413).
+    pub max_body_bytes: usize,
+    /// `max_tokens` when a request gives none.
+    pub default_max_tokens: usize,
+    /// Images per request.
+    pub max_images: usize,
+    /// Pixels per image, read from the image's header before decoding.
+    pub max_image_pixels: u64,
+    /// Local image paths and `file://` URLs are read only under this folder (off when `None`).
+    pub allowed_local_media: Option<PathBuf>,
+    pub engine: EngineConfig,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            model_name: "tessera".into(),
+            max_body_bytes: 32 << 20,
+            default_max_tokens: 256,
+            max_images: 8,
+            max_image_pixels: tessera::DEFAULT_MAX_PIXELS,
+            allowed_local_media: None,
+            engine: EngineConfig::default(),
+        }
+    }
+}
+
+/// The server's shared state: the engine (which owns the model) and the settings.
+pub struct AppState {
+    pub engine: Engine,
+    pub config: ServerConfig,
+    /// Unix seconds at start (`created` of the model entry).
+    pub created: u64,
+    pub started: Instant,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+impl AppState {
+    /// Starts the engine's scheduler over `model`.
+    pub fn new(model: Arc<Model>, config: ServerConfig) -> tessera::Result<Arc<Self>> {
+        if let Some(dir) = &config.allowed_local_media {
+            if !dir.is_dir() {
+                return Err(tessera::TesseraError::InvalidInput(format!(
+                    "--allowed-local-media {}: not a folder",
+                    dir.display()
+                )));
+            }
+        }
+        let engine = Engine::start(model, config.engine.clone())?;
+        let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        Ok(Arc::new(Self { engine, config, created, started: Instant::now(), next_id: 0.into() }))
+    }
+
+    pub fn model(&self) -> &Model {
+        self.engine.model()
+    }
+
+    /// A fresh response id (`chatcmpl-…`, `cmpl-…`).
+    fn id(&self, prefix: &str) -> String {
+        let n = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("{prefix}-{:x}{n:06x}", self.created)
+    }
+}
+
+/// Every route of the API.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(handlers::chat_completions))
+        .route("/v1/completions", post(handlers::completions))
+        .route("/v1/embeddings", post(handlers::embeddings))
+        .route("/v1/models", get(handlers::models))
+        .route("/health", get(handlers::health))
+        .route("/metrics", get(handlers::metrics))
+        .fallback(handlers::not_found)
+        .with_state(state)
+}
+
+/// Serves `state` on `listener` until `shutdown` resolves; then stops accepting, lets the
+/// requests in flight finish, and returns.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+}
+
+/// Resolves on SIGTERM or Ctrl-C (SIGINT).
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down: no new connections; requests in flight finish");
+}

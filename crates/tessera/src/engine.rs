@@ -1,0 +1,354 @@
+//! Continuous batching: one scheduler thread owns every generation in flight. Between decode
+//! steps it takes new requests and prefills one of them; each decode step then runs the next
+//! token of every active sequence through the decoder together ([`Model::decode_rows`]: the
+//! weights are read once per step for the whole batch, each sequence keeps its own KV cache
+//! and positions). A sequence leaves the batch when it ends or when its client goes away,
+//! and its cache is freed at once.
+//!
+//! Batch invariance: the decode step's kernels compute each row as they would alone, so a
+//! greedy request gets the same tokens whether it runs alone or among 63 others.
+//!
+//! The engine knows nothing of HTTP: a request's events go to its [`Sink`], a callback that
+//! returns `false` once nobody listens.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use tessera_decoder::KvCache;
+
+use crate::error::{Result, TesseraError};
+use crate::generate::{GenerateParams, GenerationOutput, Sequence, StepInput, Timings};
+use crate::model::Model;
+use crate::prompt::Prompt;
+
+/// Prompt positions prefilled between two decode steps (whole prompts: the last one may
+/// pass it).
+const PREFILL_POSITIONS_PER_STEP: usize = 512;
+
+/// How many sequences run at once and how many may wait.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Sequences decoded together in one step.
+    pub max_batch: usize,
+    /// Requests waiting for a place in the batch; more are refused ([`TesseraError::Busy`]).
+    pub max_queue: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self { max_batch: 64, max_queue: 256 }
+    }
+}
+
+/// What happens to a request.
+#[derive(Debug)]
+pub enum Event {
+    /// Newly completed text (stop strings and incomplete characters held back).
+    Text(String),
+    /// Generation ended; the whole output (text, ids, finish reason, log-probabilities).
+    Done(Box<GenerationOutput>),
+    /// The request failed (bad prompt, context overflow, non-finite logits).
+    Error(TesseraError),
+}
+
+/// Where a request's events go. Returning `false` means the client is gone: the request is
+/// cancelled and its cache freed.
+pub type Sink = Box<dyn FnMut(Event) -> bool + Send>;
+
+/// Counters for `/metrics`, updated by the scheduler.
+#[derive(Debug, Default)]
+pub struct EngineStats {
+    pub requests: AtomicU64,
+    pub completed: AtomicU64,
+    pub cancelled: AtomicU64,
+    pub failed: AtomicU64,
+    pub prompt_tokens: AtomicU64,
+    pub generated_tokens: AtomicU64,
+    /// Requests submitted and not yet prefilled.
+    pub queued: AtomicUsize,
+    /// Sequences in the running batch.
+    pub active: AtomicUsize,
+    pub decode_steps: AtomicU64,
+    /// Sum over decode steps of their batch size (mean batch = this / `decode_steps`).
+    pub decode_rows: AtomicU64,
+    /// Time from submission to the first token, summed (µs), over `first_tokens` requests.
+    pub time_to_first_token_us: AtomicU64,
+    pub first_tokens: AtomicU64,
+}
+
+struct Job {
+    prompt: Prompt,
+    params: GenerateParams,
+    sink: Sink,
+    submitted: Instant,
+}
+
+/// A running scheduler; dropping it lets the running requests finish, then stops the thread.
+pub struct Engine {
+    model: Arc<Model>,
+    config: EngineConfig,
+    stats: Arc<EngineStats>,
+    jobs: Option<Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Engine {
+    pub fn start(model: Arc<Model>, config: EngineConfig) -> Result<Self> {
+        if config.max_batch == 0 {
+            return Err(TesseraError::InvalidInput("the engine's max_batch must be at least 1".into()));
+        }
+        let stats = Arc::new(EngineStats::default());
+        let (tx, rx) = mpsc::channel();
+        let thread = {
+            let (model, stats, max_batch) = (model.clone(), stats.clone(), config.max_batch);
+            std::thread::Builder::new()
+                .name("tessera-scheduler".into())
+                .spawn(move || Scheduler { model: &model, stats: &stats, max_batch }.run(rx))
+                .map_err(|e| TesseraError::InvalidInput(format!("cannot start the scheduler thread: {e}")))?
+        };
+        Ok(Self { model, config, stats, jobs: Some(tx), thread: Some(thread) })
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    pub fn stats(&self) -> &EngineStats {
+        &self.stats
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Queues a generation; its events go to `sink`. Refused with [`TesseraError::Busy`] when
+    /// `max_queue` requests already wait.
+    pub fn submit(&self, prompt: Prompt, params: GenerateParams, sink: Sink) -> Result<()> {
+        let queued = self.stats.queued.fetch_add(1, Ordering::SeqCst);
+        if queued >= self.config.max_queue {
+            self.stats.queued.fetch_sub(1, Ordering::SeqCst);
+            return Err(TesseraError::Busy(format!("{queued} requests are already waiting")));
+        }
+        let job = Job { prompt, params, sink, submitted: Instant::now() };
+        let sent = self.jobs.as_ref().map(|tx| tx.send(job).is_ok()).unwrap_or(false);
+        if !sent {
+            self.stats.queued.fetch_sub(1, Ordering::SeqCst);
+            return Err(TesseraError::Busy("the engine has stopped".into()));
+        }
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Runs one generation through the scheduler and waits for it (what the CLI would do
+    /// through a server); `on_text` receives the text as it streams.
+    pub fn generate(
+        &self,
+        prompt: Prompt,
+        params: GenerateParams,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<GenerationOutput> {
+        let (tx, rx) = mpsc::channel();
+        self.submit(prompt, params, Box::new(move |e| tx.send(e).is_ok()))?;
+        for event in rx {
+            match event {
+                Event::Text(t) => on_text(&t),
+                Event::Done(out) => return Ok(*out),
+                Event::Error(e) => return Err(e),
+            }
+        }
+        Err(TesseraError::InvalidInput("the scheduler stopped before the request ended".into()))
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.jobs = None; // the scheduler ends once its requests are done
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A sequence in the running batch.
+struct Active<'m> {
+    seq: Sequence<'m>,
+    prompt: Prompt,
+    cache: KvCache,
+    next: u32,
+    sink: Sink,
+    prompt_s: f64,
+    decode_start: Instant,
+}
+
+struct Scheduler<'a> {
+    model: &'a Model,
+    stats: &'a EngineStats,
+    max_batch: usize,
+}
+
+impl<'a> Scheduler<'a> {
+    fn run(self, jobs: Receiver<Job>) {
+        let mut waiting: VecDeque<Job> = VecDeque::new();
+        let mut active: Vec<Active<'a>> = Vec::new();
+        let mut open = true;
+        loop {
+            if active.is_empty() && waiting.is_empty() {
+                if !open {
+                    return;
+                }
+                match jobs.recv() {
+                    Ok(job) => waiting.push_back(job),
+                    Err(_) => return,
+                }
+            }
+            loop {
+                match jobs.try_recv() {
+                    Ok(job) => waiting.push_back(job),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        open = false;
+                        break;
+                    }
+                }
+            }
+            // Prefills between decode steps, up to a budget of prompt positions (at least one
+            // prompt), so arrivals join quickly without stalling the running streams for long.
+            let mut budget = PREFILL_POSITIONS_PER_STEP;
+            while active.len() < self.max_batch && budget > 0 {
+                let Some(job) = waiting.pop_front() else { break };
+                self.stats.queued.fetch_sub(1, Ordering::SeqCst);
+                budget = budget.saturating_sub(job.prompt.len());
+                if let Some(a) = self.prefill(job) {
+                    active.push(a);
+                }
+            }
+            if !active.is_empty() {
+                self.decode_step(&mut active);
+            }
+            self.stats.active.store(active.len(), Ordering::Relaxed);
+        }
+    }
+
+    /// Runs `job`'s prompt and takes its first token; `None` when it already ended.
+    fn prefill(&self, mut job: Job) -> Option<Active<'a>> {
+        let model = self.model;
+        let start = Instant::now();
+        let run = || -> Result<(Sequence<'a>, KvCache, Vec<f32>)> {
+            let seq = Sequence::new(model, &job.prompt, &job.params)?;
+            let mut cache = model.new_cache();
+            let (logits, _) = model.step(StepInput::Prompt(&job.prompt), &mut cache, false)?;
+            Ok((seq, cache, logits.to_vec1::<f32>()?))
+        };
+        let (mut seq, cache, row) = match run() {
+            Ok(r) => r,
+            Err(e) => {
+                self.fail(&mut job.sink, e);
+                return None;
+            }
+        };
+        self.stats.prompt_tokens.fetch_add(job.prompt.len() as u64, Ordering::Relaxed);
+        let ttft = job.submitted.elapsed().as_micros() as u64;
+        self.stats.time_to_first_token_us.fetch_add(ttft, Ordering::Relaxed);
+        self.stats.first_tokens.fetch_add(1, Ordering::Relaxed);
+        let prompt_s = start.elapsed().as_secs_f64();
+        let mut text = String::new();
+        let next = seq.accept(model, &job.prompt, &row, None, &mut |t| text.push_str(t));
+        let a =
+            Active { seq, prompt: job.prompt, cache, next: 0, sink: job.sink, prompt_s, decode_start: Instant::now() };
+        self.after_token(a, next, text)
+    }
+
+    /// One decode step of every active sequence; those that end or are cancelled leave.
+    fn decode_step(&self, active: &mut Vec<Active<'a>>) {
+        let ids: Vec<u32> = active.iter().map(|a| a.next).collect();
+        let mut caches: Vec<KvCache> =
+            active.iter_mut().map(|a| std::mem::replace(&mut a.cache, KvCache::new(0, 0))).collect();
+        let result = self.model.decode_rows(&ids, &mut caches).and_then(|l| Ok(l.to_vec2::<f32>()?));
+        for (a, c) in active.iter_mut().zip(caches) {
+            a.cache = c;
+        }
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(e) => {
+                let msg = e.to_string();
+                for mut a in active.drain(..) {
+                    self.fail(
+                        &mut a.sink,
+                        TesseraError::InvalidInput(format!("the batched decode step failed: {msg}")),
+                    );
+                }
+                return;
+            }
+        };
+        self.stats.decode_steps.fetch_add(1, Ordering::Relaxed);
+        self.stats.decode_rows.fetch_add(ids.len() as u64, Ordering::Relaxed);
+        let model = self.model;
+        let mut keep = Vec::with_capacity(active.len());
+        for (mut a, row) in active.drain(..).zip(rows) {
+            let mut text = String::new();
+            let next = a.seq.accept(model, &a.prompt, &row, None, &mut |t| text.push_str(t));
+            keep.extend(self.after_token(a, next, text));
+        }
+        *active = keep;
+    }
+
+    /// Sends what a token produced; gives the sequence back while it goes on (its next token
+    /// set). Ends it (and sends the output) when it finished, failed or its client left.
+    fn after_token(&self, mut a: Active<'a>, next: Result<Option<u32>>, text: String) -> Option<Active<'a>> {
+        let next = match next {
+            Ok(n) => n,
+            Err(e) => {
+                self.fail(&mut a.sink, e);
+                return None;
+            }
+        };
+        self.stats.generated_tokens.fetch_add(u64::from(next.is_some()), Ordering::Relaxed);
+        if !text.is_empty() && !(a.sink)(Event::Text(text)) {
+            self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        match next {
+            Some(n) => {
+                a.next = n;
+                Some(a)
+            }
+            None => {
+                self.finish(a);
+                None
+            }
+        }
+    }
+
+    fn finish(&self, a: Active<'a>) {
+        let Active { seq, prompt, mut sink, prompt_s, decode_start, .. } = a;
+        let generated = seq.generated().len();
+        let generate_s = decode_start.elapsed().as_secs_f64();
+        let timings = Timings {
+            prompt_s,
+            generate_s,
+            prompt_tokens_per_s: prompt.len() as f64 / prompt_s.max(1e-9),
+            generated_tokens_per_s: if generated > 1 { (generated - 1) as f64 / generate_s.max(1e-9) } else { 0.0 },
+        };
+        let mut rest = String::new();
+        match seq.finish(self.model, timings, &mut |t| rest.push_str(t)) {
+            Ok(out) => {
+                if !rest.is_empty() && !sink(Event::Text(rest)) {
+                    self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                self.stats.completed.fetch_add(1, Ordering::Relaxed);
+                sink(Event::Done(Box::new(out)));
+            }
+            Err(e) => self.fail(&mut sink, e),
+        }
+    }
+
+    fn fail(&self, sink: &mut Sink, e: TesseraError) {
+        self.stats.failed.fetch_add(1, Ordering::Relaxed);
+        sink(Event::Error(e));
+    }
+}

@@ -1,0 +1,152 @@
+//! Continuous batching: a batched decode step gives every sequence the logits it gets alone
+//! (bit for bit), and a request run through the engine among many others gets the tokens it
+//! gets alone — on the quantized kernels (SmolLM2 Q4_1) and the dense f32 ones (the shipped
+//! shapes model, with images).
+
+mod common;
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use tessera::{load_image, Engine, EngineConfig, GenerateParams, LoadOptions, Model, Prompt, DEFAULT_MAX_PIXELS};
+
+fn shapes() -> Result<Model> {
+    Ok(Model::load(common::repo_root().join("models/shapes-vlm").to_str().unwrap(), &LoadOptions::default())?)
+}
+
+fn smollm2() -> Result<Model> {
+    Ok(Model::load(common::smollm2_gguf()?.to_str().unwrap(), &LoadOptions::default())?)
+}
+
+/// Prompts of different lengths (so the caches differ in length within a step).
+fn text_prompts(model: &Model, n: usize) -> Result<Vec<Prompt>> {
+    let topics = ["the sea", "a cat", "mountains", "rain", "bread", "a clock", "the moon", "trains"];
+    (0..n)
+        .map(|i| {
+            let words = "very ".repeat(i % 5);
+            let text = format!("Write a {words}short line about {} number {i}.", topics[i % topics.len()]);
+            Ok(model.encode_prompt(&text, None, false, &[])?)
+        })
+        .collect()
+}
+
+fn image_prompts(model: &Model, n: usize) -> Result<Vec<Prompt>> {
+    let dir = common::repo_root().join("models/shapes-vlm/examples");
+    let files = ["three_shapes.png", "two_circles.png", "one_triangle_top.png", "four_shapes_noise.png"];
+    let questions = ["How many shapes are there?", "What color is the circle?", "How many circles are there?"];
+    (0..n)
+        .map(|i| {
+            let image = load_image(&dir.join(files[i % files.len()]), DEFAULT_MAX_PIXELS)?;
+            Ok(model.encode_prompt(questions[i % questions.len()], None, false, &[image])?)
+        })
+        .collect()
+}
+
+/// Prefills each prompt, then runs `steps` batched decode steps over all of them together and
+/// compares every row with the same sequence decoded alone.
+fn batched_rows_equal_solo(model: &Model, prompts: &[Prompt], steps: usize) -> Result<()> {
+    let mut solo_caches = Vec::new();
+    let mut caches = Vec::new();
+    let mut next = Vec::new();
+    for p in prompts {
+        let mut cache = model.new_cache();
+        let hidden = model.forward_prompt(p, &mut cache, &mut Default::default())?;
+        let t = hidden.dim(1)?;
+        let logits = model.logits(&hidden.narrow(1, t - 1, 1)?)?.squeeze(0)?.to_vec1::<f32>()?;
+        next.push(tessera::sampling::argmax(&logits));
+        solo_caches.push(cache.clone());
+        caches.push(cache);
+    }
+    for step in 0..steps {
+        let batched = model.decode_rows(&next, &mut caches)?.to_vec2::<f32>()?;
+        for (i, cache) in solo_caches.iter_mut().enumerate() {
+            let alone = model.decode_rows(&next[i..=i], std::slice::from_mut(cache))?.to_vec2::<f32>()?;
+            let single = batched[i].iter().zip(&alone[0]).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            assert_eq!(single, 0, "step {step}, sequence {i}: {single} logits differ from the sequence alone");
+        }
+        next = batched.iter().map(|r| tessera::sampling::argmax(r)).collect();
+    }
+    Ok(())
+}
+
+#[test]
+fn batched_decode_rows_equal_each_sequence_alone_on_quantized_kernels() -> Result<()> {
+    let model = smollm2()?;
+    // 20 rows: past the 16 rows where the kernels would switch to GEMM tiles.
+    batched_rows_equal_solo(&model, &text_prompts(&model, 20)?, 3)
+}
+
+#[test]
+fn batched_decode_rows_equal_each_sequence_alone_on_dense_f32_with_images() -> Result<()> {
+    let model = shapes()?;
+    batched_rows_equal_solo(&model, &image_prompts(&model, 40)?, 2)
+}
+
+#[test]
+fn a_single_row_step_equals_the_plain_decode_step() -> Result<()> {
+    let model = smollm2()?;
+    let prompt = &text_prompts(&model, 1)?[0];
+    let mut a = model.new_cache();
+    model.forward_prompt(prompt, &mut a, &mut Default::default())?;
+    let mut b = a.clone();
+    let rows = model.decode_rows(&[42], std::slice::from_mut(&mut a))?.to_vec2::<f32>()?;
+    let plain = model.forward_last(&[42], &mut b)?.to_vec1::<f32>()?;
+    assert_eq!(rows[0], plain);
+    assert_eq!(a.len(), b.len());
+    Ok(())
+}
+
+/// Every request submitted at once (the engine batches them) gets exactly its solo tokens.
+fn engine_matches_solo(model: Model, prompts: Vec<Prompt>, max_new_tokens: usize) -> Result<()> {
+    let params = GenerateParams { max_new_tokens, ..Default::default() };
+    let solo: Vec<_> =
+        prompts.iter().map(|p| model.generate(p, &params, &mut |_| {})).collect::<tessera::Result<_>>()?;
+    let engine = Arc::new(Engine::start(Arc::new(model), EngineConfig { max_batch: 64, max_queue: 256 })?);
+    let handles: Vec<_> = prompts
+        .into_iter()
+        .map(|p| {
+            let (engine, params) = (engine.clone(), params.clone());
+            std::thread::spawn(move || {
+                let mut streamed = String::new();
+                let out = engine.generate(p, params, &mut |t| streamed.push_str(t));
+                out.map(|o| (o, streamed))
+            })
+        })
+        .collect();
+    for (i, (h, alone)) in handles.into_iter().zip(&solo).enumerate() {
+        let (out, streamed) = h.join().expect("request thread")?;
+        assert_eq!(out.generated_tokens, alone.generated_tokens, "request {i}: batched tokens differ from solo");
+        assert_eq!(out.text, alone.text, "request {i}");
+        assert_eq!(streamed, alone.text, "request {i}: the streamed pieces add up to the text");
+        assert_eq!(out.finish_reason, alone.finish_reason, "request {i}");
+    }
+    let stats = engine.stats();
+    let steps = stats.decode_steps.load(std::sync::atomic::Ordering::Relaxed);
+    let rows = stats.decode_rows.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(rows > steps, "the engine never decoded two sequences in one step ({rows} rows in {steps} steps)");
+    Ok(())
+}
+
+#[test]
+fn sixty_four_image_requests_through_the_engine_get_their_solo_tokens() -> Result<()> {
+    let model = shapes()?;
+    let prompts = image_prompts(&model, 64)?;
+    engine_matches_solo(model, prompts, 8)
+}
+
+#[test]
+fn text_requests_through_the_engine_get_their_solo_tokens_on_q4_1() -> Result<()> {
+    let model = smollm2()?;
+    let prompts = text_prompts(&model, 20)?;
+    engine_matches_solo(model, prompts, 12)
+}
+
+#[test]
+fn a_full_queue_is_refused_as_busy() -> Result<()> {
+    let model = shapes()?;
+    let prompt = image_prompts(&model, 1)?.remove(0);
+    let engine = Engine::start(Arc::new(model), EngineConfig { max_batch: 1, max_queue: 0 })?;
+    let err = engine.submit(prompt, GenerateParams::default(), Box::new(|_| true)).unwrap_err();
+    assert!(matches!(err, tessera::TesseraError::Busy(_)), "{err}");
+    Ok(())
+}
