@@ -55,8 +55,6 @@ pub struct ChatRequest {
     pub model: Option<String>,
     /// Kept as JSON: [`tessera::Conversation::from_json`] reads the message forms.
     pub messages: serde_json::Value,
-    #[serde(flatten)]
-    pub sampling: Sampling,
     #[serde(default)]
     pub logprobs: bool,
     pub top_logprobs: Option<u64>,
@@ -75,8 +73,6 @@ pub enum TextInput {
 pub struct CompletionRequest {
     pub model: Option<String>,
     pub prompt: TextInput,
-    #[serde(flatten)]
-    pub sampling: Sampling,
     /// The number of top log-probabilities per token (0–5 in OpenAI's API; up to 20 here).
     pub logprobs: Option<u64>,
 }

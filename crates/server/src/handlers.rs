@@ -26,15 +26,31 @@ use crate::AppState;
 
 type Shared = State<Arc<AppState>>;
 
-/// The body as `T`: 413 over the size limit, 400 naming the field for malformed JSON.
-async fn read_json<T: DeserializeOwned>(state: &AppState, body: Body) -> Result<T, ApiError> {
+/// The body as `T` and its sampling fields: 413 over the size limit, 400 naming the field for
+/// malformed JSON or a field of the wrong type.
+async fn read_json<T: DeserializeOwned>(state: &AppState, body: Body) -> Result<(T, Sampling), ApiError> {
     let limit = state.config.max_body_bytes;
     let bytes: Bytes = axum::body::to_bytes(body, limit).await.map_err(|_| ApiError {
         status: StatusCode::PAYLOAD_TOO_LARGE,
         message: format!("the request body is over the server's limit of {limit} bytes (--max-body-bytes)"),
         param: None,
     })?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))
+    let value: Value =
+        serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))?;
+    Ok((field_errors(&value)?, field_errors(&value)?))
+}
+
+/// `value` as `T`; a field of the wrong type is named in the error.
+fn field_errors<T: DeserializeOwned>(value: &Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let err = ApiError::bad_request(format!("invalid request body: `{path}`: {}", e.inner()));
+        if path == "." {
+            err
+        } else {
+            err.param(&path)
+        }
+    })
 }
 
 /// Runs `f` on a blocking thread (tokenizing, templating, decoding images, embeddings).
@@ -244,7 +260,7 @@ fn sse(
 }
 
 pub async fn chat_completions(State(state): Shared, body: Body) -> Result<Response, ApiError> {
-    let req: ChatRequest = read_json(&state, body).await?;
+    let (req, sampling): (ChatRequest, Sampling) = read_json(&state, body).await?;
     check_model(&state, &req.model)?;
     if let Some(f) = &req.response_format {
         if f.kind != "text" {
@@ -262,7 +278,7 @@ pub async fn chat_completions(State(state): Shared, body: Body) -> Result<Respon
         }
         (true, k) => Some(k.unwrap_or(0).max(1) as usize),
     };
-    let params = params(&state, &req.sampling, top)?;
+    let params = params(&state, &sampling, top)?;
     let st = state.clone();
     let messages = req.messages.clone();
     let prompt = blocking(move || {
@@ -282,8 +298,8 @@ pub async fn chat_completions(State(state): Shared, body: Body) -> Result<Respon
     .await?;
     let rx = submit(&state, prompt, params)?;
     let (id, created, model) = (state.id("chatcmpl"), state.created, state.config.model_name.clone());
-    if req.sampling.stream {
-        let include_usage = req.sampling.stream_options.as_ref().is_some_and(|o| o.include_usage);
+    if sampling.stream {
+        let include_usage = sampling.stream_options.as_ref().is_some_and(|o| o.include_usage);
         let chunk = {
             let (id, model) = (id.clone(), model.clone());
             move |delta: Value, finish: Option<&str>| {
@@ -331,7 +347,7 @@ fn one_text(input: TextInput, field: &str) -> Result<String, ApiError> {
 }
 
 pub async fn completions(State(state): Shared, body: Body) -> Result<Response, ApiError> {
-    let req: CompletionRequest = read_json(&state, body).await?;
+    let (req, sampling): (CompletionRequest, Sampling) = read_json(&state, body).await?;
     check_model(&state, &req.model)?;
     let top = match req.logprobs {
         Some(k) if k > 20 => {
@@ -340,7 +356,7 @@ pub async fn completions(State(state): Shared, body: Body) -> Result<Response, A
         Some(k) => Some(k.max(1) as usize),
         None => None,
     };
-    let params = params(&state, &req.sampling, top)?;
+    let params = params(&state, &sampling, top)?;
     let text = one_text(req.prompt, "prompt")?;
     let st = state.clone();
     let prompt = blocking(move || Ok(st.model().encode_prompt(&text, None, true, &[])?)).await?;
@@ -353,8 +369,8 @@ pub async fn completions(State(state): Shared, body: Body) -> Result<Response, A
                    "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}]})
         }
     };
-    if req.sampling.stream {
-        let include_usage = req.sampling.stream_options.as_ref().is_some_and(|o| o.include_usage);
+    if sampling.stream {
+        let include_usage = sampling.stream_options.as_ref().is_some_and(|o| o.include_usage);
         let piece = {
             let chunk = chunk.clone();
             move |t: &str| chunk(t, None)
@@ -388,7 +404,7 @@ pub async fn completions(State(state): Shared, body: Body) -> Result<Response, A
 }
 
 pub async fn embeddings(State(state): Shared, body: Body) -> Result<Response, ApiError> {
-    let req: EmbeddingRequest = read_json(&state, body).await?;
+    let (req, _): (EmbeddingRequest, Sampling) = read_json(&state, body).await?;
     check_model(&state, &req.model)?;
     if let Some(f) = req.encoding_format.as_deref() {
         if f != "float" {

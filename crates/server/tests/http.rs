@@ -1,0 +1,298 @@
+//! The server over real HTTP on loopback (ureq as the client): every endpoint, streaming,
+//! cancellation by disconnect, and the errors in OpenAI's shape with their statuses. The model
+//! is the shipped shapes model; its answers are compared with the library's.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Result;
+use base64::Engine as _;
+use serde_json::{json, Value};
+use tessera::{GenerateParams, LoadOptions, Model};
+use tessera_server::{AppState, ServerConfig};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn shapes_dir() -> PathBuf {
+    root().join("models/shapes-vlm")
+}
+
+struct Server {
+    base: String,
+    _runtime: tokio::runtime::Runtime,
+}
+
+fn start(config: ServerConfig) -> Result<Server> {
+    start_with(&shapes_dir(), config)
+}
+
+fn start_with(model: &std::path::Path, config: ServerConfig) -> Result<Server> {
+    if !model.exists() {
+        anyhow::bail!("{} is missing: run scripts/fetch_smollm2.sh", model.display());
+    }
+    let model = Model::load(model.to_str().unwrap(), &LoadOptions::default())?;
+    let state = AppState::new(Arc::new(model), config)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+    let base = format!("http://{}", listener.local_addr()?);
+    runtime.spawn(tessera_server::serve(listener, state, std::future::pending()));
+    Ok(Server { base, _runtime: runtime })
+}
+
+fn config() -> ServerConfig {
+    ServerConfig { model_name: "shapes".into(), ..Default::default() }
+}
+
+fn data_url(file: &str) -> Result<String> {
+    let bytes = std::fs::read(shapes_dir().join("examples").join(file))?;
+    Ok(format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(bytes)))
+}
+
+fn image_chat(url: &str, question: &str) -> Value {
+    json!([{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": url}},
+        {"type": "text", "text": question}
+    ]}])
+}
+
+/// POSTs `body`; returns the status and the JSON body (errors included).
+fn post(server: &Server, path: &str, body: &Value) -> Result<(u16, Value)> {
+    post_raw(server, path, &body.to_string())
+}
+
+fn post_raw(server: &Server, path: &str, body: &str) -> Result<(u16, Value)> {
+    let res = ureq::post(&format!("{}{path}", server.base)).set("content-type", "application/json").send_string(body);
+    let res = match res {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => return Err(e.into()),
+    };
+    let status = res.status();
+    let text = res.into_string()?;
+    Ok((status, serde_json::from_str(&text).unwrap_or(Value::String(text))))
+}
+
+/// The library's greedy answer to the same chat.
+fn library_answer(file: &str, question: &str) -> Result<String> {
+    let model = Model::load(shapes_dir().to_str().unwrap(), &LoadOptions::default())?;
+    let image = tessera::load_image(&shapes_dir().join("examples").join(file), tessera::DEFAULT_MAX_PIXELS)?;
+    let prompt = model.encode_prompt(question, None, false, &[image])?;
+    Ok(model.generate(&prompt, &GenerateParams::default(), &mut |_| {})?.text)
+}
+
+fn assert_error(status: u16, body: &Value, want_status: u16, needle: &str) {
+    assert_eq!(status, want_status, "{body}");
+    let msg = body["error"]["message"].as_str().unwrap_or_else(|| panic!("no OpenAI error shape: {body}"));
+    assert!(body["error"]["type"].is_string(), "{body}");
+    assert!(msg.contains(needle), "error message {msg:?} does not mention {needle:?}");
+}
+
+#[test]
+fn chat_with_an_image_answers_as_the_library_does() -> Result<()> {
+    let server = start(config())?;
+    for (file, question) in
+        [("three_shapes.png", "How many shapes are there?"), ("two_circles.png", "How many circles are there?")]
+    {
+        let body = json!({"model": "shapes", "messages": image_chat(&data_url(file)?, question), "temperature": 0});
+        let (status, res) = post(&server, "/v1/chat/completions", &body)?;
+        assert_eq!(status, 200, "{res}");
+        assert_eq!(res["object"], "chat.completion");
+        assert_eq!(res["choices"][0]["message"]["role"], "assistant");
+        assert_eq!(res["choices"][0]["message"]["content"].as_str(), Some(library_answer(file, question)?.as_str()));
+        assert_eq!(res["choices"][0]["finish_reason"], "stop");
+        let usage = &res["usage"];
+        assert_eq!(
+            usage["total_tokens"].as_u64(),
+            Some(usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap())
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn streaming_sends_chunks_then_usage_then_done() -> Result<()> {
+    let server = start(config())?;
+    let body = json!({"messages": image_chat(&data_url("three_shapes.png")?, "How many shapes are there?"),
+                      "temperature": 0, "stream": true, "stream_options": {"include_usage": true}});
+    let res = ureq::post(&format!("{}/v1/chat/completions", server.base)).send_json(body)?;
+    assert!(res.header("content-type").unwrap_or("").starts_with("text/event-stream"));
+    let mut lines = Vec::new();
+    for line in BufReader::new(res.into_reader()).lines() {
+        let line = line?;
+        if let Some(d) = line.strip_prefix("data: ") {
+            lines.push(d.to_string());
+        }
+    }
+    assert_eq!(lines.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> =
+        lines[..lines.len() - 1].iter().map(|l| serde_json::from_str(l)).collect::<Result<_, _>>()?;
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let text: String =
+        chunks.iter().filter_map(|c| c["choices"].get(0).and_then(|ch| ch["delta"]["content"].as_str())).collect();
+    assert_eq!(text, library_answer("three_shapes.png", "How many shapes are there?")?);
+    let finish = chunks.iter().find_map(|c| c["choices"].get(0).and_then(|ch| ch["finish_reason"].as_str()));
+    assert_eq!(finish, Some("stop"));
+    let usage = chunks.last().unwrap();
+    assert_eq!(usage["choices"].as_array().map(Vec::len), Some(0));
+    assert!(usage["usage"]["completion_tokens"].as_u64().unwrap() >= 1);
+    Ok(())
+}
+
+#[test]
+fn completions_models_health_and_metrics() -> Result<()> {
+    let server = start(config())?;
+    // A raw prompt (the native model's text side): greedy, limited to 3 tokens, with logprobs.
+    let (status, res) = post(
+        &server,
+        "/v1/completions",
+        &json!({"prompt": "Question: How many", "max_tokens": 3, "temperature": 0, "logprobs": 2}),
+    )?;
+    assert_eq!(status, 200, "{res}");
+    assert_eq!(res["object"], "text_completion");
+    let n = res["usage"]["completion_tokens"].as_u64().unwrap() as usize;
+    assert!((1..=3).contains(&n), "{res}");
+    let lp = &res["choices"][0]["logprobs"];
+    assert_eq!(lp["tokens"].as_array().map(Vec::len), Some(n), "{res}");
+    assert!(lp["token_logprobs"][0].as_f64().unwrap() <= 0.0);
+    assert_eq!(lp["top_logprobs"][0].as_object().map(|m| m.len()), Some(2), "{res}");
+
+    let models: Value = ureq::get(&format!("{}/v1/models", server.base)).call()?.into_json()?;
+    assert_eq!(models["data"][0]["id"], "shapes");
+    let health: Value = ureq::get(&format!("{}/health", server.base)).call()?.into_json()?;
+    assert_eq!(health["status"], "ok");
+    let metrics = ureq::get(&format!("{}/metrics", server.base)).call()?.into_string()?;
+    for name in
+        ["tessera_requests_total 1", "tessera_queue_depth 0", "tessera_batch_size", "tessera_generated_tokens_total"]
+    {
+        assert!(metrics.contains(name), "metrics lack {name:?}:\n{metrics}");
+    }
+    Ok(())
+}
+
+#[test]
+fn embeddings_are_unit_vectors_per_input() -> Result<()> {
+    let server = start(config())?;
+    let (status, res) = post(&server, "/v1/embeddings", &json!({"input": ["How many", "What color"]}))?;
+    assert_eq!(status, 200, "{res}");
+    let data = res["data"].as_array().unwrap();
+    assert_eq!(data.len(), 2);
+    for (i, d) in data.iter().enumerate() {
+        assert_eq!(d["index"].as_u64(), Some(i as u64));
+        let v: Vec<f64> = d["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        assert_eq!(v.len(), 192);
+        let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4, "norm {norm}");
+    }
+    assert_ne!(data[0]["embedding"], data[1]["embedding"]);
+    Ok(())
+}
+
+#[test]
+fn bad_requests_get_openai_errors_with_the_right_status() -> Result<()> {
+    let dir = root().join("target/test-scratch/server-media");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::copy(shapes_dir().join("examples/two_circles.png"), dir.join("two_circles.png"))?;
+    let server = start(ServerConfig {
+        max_body_bytes: 64 << 10,
+        max_images: 2,
+        allowed_local_media: Some(dir.clone()),
+        ..config()
+    })?;
+    let chat = "/v1/chat/completions";
+    let (s, b) = post_raw(&server, chat, "{not json")?;
+    assert_error(s, &b, 400, "invalid request body");
+    let (s, b) = post(&server, chat, &json!({"messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}))?;
+    assert_error(s, &b, 400, "temperature");
+    let (s, b) = post(&server, chat, &json!({"messages": "hi"}))?;
+    assert_error(s, &b, 400, "list of messages");
+    let (s, b) = post(&server, chat, &json!({"messages": image_chat("data:image/png;base64,!!!", "How many?")}))?;
+    assert_error(s, &b, 400, "base64");
+    let garbage = format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(b"not a png"));
+    let (s, b) = post(&server, chat, &json!({"messages": image_chat(&garbage, "How many?")}))?;
+    assert_eq!(s, 400, "{b}");
+    let (s, b) = post(&server, chat, &json!({"messages": image_chat("https://example.com/a.png", "How many?")}))?;
+    assert_error(s, &b, 400, "does not download");
+    // Local files: only inside the allowed folder, not by escaping it.
+    let (s, b) = post(
+        &server,
+        chat,
+        &json!({"messages": image_chat("two_circles.png", "How many circles are there?"), "temperature": 0}),
+    )?;
+    assert_eq!(s, 200, "{b}");
+    let outside = shapes_dir().join("examples/two_circles.png");
+    for src in [format!("file://{}", outside.display()), "../../../models/shapes-vlm/examples/two_circles.png".into()] {
+        let (s, b) = post(&server, chat, &json!({"messages": image_chat(&src, "How many?")}))?;
+        assert_error(s, &b, 400, "not a file under the allowed media folder");
+    }
+    let url = data_url("two_circles.png")?;
+    let three = json!([{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": url}}, {"type": "image_url", "image_url": {"url": url}},
+        {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "?"}]}]);
+    let (s, b) = post(&server, chat, &json!({"messages": three}))?;
+    assert_error(s, &b, 400, "at most 2");
+    let long = "How many shapes are there? ".repeat(100);
+    let (s, b) = post(&server, chat, &json!({"messages": [{"role": "user", "content": long}]}))?;
+    assert_error(s, &b, 400, "context");
+    let big = json!({"messages": [{"role": "user", "content": "x".repeat(100_000)}]});
+    let (s, b) = post(&server, chat, &big)?;
+    assert_error(s, &b, 413, "--max-body-bytes");
+    let (s, b) = post(&server, chat, &json!({"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]}))?;
+    assert_error(s, &b, 404, "gpt-4");
+    let (s, b) = post(&server, chat, &json!({"messages": [{"role": "user", "content": "hi"}], "n": 2}))?;
+    assert_error(s, &b, 400, "n = 1");
+    let (s, b) = post(
+        &server,
+        chat,
+        &json!({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}),
+    )?;
+    assert_error(s, &b, 400, "response_format");
+    let res = ureq::get(&format!("{}/v2/nothing", server.base)).call();
+    assert!(matches!(res, Err(ureq::Error::Status(404, _))));
+    Ok(())
+}
+
+#[test]
+fn a_full_queue_answers_429_with_retry_after() -> Result<()> {
+    let server = start(ServerConfig { engine: tessera::EngineConfig { max_batch: 1, max_queue: 0 }, ..config() })?;
+    let res = ureq::post(&format!("{}/v1/completions", server.base)).send_json(json!({"prompt": "Question:"}));
+    match res {
+        Err(ureq::Error::Status(429, r)) => {
+            assert_eq!(r.header("retry-after"), Some("1"));
+            let body: Value = r.into_json()?;
+            assert_eq!(body["error"]["type"], "rate_limit_exceeded");
+        }
+        other => panic!("expected 429, got {other:?}"),
+    }
+    Ok(())
+}
+
+#[test]
+fn a_client_that_disconnects_mid_stream_cancels_its_sequence() -> Result<()> {
+    let smollm2 = root().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let server = start_with(&smollm2, config())?;
+    // A long answer, streamed: read one event, then hang up.
+    let body = json!({"messages": [{"role": "user", "content": "Write a long story about the sea."}],
+                      "max_tokens": 200, "temperature": 0, "stream": true});
+    let res = ureq::post(&format!("{}/v1/chat/completions", server.base)).send_json(body)?;
+    let mut reader = BufReader::new(res.into_reader());
+    let mut first = String::new();
+    reader.read_line(&mut first)?;
+    assert!(first.starts_with("data: "), "{first}");
+    drop(reader);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let metrics = ureq::get(&format!("{}/metrics", server.base)).call()?.into_string()?;
+        let cancelled = metrics.contains("tessera_requests_cancelled_total 1");
+        let completed = metrics.contains("tessera_requests_completed_total 1");
+        if cancelled {
+            assert!(metrics.contains("tessera_batch_size 0"), "{metrics}");
+            return Ok(());
+        }
+        assert!(!completed, "the sequence ran to its end after the client left:\n{metrics}");
+        assert!(std::time::Instant::now() < deadline, "not cancelled within 30 s:\n{metrics}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
