@@ -330,6 +330,8 @@ fn serve(args: ServeArgs) -> Result<()> {
         allowed_local_media: args.allowed_local_media.clone(),
         engine: tessera::EngineConfig { max_batch: args.max_batch as usize, max_queue: args.max_queue as usize },
     };
+    // Request logs on stderr; RUST_LOG-style filtering is not needed for one line per request.
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false).init();
     let state = tessera_server::AppState::new(std::sync::Arc::new(model), config)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -450,6 +452,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
         ignore_eos: args.ignore_eos,
         logprobs: args.logprobs,
         capture_attention: false,
+        constraint: None,
     };
     if let Some(budget) = args.max_image_tokens {
         for (img, name) in images.iter().zip(&image_names) {

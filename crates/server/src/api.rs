@@ -27,10 +27,18 @@ pub struct StreamOptions {
     pub include_usage: bool,
 }
 
+/// `response_format`: `text`, `json_object`, or `json_schema` with its schema.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ResponseFormat {
     #[serde(rename = "type")]
     pub kind: String,
+    pub json_schema: Option<JsonSchemaFormat>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct JsonSchemaFormat {
+    /// (`name` and `strict` are accepted and ignored: the schema is always enforced.)
+    pub schema: Option<serde_json::Value>,
 }
 
 /// The sampling fields shared by chat and text completions.

@@ -262,15 +262,31 @@ fn sse(
 pub async fn chat_completions(State(state): Shared, body: Body) -> Result<Response, ApiError> {
     let (req, sampling): (ChatRequest, Sampling) = read_json(&state, body).await?;
     check_model(&state, &req.model)?;
-    if let Some(f) = &req.response_format {
-        if f.kind != "text" {
-            return Err(ApiError::bad_request(format!(
-                "response_format `{}` is not supported yet (only `text`)",
-                f.kind
-            ))
-            .param("response_format"));
-        }
-    }
+    let format = match &req.response_format {
+        None => None,
+        Some(f) => match (f.kind.as_str(), &f.json_schema) {
+            ("text", _) => None,
+            ("json_object", _) => Some(tessera::OutputFormat::JsonObject),
+            ("json_schema", Some(js)) => match &js.schema {
+                Some(schema) => Some(tessera::OutputFormat::JsonSchema(schema.clone())),
+                None => {
+                    return Err(
+                        ApiError::bad_request("response_format.json_schema needs a `schema`").param("response_format")
+                    )
+                }
+            },
+            ("json_schema", None) => {
+                return Err(ApiError::bad_request("response_format `json_schema` needs a `json_schema` object")
+                    .param("response_format"))
+            }
+            (other, _) => {
+                return Err(ApiError::bad_request(format!(
+                    "response_format `{other}` is not one of text, json_object, json_schema"
+                ))
+                .param("response_format"))
+            }
+        },
+    };
     let top = match (req.logprobs, req.top_logprobs) {
         (false, _) => None,
         (true, Some(k)) if k > 20 => {
@@ -278,7 +294,16 @@ pub async fn chat_completions(State(state): Shared, body: Body) -> Result<Respon
         }
         (true, k) => Some(k.unwrap_or(0).max(1) as usize),
     };
-    let params = params(&state, &sampling, top)?;
+    let mut params = params(&state, &sampling, top)?;
+    if let Some(format) = format {
+        let st = state.clone();
+        params.constraint = Some(
+            blocking(move || {
+                st.model().output_constraint(&format).map_err(|e| ApiError::from(e).param("response_format"))
+            })
+            .await?,
+        );
+    }
     let st = state.clone();
     let messages = req.messages.clone();
     let prompt = blocking(move || {
@@ -406,12 +431,15 @@ pub async fn completions(State(state): Shared, body: Body) -> Result<Response, A
 pub async fn embeddings(State(state): Shared, body: Body) -> Result<Response, ApiError> {
     let (req, _): (EmbeddingRequest, Sampling) = read_json(&state, body).await?;
     check_model(&state, &req.model)?;
-    if let Some(f) = req.encoding_format.as_deref() {
-        if f != "float" {
-            return Err(ApiError::bad_request(format!("encoding_format `{f}` is not supported (only `float`)"))
-                .param("encoding_format"));
+    // `base64`: the little-endian f32 bytes (what the openai client asks for by default).
+    let base64 = match req.encoding_format.as_deref() {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(f) => {
+            return Err(ApiError::bad_request(format!("encoding_format `{f}` is not supported (float, base64)"))
+                .param("encoding_format"))
         }
-    }
+    };
     let texts = match req.input {
         TextInput::One(s) => vec![s],
         TextInput::Many(v) => v,
@@ -436,7 +464,16 @@ pub async fn embeddings(State(state): Shared, body: Body) -> Result<Response, Ap
     let data: Vec<Value> = vectors
         .into_iter()
         .enumerate()
-        .map(|(i, v)| json!({"object": "embedding", "index": i, "embedding": v}))
+        .map(|(i, v)| {
+            let embedding = if base64 {
+                use base64::Engine as _;
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+            } else {
+                json!(v)
+            };
+            json!({"object": "embedding", "index": i, "embedding": embedding})
+        })
         .collect();
     Ok(Json(json!({"object": "list", "data": data, "model": state.config.model_name,
                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}))
@@ -485,6 +522,11 @@ pub async fn metrics(State(state): Shared) -> Response {
     );
     let out = out.replace("\n tessera_", "\ntessera_");
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+/// The chat page: one HTML file with its script and style inline, embedded in the binary.
+pub async fn chat_page() -> Response {
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], include_str!("../assets/chat.html")).into_response()
 }
 
 pub async fn not_found(uri: axum::http::Uri) -> ApiError {

@@ -100,8 +100,19 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(handlers::models))
         .route("/health", get(handlers::health))
         .route("/metrics", get(handlers::metrics))
+        .route("/", get(handlers::chat_page))
         .fallback(handlers::not_found)
+        .layer(axum::middleware::from_fn(log_request))
         .with_state(state)
+}
+
+/// One log line per request: method, path, status and time to the response's head (a
+/// stream's body continues after it).
+async fn log_request(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    let (method, path, start) = (req.method().clone(), req.uri().path().to_string(), Instant::now());
+    let res = next.run(req).await;
+    tracing::info!(%method, path, status = res.status().as_u16(), ms = start.elapsed().as_millis() as u64, "request");
+    res
 }
 
 /// Serves `state` on `listener` until `shutdown` resolves; then stops accepting, lets the

@@ -246,9 +246,10 @@ fn bad_requests_get_openai_errors_with_the_right_status() -> Result<()> {
     let (s, b) = post(
         &server,
         chat,
-        &json!({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}),
+        &json!({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "yaml"}}),
     )?;
-    assert_error(s, &b, 400, "response_format");
+    assert_error(s, &b, 400, "yaml");
+    assert_eq!(b["error"]["param"], "response_format");
     let res = ureq::get(&format!("{}/v2/nothing", server.base)).call();
     assert!(matches!(res, Err(ureq::Error::Status(404, _))));
     Ok(())
@@ -295,4 +296,52 @@ fn a_client_that_disconnects_mid_stream_cancels_its_sequence() -> Result<()> {
         assert!(std::time::Instant::now() < deadline, "not cancelled within 30 s:\n{metrics}");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+}
+
+#[test]
+fn response_format_json_schema_and_json_object_are_enforced_while_sampling() -> Result<()> {
+    let smollm2 = root().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let server = start_with(&smollm2, config())?;
+    let schema = json!({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                        "pets": {"type": "array", "items": {"type": "string"}, "maxItems": 3}},
+                        "required": ["name", "age", "pets"], "additionalProperties": false});
+    let chat = |content: &str, format: Value, temperature: f64, seed: u64| {
+        json!({"messages": [{"role": "user", "content": content}], "temperature": temperature, "seed": seed,
+               "max_tokens": 120, "response_format": format})
+    };
+    let format = json!({"type": "json_schema", "json_schema": {"name": "person", "schema": schema, "strict": true}});
+    // Greedy and sampled (a sampled answer is where an unconstrained model would stray).
+    for (temperature, seed) in [(0.0, 0), (1.0, 1), (1.0, 2)] {
+        let (s, res) =
+            post(&server, "/v1/chat/completions", &chat("Describe a person.", format.clone(), temperature, seed))?;
+        assert_eq!(s, 200, "{res}");
+        let text = res["choices"][0]["message"]["content"].as_str().unwrap();
+        let v: Value = serde_json::from_str(text).map_err(|e| anyhow::anyhow!("{e}: {text:?}"))?;
+        let obj = v.as_object().unwrap();
+        assert_eq!(
+            obj.keys().map(String::as_str).collect::<std::collections::BTreeSet<_>>(),
+            ["age", "name", "pets"].into_iter().collect(),
+            "{text}"
+        );
+        assert!(v["name"].is_string() && v["age"].is_i64(), "{text}");
+        let pets = v["pets"].as_array().unwrap();
+        assert!(pets.len() <= 3 && pets.iter().all(Value::is_string), "{text}");
+        assert_eq!(res["choices"][0]["finish_reason"], "stop", "the grammar ended the output: {text}");
+    }
+    // The same sampled request without the schema does not give this JSON (the constraint is what holds).
+    let (_, free) =
+        post(&server, "/v1/chat/completions", &chat("Describe a person.", json!({"type": "text"}), 1.0, 1))?;
+    let free = free["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(serde_json::from_str::<Value>(free).is_err(), "{free}");
+    let (s, res) =
+        post(&server, "/v1/chat/completions", &chat("A colour, as JSON.", json!({"type": "json_object"}), 1.0, 3))?;
+    assert_eq!(s, 200, "{res}");
+    let text = res["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(serde_json::from_str::<Value>(text)?.is_object(), "{text}");
+    // A schema the grammar compiler rejects is a 400 naming response_format.
+    let bad = json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "no-such-type"}}});
+    let (s, res) = post(&server, "/v1/chat/completions", &chat("hi", bad, 0.0, 0))?;
+    assert_error(s, &res, 400, "response format");
+    assert_eq!(res["error"]["param"], "response_format");
+    Ok(())
 }

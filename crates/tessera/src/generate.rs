@@ -27,6 +27,9 @@ pub struct GenerateParams {
     /// Record, for every generated token, the attention of the query that produced it over all
     /// earlier positions, averaged over layers and heads.
     pub capture_attention: bool,
+    /// Structured output: only tokens the grammar allows are sampled
+    /// ([`Model::output_constraint`]); generation ends where the grammar does.
+    pub constraint: Option<std::sync::Arc<dyn crate::structured::ConstraintFactory>>,
 }
 
 impl Default for GenerateParams {
@@ -38,6 +41,7 @@ impl Default for GenerateParams {
             ignore_eos: false,
             logprobs: None,
             capture_attention: false,
+            constraint: None,
         }
     }
 }
@@ -128,6 +132,7 @@ pub struct Sequence<'m> {
     text: String,
     emitted: usize,
     finish: Option<FinishReason>,
+    constraint: Option<Box<dyn crate::structured::TokenConstraint>>,
 }
 
 impl<'m> Sequence<'m> {
@@ -163,6 +168,7 @@ impl<'m> Sequence<'m> {
             text: String::new(),
             emitted: 0,
             finish: None,
+            constraint: params.constraint.as_ref().map(|c| c.start()).transpose()?,
         })
     }
 
@@ -211,10 +217,29 @@ impl<'m> Sequence<'m> {
                 self.positions()
             )));
         }
+        let masked;
+        let row = match self.constraint.as_mut() {
+            Some(c) => {
+                let mut r = row.to_vec();
+                if !c.mask(&mut r)? {
+                    // The grammar is complete: the output ends here, as at an EOS.
+                    self.finish = Some(FinishReason::Eos);
+                    self.flush(on_text);
+                    return Ok(None);
+                }
+                masked = r;
+                &masked[..]
+            }
+            None => row,
+        };
         if let (Some(k), Some(lp)) = (self.params.logprobs, self.logprobs.as_mut()) {
             lp.push(top_logprobs(row, k));
         }
         let next = self.sampler.sample(row, &self.history, self.generated.len())?;
+        let grammar_open = match (self.constraint.as_mut(), model.eos_ids().contains(&next)) {
+            (Some(c), false) => c.commit(next)?,
+            _ => true,
+        };
         if self.logprobs.is_some() {
             self.sampled_logprobs.push(log_softmax(row).get(next as usize).copied().unwrap_or(f32::NEG_INFINITY));
         }
@@ -246,7 +271,9 @@ impl<'m> Sequence<'m> {
             on_text(&self.text[self.emitted..ready]);
             self.emitted = ready;
         }
-        if self.generated.len() >= self.params.max_new_tokens {
+        if !grammar_open {
+            self.finish = Some(FinishReason::Eos);
+        } else if self.generated.len() >= self.params.max_new_tokens {
             self.finish = Some(FinishReason::Length);
         } else if self.positions() >= self.max_positions {
             // The sequence (prompt + generated) may not outgrow the context.

@@ -48,6 +48,7 @@ pub mod model;
 pub mod prompt;
 pub mod sampling;
 pub mod source;
+pub mod structured;
 mod vision;
 pub use vision::ImageProcessor;
 
@@ -62,6 +63,7 @@ pub use model::{LoadOptions, Model, ModelInfo};
 pub use prompt::{Chunk, Prompt};
 pub use sampling::{Sampler, SamplingParams};
 pub use source::{resolve, ModelSource};
+pub use structured::{ConstraintFactory, OutputFormat, TokenConstraint};
 pub use tessera_decoder::{AttentionMask, Decoder, KvCache, MaskPlan, Trace};
 pub use tessera_text::{ChatTemplate, Content, ContentPart, Conversation, Message, Tokenizer};
 pub use tessera_vision::{

@@ -66,6 +66,8 @@ pub struct Model {
     pub(crate) decoder: Decoder,
     pub(crate) lm_head: Linear,
     pub(crate) image_encoder: Option<ImageEncoder>,
+    /// Structured output's token trie, built on first use.
+    pub(crate) grammars: std::sync::OnceLock<std::result::Result<std::sync::Arc<crate::structured::Grammars>, String>>,
 }
 
 impl Model {
@@ -198,6 +200,7 @@ impl Model {
             decoder,
             lm_head,
             image_encoder: None,
+            grammars: std::sync::OnceLock::new(),
         })
     }
 

@@ -222,3 +222,38 @@ fn qwen2_5_vl_3b_instruct() -> Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn qwen3_vl_2b_instruct() -> Result<()> {
+    let cfg = config("qwen3-vl-2b-instruct")?;
+    assert_eq!(cfg.family, "qwen3_vl");
+    let d = &cfg.decoder;
+    assert_eq!((d.hidden_size, d.intermediate_size, d.num_hidden_layers), (2048, 6144, 28));
+    assert_eq!((d.num_attention_heads, d.num_key_value_heads, d.head_dim), (16, 8, 128));
+    assert!(d.qk_norm && !d.qkv_bias, "Qwen3: q/k norms, no q/k/v biases");
+    assert_eq!((d.rope.theta, d.max_position_embeddings, cfg.vocab_size), (5_000_000.0, 262_144, 151_936));
+    let mrope = d.rope.mrope.context("M-RoPE")?;
+    assert_eq!((mrope.section, mrope.interleaved), ([24, 20, 20], true));
+    assert!(cfg.tie_word_embeddings);
+    let Some(VisionSpec::Qwen2Vl(v)) = &cfg.vision else { anyhow::bail!("a Qwen2-VL-style image side") };
+    let t = &v.tower;
+    assert_eq!((t.depth, t.embed_dim, t.hidden_size, t.num_heads, t.patch_size), (24, 1024, 2048, 16, 16));
+    let q = t.qwen3.as_ref().context("Qwen3-VL's learned positions and DeepStack")?;
+    assert_eq!((q.num_position_embeddings, q.deepstack.clone()), (2304, vec![5, 11, 17]));
+    assert_eq!(v.image_token_id, 151_655);
+    // Its processor states the pixel budget as size.shortest_edge / longest_edge (65536 / 16777216)
+    // with factor 16 × 2: a 451×300 photo becomes 448×288 → 28×18 patches → 14×9 = 126 tokens.
+    let pre = common::read_json(&real("qwen3-vl-2b-instruct").join("preprocessor_config.json"))?;
+    let (min, max) = (pre["size"]["shortest_edge"].as_u64().unwrap(), pre["size"]["longest_edge"].as_u64().unwrap());
+    let img = chelsea()?;
+    let (h, w) = tessera_vision::qwen2_vl::smart_resize(img.height, img.width, 32, min as usize, max as usize)?;
+    assert_eq!((h, w, (h / 32) * (w / 32)), (288, 448, 126));
+    // Its own template: no default system prompt (Qwen2.5-VL's had one).
+    let template = ChatTemplate::from_model_dir(&real("qwen3-vl-2b-instruct"))?.context("template")?;
+    assert_eq!(
+        template.render(&image_question("Describe this image."), true)?,
+        "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Describe this image.<|im_end|>\n\
+         <|im_start|>assistant\n"
+    );
+    Ok(())
+}

@@ -217,6 +217,61 @@ impl Tokenizer {
     pub fn vocab_size(&self) -> usize {
         self.vocab_size
     }
+
+    /// The bytes each token id stands for (what constrained decoding matches against), with
+    /// `None` for special tokens (and ids with no token): byte-level BPE tokens mapped back
+    /// through GPT-2's byte-to-character table, SentencePiece pieces with `▁` as a space and
+    /// `<0xNN>` as the byte NN. An error for a tokenizer whose decoder is neither.
+    pub fn token_bytes(&self) -> Result<Vec<Option<Vec<u8>>>> {
+        use tokenizers::DecoderWrapper as D;
+        fn kind(d: &D, byte_level: &mut bool, fallback: &mut bool) {
+            match d {
+                D::ByteLevel(_) => *byte_level = true,
+                D::ByteFallback(_) => *fallback = true,
+                D::Sequence(seq) => seq.get_decoders().iter().for_each(|d| kind(d, byte_level, fallback)),
+                _ => {}
+            }
+        }
+        let (mut byte_level, mut fallback) = (false, false);
+        if let Some(d) = self.inner.get_decoder() {
+            kind(d, &mut byte_level, &mut fallback);
+        }
+        if !byte_level && !fallback {
+            return Err(TextError::Unsupported(
+                "constrained decoding needs a byte-level BPE or byte-fallback (SentencePiece) tokenizer".into(),
+            ));
+        }
+        // GPT-2's table: printable bytes stand for themselves, the others for U+0100 onwards.
+        let mut chars = std::collections::HashMap::new();
+        let mut next = 0x100u32;
+        for b in 0..=255u8 {
+            let c = b as char;
+            if matches!(c, '!'..='~' | '\u{A1}'..='\u{AC}' | '\u{AE}'..='\u{FF}') {
+                chars.insert(c, b);
+            } else {
+                chars.insert(char::from_u32(next).unwrap_or(c), b);
+                next += 1;
+            }
+        }
+        let special: std::collections::HashSet<u32> =
+            self.inner.get_added_tokens_decoder().into_iter().filter(|(_, t)| t.special).map(|(id, _)| id).collect();
+        Ok((0..self.vocab_size as u32)
+            .map(|id| {
+                let token = self.inner.id_to_token(id)?;
+                if special.contains(&id) {
+                    return None;
+                }
+                if byte_level {
+                    return token.chars().map(|c| chars.get(&c).copied()).collect();
+                }
+                let hex = token.strip_prefix("<0x").and_then(|t| t.strip_suffix('>'));
+                match hex.filter(|h| h.len() == 2).and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => Some(vec![b]),
+                    None => Some(token.replace('\u{2581}', " ").into_bytes()),
+                }
+            })
+            .collect())
+    }
 }
 
 /// Incremental detokenization (see [`Tokenizer::decode_stream`]). Each step decodes the ids
