@@ -3,8 +3,9 @@
 
 Starts the server itself, then: a chat with an image as a data URL (the answer must equal the
 CLI's `tessera generate` answer), the same chat streamed with usage, a raw completion, models,
-embeddings, and the exception types the client raises for bad requests. Exits non-zero on any
-failure.
+embeddings, and the exception types the client raises for bad requests. Then, on a second
+server with the real SmolLM2 weights, `response_format` `json_schema` (the output must parse and
+validate). Exits non-zero on any failure.
 
     python3 scripts/tests/openai_client.py [--tessera target/debug/tessera]
 """
@@ -24,6 +25,17 @@ import openai
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 IMAGE = os.path.join(ROOT, "models", "shapes-vlm", "examples", "three_shapes.png")
 QUESTION = "How many shapes are there?"
+SMOLLM2 = os.path.join(ROOT, "models", "smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1.gguf")
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 24},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "hobbies": {"type": "array", "items": {"type": "string", "maxLength": 24}, "maxItems": 3},
+    },
+    "required": ["name", "age", "hobbies"],
+    "additionalProperties": False,
+}
 
 
 def free_port():
@@ -63,6 +75,55 @@ def expect_error(kind, call, what):
     raise AssertionError(f"{what}: no error")
 
 
+def validate_person(v):
+    """PERSON's rules, checked by hand (no schema library needed)."""
+    assert isinstance(v, dict) and set(v) == {"name", "age", "hobbies"}, v
+    assert isinstance(v["name"], str) and len(v["name"]) <= 24, v
+    assert isinstance(v["age"], int) and not isinstance(v["age"], bool) and 0 <= v["age"] <= 150, v
+    assert isinstance(v["hobbies"], list) and len(v["hobbies"]) <= 3, v
+    assert all(isinstance(h, str) and len(h) <= 24 for h in v["hobbies"]), v
+
+
+def start_server(tessera, model, name):
+    port = free_port()
+    cmd = [tessera, "serve", "--port", str(port), "--served-model-name", name]
+    if model:
+        cmd += ["--model", model]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    wait_healthy(base, proc)
+    return proc, base
+
+
+def stop_server(proc):
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if proc.returncode not in (0, -15):
+        print(proc.stderr.read(), file=sys.stderr)
+        raise SystemExit(f"tessera serve exited with {proc.returncode} on SIGTERM")
+
+
+def structured_output(tessera):
+    proc, base = start_server(tessera, SMOLLM2, "smollm2")
+    try:
+        client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+        fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+        for temperature, seed in [(0, 0), (1.0, 1), (1.0, 2)]:
+            res = client.chat.completions.create(
+                model="smollm2", messages=[{"role": "user", "content": "Describe a person."}],
+                temperature=temperature, seed=seed, max_tokens=400, response_format=fmt,
+            )
+            text = res.choices[0].message.content
+            validate_person(json.loads(text))
+            check(res.choices[0].finish_reason == "stop", f"json_schema output parses and validates: {text}")
+    finally:
+        stop_server(proc)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tessera", default=os.path.join(ROOT, "target", "debug", "tessera"))
@@ -73,14 +134,8 @@ def main():
         cwd=ROOT, capture_output=True, text=True, check=True,
     )
     cli_answer = cli.stdout.rstrip("\n")
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [args.tessera, "serve", "--port", str(port), "--served-model-name", "shapes"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
+    proc, base = start_server(args.tessera, None, "shapes")
     try:
-        wait_healthy(base, proc)
         client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
         with open(IMAGE, "rb") as f:
             url = "data:image/png;base64," + base64.b64encode(f.read()).decode()
@@ -135,17 +190,10 @@ def main():
         expect_error(openai.BadRequestError,
                      lambda: client.chat.completions.create(model="shapes", messages=messages, temperature=5),
                      "temperature 5")
-        print("openai client: all checks passed")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        code = proc.returncode
-        if code not in (0, -15):
-            print(proc.stderr.read(), file=sys.stderr)
-            raise SystemExit(f"tessera serve exited with {code} on SIGTERM")
+        stop_server(proc)
+    structured_output(args.tessera)
+    print("openai client: all checks passed")
 
 
 if __name__ == "__main__":

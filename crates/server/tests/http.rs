@@ -302,12 +302,14 @@ fn a_client_that_disconnects_mid_stream_cancels_its_sequence() -> Result<()> {
 fn response_format_json_schema_and_json_object_are_enforced_while_sampling() -> Result<()> {
     let smollm2 = root().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
     let server = start_with(&smollm2, config())?;
-    let schema = json!({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
-                        "pets": {"type": "array", "items": {"type": "string"}, "maxItems": 3}},
+    // Bounded strings: a sampled answer must end well inside max_tokens.
+    let schema = json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 24},
+                        "age": {"type": "integer"},
+                        "pets": {"type": "array", "items": {"type": "string", "maxLength": 24}, "maxItems": 3}},
                         "required": ["name", "age", "pets"], "additionalProperties": false});
     let chat = |content: &str, format: Value, temperature: f64, seed: u64| {
         json!({"messages": [{"role": "user", "content": content}], "temperature": temperature, "seed": seed,
-               "max_tokens": 120, "response_format": format})
+               "max_tokens": 400, "response_format": format})
     };
     let format = json!({"type": "json_schema", "json_schema": {"name": "person", "schema": schema, "strict": true}});
     // Greedy and sampled (a sampled answer is where an unconstrained model would stray).
