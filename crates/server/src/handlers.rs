@@ -200,6 +200,15 @@ fn submit(
     prompt: Prompt,
     params: GenerateParams,
 ) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
+    // Checked here too, so a streamed request is refused with a 400, not inside its stream.
+    let context = state.model().max_positions();
+    if prompt.len() >= context {
+        return Err(ApiError::bad_request(format!(
+            "the prompt takes {} positions but the model's context is {context} tokens",
+            prompt.len()
+        ))
+        .param("messages"));
+    }
     let (tx, rx) = mpsc::unbounded_channel();
     state.engine.submit(prompt, params, Box::new(move |e| tx.send(e).is_ok()))?;
     Ok(rx)
@@ -240,14 +249,19 @@ fn sse(
             if let Some(f) = first {
                 return Some((vec![f.to_string()], (rx, None, false)));
             }
-            let mut lines: Vec<String> = match rx.recv().await? {
-                Event::Text(t) => return Some((vec![piece(&t).to_string()], (rx, None, false))),
-                Event::Done(out) => end(&out).iter().map(Value::to_string).collect(),
-                Event::Error(e) => {
-                    let err: ApiError = e.into();
-                    vec![json!({"error": {"message": err.message, "type": err.kind(), "param": null, "code": null}})
-                        .to_string()]
-                }
+            let error = |err: ApiError| {
+                vec![json!({"error": {"message": err.message, "type": err.kind(), "param": null, "code": null}})
+                    .to_string()]
+            };
+            let mut lines: Vec<String> = match rx.recv().await {
+                Some(Event::Text(t)) => return Some((vec![piece(&t).to_string()], (rx, None, false))),
+                Some(Event::Done(out)) => end(&out).iter().map(Value::to_string).collect(),
+                Some(Event::Error(e)) => error(e.into()),
+                None => error(ApiError {
+                    status: StatusCode::INTERNAL_SERVER_ERROR,
+                    message: "the engine stopped before the request ended".into(),
+                    param: None,
+                }),
             };
             lines.push("[DONE]".into());
             Some((lines, (rx, None, true)))

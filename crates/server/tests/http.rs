@@ -236,6 +236,9 @@ fn bad_requests_get_openai_errors_with_the_right_status() -> Result<()> {
     let long = "How many shapes are there? ".repeat(100);
     let (s, b) = post(&server, chat, &json!({"messages": [{"role": "user", "content": long}]}))?;
     assert_error(s, &b, 400, "context");
+    // Streamed too: refused before the stream starts, not inside it.
+    let (s, b) = post(&server, chat, &json!({"messages": [{"role": "user", "content": long}], "stream": true}))?;
+    assert_error(s, &b, 400, "context");
     let big = json!({"messages": [{"role": "user", "content": "x".repeat(100_000)}]});
     let (s, b) = post(&server, chat, &big)?;
     assert_error(s, &b, 413, "--max-body-bytes");
