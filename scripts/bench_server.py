@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Server load bench: aggregate decode tokens/s and time to first token (p50/p99) at 1, 4, 16 and
+64 concurrent streaming clients, for `tessera serve` and, with --llama-server, llama.cpp's
+llama-server (started with --parallel N for N clients) on the same GGUF, side by side from one run.
+
+Each client streams one chat completion (greedy, max_tokens fixed) over loopback; a round starts
+all N clients at once. Aggregate tok/s = all completion tokens of the round / the round's wall
+time. Not part of CI.
+
+    python3 scripts/bench_server.py [--tessera target/release/tessera] [--model GGUF]
+        [--llama-server PATH] [--threads 2] [--streams 1,4,16,64] [--max-tokens 64]
+"""
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import threading
+import time
+import urllib.request
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+SMOLLM2 = os.path.join(ROOT, "models", "smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1.gguf")
+TOPICS = ["the sea", "a lighthouse", "mountains", "a city at night", "an old clock", "the desert",
+          "a forest", "a train journey"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(base, proc, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited early ({proc.returncode})")
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise SystemExit("server did not become healthy")
+
+
+def one_stream(base, i, max_tokens, out):
+    body = {
+        "messages": [{"role": "user", "content": f"Write a long story about {TOPICS[i % len(TOPICS)]}."}],
+        "temperature": 0, "max_tokens": max_tokens, "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"content-type": "application/json"})
+    start = time.time()
+    first, tokens = None, 0
+    with urllib.request.urlopen(req, timeout=600) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+            for c in chunk.get("choices", []):
+                if c.get("delta", {}).get("content") and first is None:
+                    first = time.time() - start
+    out[i] = (first if first is not None else time.time() - start, tokens)
+
+
+def round_of(base, n, max_tokens):
+    out = [None] * n
+    threads = [threading.Thread(target=one_stream, args=(base, i, max_tokens, out)) for i in range(n)]
+    start = time.time()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.time() - start
+    ttfts = sorted(o[0] for o in out)
+    tokens = sum(o[1] for o in out)
+    p99 = ttfts[min(len(ttfts) - 1, int(round(0.99 * (len(ttfts) - 1))))]
+    return tokens / wall, statistics.median(ttfts), p99, tokens
+
+
+def run_engine(name, cmd, base, streams, max_tokens):
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_healthy(base, proc)
+        round_of(base, 1, 8)  # warm-up
+        return {n: round_of(base, n, max_tokens) for n in streams}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tessera", default=os.path.join(ROOT, "target", "release", "tessera"))
+    ap.add_argument("--model", default=SMOLLM2)
+    ap.add_argument("--llama-server", help="llama.cpp's llama-server binary (optional)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--streams", default="1,4,16,64")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    args = ap.parse_args()
+    streams = [int(s) for s in args.streams.split(",")]
+    results = {}
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    results["tessera"] = run_engine(
+        "tessera", [args.tessera, "serve", "--model", args.model, "--port", str(port),
+                    "--threads", str(args.threads), "--max-batch", str(max(streams))],
+        base, streams, args.max_tokens)
+    if args.llama_server:
+        per_n = {}
+        for n in streams:
+            port = free_port()
+            base = f"http://127.0.0.1:{port}"
+            cmd = [args.llama_server, "-m", args.model, "--port", str(port), "-t", str(args.threads),
+                   "--parallel", str(n), "-c", str(2048 * n)]
+            per_n[n] = run_engine("llama-server", cmd, base, [n], args.max_tokens)[n]
+        results["llama-server"] = per_n
+    print(f"model {os.path.basename(args.model)}, {args.threads} threads, max_tokens {args.max_tokens}, greedy")
+    print(f"{'streams':>7} | " + " | ".join(f"{e:^36}" for e in results))
+    print(f"{'':>7} | " + " | ".join(f"{'agg tok/s':>10} {'ttft p50':>9} {'ttft p99':>9} {'tok':>5}" for _ in results))
+    for n in streams:
+        cells = []
+        for e in results:
+            tps, p50, p99, tok = results[e][n]
+            cells.append(f"{tps:>10.1f} {p50:>8.3f}s {p99:>8.3f}s {tok:>5}")
+        print(f"{n:>7} | " + " | ".join(cells))
+    t = results["tessera"]
+    if 1 in t and 16 in t:
+        print(f"tessera aggregate at 16 streams / 1 stream: {t[16][0] / t[1][0]:.2f}x")
+    if "llama-server" in results:
+        for n in streams:
+            print(f"tessera / llama-server aggregate at {n} streams: "
+                  f"{t[n][0] / results['llama-server'][n][0]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
