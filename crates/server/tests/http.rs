@@ -401,7 +401,7 @@ fn sixty_four_concurrent_streams_mixed_with_hang_ups_each_get_their_solo_answer(
     let prompts = ["Question:", "Answer: 3 Question:", "Question: What"];
     // Even: an image chat; odd: a long raw completion, every fourth of which hangs up early.
     let request = |i: usize| -> (&'static str, Value, bool) {
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             let body = json!({"messages": image_chat(&urls[i / 2 % urls.len()], questions[i / 2 % questions.len()]),
                               "temperature": 0, "stream": true});
             ("/v1/chat/completions", body, false)
