@@ -87,6 +87,10 @@ struct ServeArgs {
     /// Let requests name local image files (paths or file:// URLs), only inside this folder.
     #[arg(long)]
     allowed_local_media: Option<PathBuf>,
+    /// Bytes of encoded image features kept for reuse (a chat resends its images every turn;
+    /// the same image is then not encoded again); 0 turns the cache off.
+    #[arg(long, default_value_t = 256 << 20, value_parser = clap::value_parser!(u64).range(0..=(1u64 << 40)))]
+    image_cache_bytes: u64,
 }
 
 #[derive(Args)]
@@ -328,7 +332,11 @@ fn serve(args: ServeArgs) -> Result<()> {
         max_images: args.max_images as usize,
         max_image_pixels: args.max_image_pixels,
         allowed_local_media: args.allowed_local_media.clone(),
-        engine: tessera::EngineConfig { max_batch: args.max_batch as usize, max_queue: args.max_queue as usize },
+        engine: tessera::EngineConfig {
+            max_batch: args.max_batch as usize,
+            max_queue: args.max_queue as usize,
+            image_cache_bytes: args.image_cache_bytes as usize,
+        },
     };
     // Request logs on stderr; RUST_LOG-style filtering is not needed for one line per request.
     tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false).init();

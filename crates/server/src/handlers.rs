@@ -534,6 +534,19 @@ pub async fn metrics(State(state): Shared) -> Response {
         "Requests that got a first token.",
         get(&s.first_tokens) as f64,
     );
+    line(
+        "image_cache_hits_total",
+        "counter",
+        "Images whose features came from the cache.",
+        get(&s.image_cache_hits) as f64,
+    );
+    line("image_cache_misses_total", "counter", "Images encoded.", get(&s.image_cache_misses) as f64);
+    line(
+        "image_cache_bytes",
+        "gauge",
+        "Bytes of cached image features.",
+        s.image_cache_bytes.load(Ordering::Relaxed) as f64,
+    );
     let out = out.replace("\n tessera_", "\ntessera_");
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }

@@ -260,7 +260,10 @@ fn bad_requests_get_openai_errors_with_the_right_status() -> Result<()> {
 
 #[test]
 fn a_full_queue_answers_429_with_retry_after() -> Result<()> {
-    let server = start(ServerConfig { engine: tessera::EngineConfig { max_batch: 1, max_queue: 0 }, ..config() })?;
+    let server = start(ServerConfig {
+        engine: tessera::EngineConfig { max_batch: 1, max_queue: 0, ..Default::default() },
+        ..config()
+    })?;
     let res = ureq::post(&format!("{}/v1/completions", server.base)).send_json(json!({"prompt": "Question:"}));
     match res {
         Err(ureq::Error::Status(429, r)) => {
@@ -449,5 +452,8 @@ fn sixty_four_concurrent_streams_mixed_with_hang_ups_each_get_their_solo_answer(
     let mean_batch = metric(&server, "tessera_decode_rows_total")? / metric(&server, "tessera_decode_steps_total")?;
     assert!(mean_batch > 1.5, "the streams were not decoded together (mean batch {mean_batch:.2})");
     assert!(grown_mib < 256, "RSS grew by {grown_mib} MiB under 64 streams");
+    // 32 image chats over 4 images: each encoded once (the rest from the image cache).
+    assert_eq!(metric(&server, "tessera_image_cache_misses_total")?, 4.0);
+    assert!(metric(&server, "tessera_image_cache_hits_total")? >= 28.0);
     Ok(())
 }

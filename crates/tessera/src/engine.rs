@@ -11,19 +11,20 @@
 //! The engine knows nothing of HTTP: a request's events go to its [`Sink`], a callback that
 //! returns `false` once nobody listens.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use tessera_decoder::KvCache;
+use tessera_decoder::{KvCache, Trace};
+use tessera_vision::RgbImage;
 
 use crate::error::{Result, TesseraError};
-use crate::generate::{GenerateParams, GenerationOutput, Sequence, StepInput, Timings};
+use crate::generate::{GenerateParams, GenerationOutput, Sequence, Timings};
 use crate::model::Model;
-use crate::prompt::Prompt;
+use crate::prompt::{ImageFeatures, Prompt};
 
 /// Prompt positions prefilled between two decode steps (whole prompts: the last one may
 /// pass it).
@@ -36,11 +37,14 @@ pub struct EngineConfig {
     pub max_batch: usize,
     /// Requests waiting for a place in the batch; more are refused ([`TesseraError::Busy`]).
     pub max_queue: usize,
+    /// Bytes of encoded image features kept for reuse (a chat resends its images every turn);
+    /// least recently used first out. 0: no cache.
+    pub image_cache_bytes: usize,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        Self { max_batch: 64, max_queue: 256 }
+        Self { max_batch: 64, max_queue: 256, image_cache_bytes: 256 << 20 }
     }
 }
 
@@ -78,6 +82,76 @@ pub struct EngineStats {
     /// Time from submission to the first token, summed (µs), over `first_tokens` requests.
     pub time_to_first_token_us: AtomicU64,
     pub first_tokens: AtomicU64,
+    /// Images whose features came from the cache, and those encoded.
+    pub image_cache_hits: AtomicU64,
+    pub image_cache_misses: AtomicU64,
+    /// Bytes the image cache holds.
+    pub image_cache_bytes: AtomicUsize,
+}
+
+/// An image's width, height and two independent 64-bit hashes of its pixels.
+type ImageKey = (usize, usize, u64, u64);
+
+/// A cached image: its features, their bytes, and when it was last used.
+struct CachedImage {
+    features: ImageFeatures,
+    bytes: usize,
+    used: u64,
+}
+
+/// Encoded images by content (size and pixels), bounded in bytes, least recently used out.
+struct ImageCache {
+    max_bytes: usize,
+    bytes: usize,
+    clock: u64,
+    entries: HashMap<ImageKey, CachedImage>,
+}
+
+impl ImageCache {
+    fn new(max_bytes: usize) -> Self {
+        Self { max_bytes, bytes: 0, clock: 0, entries: HashMap::new() }
+    }
+
+    /// Two independent 64-bit hashes of the pixels, with the size.
+    fn key(img: &RgbImage) -> ImageKey {
+        use std::hash::{Hash, Hasher};
+        let hash = |salt: u8| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            salt.hash(&mut h);
+            img.data.hash(&mut h);
+            h.finish()
+        };
+        (img.width, img.height, hash(0), hash(1))
+    }
+
+    /// `img`'s features, from the cache or encoded by `model` (and kept when they fit).
+    fn features(&mut self, model: &Model, img: &RgbImage, stats: &EngineStats) -> Result<ImageFeatures> {
+        self.clock += 1;
+        let key = Self::key(img);
+        if let Some(hit) = self.entries.get_mut(&key) {
+            hit.used = self.clock;
+            stats.image_cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(hit.features.clone());
+        }
+        stats.image_cache_misses.fetch_add(1, Ordering::Relaxed);
+        let features = model.encode_image_with_deepstack(img)?;
+        let size = std::iter::once(&features.0)
+            .chain(&features.1)
+            .map(|t| t.elem_count() * t.dtype().size_in_bytes())
+            .sum::<usize>();
+        if size <= self.max_bytes {
+            while self.bytes + size > self.max_bytes {
+                let Some((&oldest, _)) = self.entries.iter().min_by_key(|(_, c)| c.used) else { break };
+                if let Some(evicted) = self.entries.remove(&oldest) {
+                    self.bytes -= evicted.bytes;
+                }
+            }
+            self.entries.insert(key, CachedImage { features: features.clone(), bytes: size, used: self.clock });
+            self.bytes += size;
+        }
+        stats.image_cache_bytes.store(self.bytes, Ordering::Relaxed);
+        Ok(features)
+    }
 }
 
 struct Job {
@@ -105,9 +179,10 @@ impl Engine {
         let (tx, rx) = mpsc::channel();
         let thread = {
             let (model, stats, max_batch) = (model.clone(), stats.clone(), config.max_batch);
+            let images = std::cell::RefCell::new(ImageCache::new(config.image_cache_bytes));
             std::thread::Builder::new()
                 .name("tessera-scheduler".into())
-                .spawn(move || Scheduler { model: &model, stats: &stats, max_batch }.run(rx))
+                .spawn(move || Scheduler { model: &model, stats: &stats, max_batch, images }.run(rx))
                 .map_err(|e| TesseraError::InvalidInput(format!("cannot start the scheduler thread: {e}")))?
         };
         Ok(Self { model, config, stats, jobs: Some(tx), thread: Some(thread) })
@@ -188,6 +263,7 @@ struct Scheduler<'a> {
     model: &'a Model,
     stats: &'a EngineStats,
     max_batch: usize,
+    images: std::cell::RefCell<ImageCache>,
 }
 
 impl<'a> Scheduler<'a> {
@@ -240,8 +316,12 @@ impl<'a> Scheduler<'a> {
         let run = || -> Result<(Sequence<'a>, KvCache, Vec<f32>)> {
             let seq = Sequence::new(model, &job.prompt, &job.params)?;
             let mut cache = model.new_cache();
-            let (logits, _) = model.step(StepInput::Prompt(&job.prompt), &mut cache, false)?;
-            Ok((seq, cache, logits.to_vec1::<f32>()?))
+            let mut images = self.images.borrow_mut();
+            let mut encode = |img: &RgbImage| images.features(model, img, self.stats);
+            let hidden = model.forward_prompt_with(&job.prompt, &mut cache, &mut Trace::default(), &mut encode)?;
+            let t = hidden.dim(1)?;
+            let logits = model.logits(&hidden.narrow(1, t - 1, 1)?)?;
+            Ok((seq, cache, logits.flatten_all()?.to_vec1::<f32>()?))
         };
         let (mut seq, cache, row) = match run() {
             Ok(r) => r,

@@ -11,7 +11,8 @@ use tessera_decoder::{AttentionMask, Blocks, KvCache, MaskPlan, Trace};
 use crate::config::PromptStyle;
 use crate::error::{Result, TesseraError};
 use crate::model::Model;
-use crate::prompt::{Chunk, Prompt};
+use crate::prompt::{Chunk, ImageFeatures, Prompt};
+use tessera_vision::RgbImage;
 
 impl Model {
     /// Runs `ids` after what `cache` holds; returns f32 logits `(t, vocab)` for every new position.
@@ -115,7 +116,19 @@ impl Model {
     /// grid positions for the images of Qwen2-VL); the cache then remembers where the next
     /// token's position is.
     pub fn forward_prompt(&self, prompt: &Prompt, cache: &mut KvCache, trace: &mut Trace) -> Result<Tensor> {
-        let (embeds, additions) = self.prompt_inputs(prompt)?;
+        self.forward_prompt_with(prompt, cache, trace, &mut |img| self.encode_image_with_deepstack(img))
+    }
+
+    /// [`forward_prompt`](Self::forward_prompt) with each image's features from `encode` (see
+    /// [`Model::prompt_inputs_with`]).
+    pub fn forward_prompt_with(
+        &self,
+        prompt: &Prompt,
+        cache: &mut KvCache,
+        trace: &mut Trace,
+        encode: &mut dyn FnMut(&RgbImage) -> Result<ImageFeatures>,
+    ) -> Result<Tensor> {
+        let (embeds, additions) = self.prompt_inputs_with(prompt, encode)?;
         let (positions, delta) = self.prompt_positions(prompt, cache)?;
         let hidden = self.run_decoder(&embeds, cache, trace, &prompt.image_runs(), &positions, &additions)?;
         cache.set_position_delta(delta);

@@ -60,7 +60,7 @@ pub use engine::{Engine, EngineConfig, EngineStats, Event, Sink};
 pub use error::{Result, TesseraError};
 pub use generate::{FinishReason, GenerateParams, GenerationOutput, Sequence, Timings, TokenLogprob};
 pub use model::{LoadOptions, Model, ModelInfo};
-pub use prompt::{Chunk, Prompt};
+pub use prompt::{Chunk, ImageFeatures, Prompt};
 pub use sampling::{Sampler, SamplingParams};
 pub use source::{resolve, ModelSource};
 pub use structured::{ConstraintFactory, OutputFormat, TokenConstraint};

@@ -14,6 +14,9 @@ use crate::config::PromptStyle;
 use crate::error::{Result, TesseraError};
 use crate::model::Model;
 
+/// One image encoded: its tokens `(1, n, hidden)` and its DeepStack features (Qwen3-VL).
+pub type ImageFeatures = (Tensor, Vec<Tensor>);
+
 /// One run of the sequence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Chunk {
@@ -291,6 +294,22 @@ impl Model {
     /// one `(1, t, hidden)` tensor per early decoder layer, the images' DeepStack features at
     /// their positions and zeros elsewhere (each image encoded once for both).
     pub fn prompt_inputs(&self, prompt: &Prompt) -> Result<(Tensor, Vec<Tensor>)> {
+        self.prompt_inputs_with(prompt, &mut |img| self.encode_image_with_deepstack(img))
+    }
+
+    /// An image's tokens `(1, n, hidden)` and its DeepStack features (Qwen3-VL; empty for the
+    /// others), as [`prompt_inputs`](Self::prompt_inputs) places them.
+    pub fn encode_image_with_deepstack(&self, img: &RgbImage) -> Result<ImageFeatures> {
+        self.vision()?.encode_with_deepstack(img, &self.device)
+    }
+
+    /// [`prompt_inputs`](Self::prompt_inputs) with each image's features from `encode` (a
+    /// server's cache of encoded images, or [`encode_image_with_deepstack`](Self::encode_image_with_deepstack)).
+    pub fn prompt_inputs_with(
+        &self,
+        prompt: &Prompt,
+        encode: &mut dyn FnMut(&RgbImage) -> Result<ImageFeatures>,
+    ) -> Result<(Tensor, Vec<Tensor>)> {
         let image_id = self.image_encoder.as_ref().and_then(|e| e.image_token_id());
         // A placeholder id outside the vocabulary embeds as id 0 before it is replaced.
         let vocab = self.embed.vocab_size() as u32;
@@ -307,7 +326,7 @@ impl Model {
         let mut feats = Vec::with_capacity(prompt.images.len());
         let mut deep: Vec<Vec<Tensor>> = Vec::with_capacity(prompt.images.len());
         for img in &prompt.images {
-            let (tokens, stack) = self.vision()?.encode_with_deepstack(img, &self.device)?;
+            let (tokens, stack) = encode(img)?;
             feats.push(cast(tokens)?);
             deep.push(stack.into_iter().map(cast).collect::<Result<_>>()?);
         }

@@ -101,7 +101,8 @@ fn engine_matches_solo(model: Model, prompts: Vec<Prompt>, max_new_tokens: usize
     let params = GenerateParams { max_new_tokens, ..Default::default() };
     let solo: Vec<_> =
         prompts.iter().map(|p| model.generate(p, &params, &mut |_| {})).collect::<tessera::Result<_>>()?;
-    let engine = Arc::new(Engine::start(Arc::new(model), EngineConfig { max_batch: 64, max_queue: 256 })?);
+    let engine =
+        Arc::new(Engine::start(Arc::new(model), EngineConfig { max_batch: 64, max_queue: 256, ..Default::default() })?);
     let handles: Vec<_> = prompts
         .into_iter()
         .map(|p| {
@@ -145,8 +146,47 @@ fn text_requests_through_the_engine_get_their_solo_tokens_on_q4_1() -> Result<()
 fn a_full_queue_is_refused_as_busy() -> Result<()> {
     let model = shapes()?;
     let prompt = image_prompts(&model, 1)?.remove(0);
-    let engine = Engine::start(Arc::new(model), EngineConfig { max_batch: 1, max_queue: 0 })?;
+    let engine = Engine::start(Arc::new(model), EngineConfig { max_batch: 1, max_queue: 0, ..Default::default() })?;
     let err = engine.submit(prompt, GenerateParams::default(), Box::new(|_| true)).unwrap_err();
     assert!(matches!(err, tessera::TesseraError::Busy(_)), "{err}");
+    Ok(())
+}
+
+#[test]
+fn an_image_sent_again_is_not_encoded_again_and_the_cache_keeps_to_its_budget() -> Result<()> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let model = shapes()?;
+    let prompts = image_prompts(&model, 8)?; // 4 images, each twice
+    let params = GenerateParams { max_new_tokens: 4, ..Default::default() };
+    let solo: Vec<_> =
+        prompts.iter().map(|p| model.generate(p, &params, &mut |_| {})).collect::<tessera::Result<_>>()?;
+    let one = {
+        let (tokens, deep) = model.encode_image_with_deepstack(&prompts[0].images()[0])?;
+        (tokens.elem_count() + deep.iter().map(|t| t.elem_count()).sum::<usize>()) * 4
+    };
+    let model = Arc::new(model);
+    let run = |budget: usize, order: &[usize]| -> Result<Engine> {
+        let engine =
+            Engine::start(model.clone(), EngineConfig { max_batch: 8, max_queue: 8, image_cache_bytes: budget })?;
+        for &i in order {
+            let out = engine.generate(prompts[i].clone(), params.clone(), &mut |_| {})?;
+            assert_eq!(
+                out.generated_tokens, solo[i].generated_tokens,
+                "request {i}: cached features change the answer"
+            );
+        }
+        Ok(engine)
+    };
+    // Room for all: each image encoded once, its second request served from the cache.
+    let e = run(64 << 20, &(0..8).collect::<Vec<_>>())?;
+    assert_eq!((e.stats().image_cache_misses.load(Relaxed), e.stats().image_cache_hits.load(Relaxed)), (4, 4));
+    assert_eq!(e.stats().image_cache_bytes.load(Relaxed), 4 * one);
+    // Room for one: A, B, A re-encodes A (evicted by B); B, B hits.
+    let e = run(one, &[0, 1, 0, 1, 5])?;
+    assert_eq!((e.stats().image_cache_misses.load(Relaxed), e.stats().image_cache_hits.load(Relaxed)), (4, 1));
+    assert!(e.stats().image_cache_bytes.load(Relaxed) <= one);
+    // No cache.
+    let e = run(0, &[0, 4])?;
+    assert_eq!((e.stats().image_cache_misses.load(Relaxed), e.stats().image_cache_hits.load(Relaxed)), (2, 0));
     Ok(())
 }
