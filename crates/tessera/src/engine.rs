@@ -319,9 +319,7 @@ impl<'a> Scheduler<'a> {
             let mut images = self.images.borrow_mut();
             let mut encode = |img: &RgbImage| images.features(model, img, self.stats);
             let hidden = model.forward_prompt_with(&job.prompt, &mut cache, &mut Trace::default(), &mut encode)?;
-            let t = hidden.dim(1)?;
-            let logits = model.logits(&hidden.narrow(1, t - 1, 1)?)?;
-            Ok((seq, cache, logits.flatten_all()?.to_vec1::<f32>()?))
+            Ok((seq, cache, model.last_logits(&hidden)?.to_vec1::<f32>()?))
         };
         let (mut seq, cache, row) = match run() {
             Ok(r) => r,
@@ -405,14 +403,7 @@ impl<'a> Scheduler<'a> {
 
     fn finish(&self, a: Active<'a>) {
         let Active { seq, prompt, mut sink, prompt_s, decode_start, .. } = a;
-        let generated = seq.generated().len();
-        let generate_s = decode_start.elapsed().as_secs_f64();
-        let timings = Timings {
-            prompt_s,
-            generate_s,
-            prompt_tokens_per_s: prompt.len() as f64 / prompt_s.max(1e-9),
-            generated_tokens_per_s: if generated > 1 { (generated - 1) as f64 / generate_s.max(1e-9) } else { 0.0 },
-        };
+        let timings = Timings::new(prompt.len(), seq.generated().len(), prompt_s, decode_start.elapsed().as_secs_f64());
         let mut rest = String::new();
         match seq.finish(self.model, timings, &mut |t| rest.push_str(t)) {
             Ok(out) => {

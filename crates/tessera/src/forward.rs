@@ -23,9 +23,20 @@ impl Model {
 
     /// Runs `ids` after what `cache` holds; returns f32 logits `(vocab,)` of the last position.
     pub fn forward_last(&self, ids: &[u32], cache: &mut KvCache) -> Result<Tensor> {
-        let hidden = self.forward_hidden(&self.embed_ids(ids)?, cache, &mut Trace::default())?;
+        self.last_logits(&self.forward_hidden(&self.embed_ids(ids)?, cache, &mut Trace::default())?)
+    }
+
+    /// The f32 logits `(vocab,)` of the last row of hidden states `(1, t, hidden)`.
+    pub fn last_logits(&self, hidden: &Tensor) -> Result<Tensor> {
         let t = hidden.dim(1)?;
-        self.logits(&hidden.narrow(1, t - 1, 1)?)?.squeeze(0).map_err(Into::into)
+        Ok(self.logits(&hidden.narrow(1, t - 1, 1)?)?.squeeze(0)?)
+    }
+
+    /// The RoPE position of the next token after what `cache` holds (its length, moved by the
+    /// M-RoPE delta a Qwen2-VL prompt leaves).
+    fn next_position(cache: &KvCache) -> Result<usize> {
+        usize::try_from(cache.len() as i64 + cache.position_delta())
+            .map_err(|_| TesseraError::InvalidInput("the cache's RoPE position is negative".into()))
     }
 
     /// One decode step of several sequences: `ids[i]` is the next token of the sequence whose
@@ -53,8 +64,7 @@ impl Model {
                         self.max_positions()
                     )));
                 }
-                usize::try_from(c.len() as i64 + c.position_delta())
-                    .map_err(|_| TesseraError::InvalidInput("the cache's RoPE position is negative".into()))
+                Self::next_position(c)
             })
             .collect::<Result<Vec<_>>>()?;
         let positions = self.decoder.row_positions(&starts, &self.device)?;
@@ -105,9 +115,7 @@ impl Model {
         image_runs: &[Range<usize>],
     ) -> Result<Tensor> {
         let t = embeds.dim(1)?;
-        let start = usize::try_from(cache.len() as i64 + cache.position_delta())
-            .map_err(|_| TesseraError::InvalidInput("the cache's RoPE position is negative".into()))?;
-        let positions = self.decoder.consecutive_positions(start, t, embeds.device())?;
+        let positions = self.decoder.consecutive_positions(Self::next_position(cache)?, t, embeds.device())?;
         self.run_decoder(embeds, cache, trace, image_runs, &positions, &[])
     }
 

@@ -100,9 +100,26 @@ pub struct GenerationOutput {
     pub attention: Option<Vec<Vec<f32>>>,
 }
 
+impl Timings {
+    /// The timings of `generated` tokens after a prompt of `prompt_positions`: the prompt's
+    /// forward took `prompt_s` (it also gives the first token), the later tokens `generate_s`.
+    pub fn new(prompt_positions: usize, generated: usize, prompt_s: f64, generate_s: f64) -> Self {
+        Self {
+            prompt_s,
+            generate_s,
+            prompt_tokens_per_s: prompt_positions as f64 / prompt_s.max(1e-9),
+            generated_tokens_per_s: if generated > 1 { (generated - 1) as f64 / generate_s.max(1e-9) } else { 0.0 },
+        }
+    }
+}
+
 /// Top-`k` `(id, logprob)` of one row of raw logits, best first.
 pub fn top_logprobs(logits: &[f32], k: usize) -> Vec<TokenLogprob> {
-    let lp = log_softmax(logits);
+    top_of(&log_softmax(logits), k)
+}
+
+/// Top-`k` `(id, logprob)` of a row of log-probabilities, best first.
+fn top_of(lp: &[f32], k: usize) -> Vec<TokenLogprob> {
     let mut idx: Vec<usize> = (0..lp.len()).collect();
     let k = k.min(idx.len());
     idx.select_nth_unstable_by(k.saturating_sub(1), |&a, &b| lp[b].total_cmp(&lp[a]));
@@ -232,16 +249,17 @@ impl<'m> Sequence<'m> {
             }
             None => row,
         };
-        if let (Some(k), Some(lp)) = (self.params.logprobs, self.logprobs.as_mut()) {
-            lp.push(top_logprobs(row, k));
+        let log_probs = self.params.logprobs.map(|k| (k, log_softmax(row)));
+        if let (Some((k, lp)), Some(tops)) = (&log_probs, self.logprobs.as_mut()) {
+            tops.push(top_of(lp, *k));
         }
         let next = self.sampler.sample(row, &self.history, self.generated.len())?;
         let grammar_open = match (self.constraint.as_mut(), model.eos_ids().contains(&next)) {
             (Some(c), false) => c.commit(next)?,
             _ => true,
         };
-        if self.logprobs.is_some() {
-            self.sampled_logprobs.push(log_softmax(row).get(next as usize).copied().unwrap_or(f32::NEG_INFINITY));
+        if let Some((_, lp)) = &log_probs {
+            self.sampled_logprobs.push(lp.get(next as usize).copied().unwrap_or(f32::NEG_INFINITY));
         }
         self.history.push(next);
         if !self.params.ignore_eos && model.eos_ids().contains(&next) {
@@ -334,20 +352,14 @@ impl Model {
     ) -> Result<GenerationOutput> {
         let mut seq = Sequence::new(self, prompt, params)?;
         let mut cache = self.new_cache();
-        let mut timings = Timings::default();
         let start = Instant::now();
         let (mut logits, mut attn_row) = self.step(StepInput::Prompt(prompt), &mut cache, params.capture_attention)?;
-        timings.prompt_s = start.elapsed().as_secs_f64();
+        let prompt_s = start.elapsed().as_secs_f64();
         let decode_start = Instant::now();
         while let Some(next) = seq.accept(self, prompt, &logits.to_vec1::<f32>()?, attn_row.take(), on_text)? {
             (logits, attn_row) = self.step(StepInput::Token(next), &mut cache, params.capture_attention)?;
         }
-        timings.generate_s = decode_start.elapsed().as_secs_f64();
-        let generated = seq.generated().len();
-        timings.prompt_tokens_per_s = prompt.len() as f64 / timings.prompt_s.max(1e-9);
-        let decoded_steps = generated.saturating_sub(1).max(1);
-        timings.generated_tokens_per_s =
-            if generated > 1 { decoded_steps as f64 / timings.generate_s.max(1e-9) } else { 0.0 };
+        let timings = Timings::new(prompt.len(), seq.generated().len(), prompt_s, decode_start.elapsed().as_secs_f64());
         seq.finish(self, timings, on_text)
     }
 
@@ -399,8 +411,7 @@ impl Model {
             StepInput::Prompt(p) => self.forward_prompt(p, cache, &mut trace)?,
             StepInput::Token(id) => self.forward_hidden(&self.embed_ids(&[id])?, cache, &mut trace)?,
         };
-        let t = hidden.dim(1)?;
-        let logits = self.logits(&hidden.narrow(1, t - 1, 1)?)?.squeeze(0)?;
+        let logits = self.last_logits(&hidden)?;
         if !capture {
             return Ok((logits, None));
         }
