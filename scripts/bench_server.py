@@ -14,37 +14,18 @@ time. Not part of CI.
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
+import sys
 import threading
 import time
 import urllib.request
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(ROOT, "scripts", "tests"))
+from served import Served  # noqa: E402
 SMOLLM2 = os.path.join(ROOT, "models", "smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1.gguf")
 TOPICS = ["the sea", "a lighthouse", "mountains", "a city at night", "an old clock", "the desert",
           "a forest", "a train journey"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(base, proc, timeout=120):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited early ({proc.returncode})")
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.3)
-    raise SystemExit("server did not become healthy")
 
 
 def one_stream(base, i, max_tokens, out):
@@ -86,15 +67,11 @@ def round_of(base, n, max_tokens):
     return tokens / wall, statistics.median(ttfts), p99, tokens
 
 
-def run_engine(name, cmd, base, streams, max_tokens):
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_healthy(base, proc)
-        round_of(base, 1, 8)  # warm-up
-        return {n: round_of(base, n, max_tokens) for n in streams}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+def run_engine(argv, streams, max_tokens):
+    """Rounds of each size in `streams` against the server `argv(port)` starts."""
+    with Served(argv, timeout=120) as server:
+        round_of(server.base, 1, 8)  # warm-up
+        return {n: round_of(server.base, n, max_tokens) for n in streams}
 
 
 def main():
@@ -108,21 +85,17 @@ def main():
     args = ap.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
     results = {}
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
     results["tessera"] = run_engine(
-        "tessera", [args.tessera, "serve", "--model", args.model, "--port", str(port),
-                    "--threads", str(args.threads), "--max-batch", str(max(streams))],
-        base, streams, args.max_tokens)
+        lambda port: [args.tessera, "serve", "--model", args.model, "--port", str(port),
+                      "--threads", str(args.threads), "--max-batch", str(max(streams))],
+        streams, args.max_tokens)
     if args.llama_server:
-        per_n = {}
-        for n in streams:
-            port = free_port()
-            base = f"http://127.0.0.1:{port}"
-            cmd = [args.llama_server, "-m", args.model, "--port", str(port), "-t", str(args.threads),
-                   "--parallel", str(n), "-c", str(2048 * n)]
-            per_n[n] = run_engine("llama-server", cmd, base, [n], args.max_tokens)[n]
-        results["llama-server"] = per_n
+        results["llama-server"] = {
+            n: run_engine(lambda port, n=n: [args.llama_server, "-m", args.model, "--port", str(port),
+                                             "-t", str(args.threads), "--parallel", str(n), "-c", str(2048 * n)],
+                          [n], args.max_tokens)[n]
+            for n in streams
+        }
     print(f"model {os.path.basename(args.model)}, {args.threads} threads, max_tokens {args.max_tokens}, greedy")
     print(f"{'streams':>7} | " + " | ".join(f"{e:^36}" for e in results))
     print(f"{'':>7} | " + " | ".join(f"{'agg tok/s':>10} {'ttft p50':>9} {'ttft p99':>9} {'tok':>5}" for _ in results))

@@ -18,16 +18,13 @@ Exits 0 when every check passes, 1 with a message otherwise.
 import argparse
 import os
 import re
-import socket
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
+from served import Served
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = ROOT / "models/shapes-vlm/examples/three_shapes.png"
@@ -49,34 +46,6 @@ class TestFailure(Exception):
 def check(cond, message):
     if not cond:
         raise TestFailure(message)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_health(base, server, log_path):
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise TestFailure(f"tessera serve exited with code {server.returncode}:\n{tail(log_path)}")
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise TestFailure(f"server not healthy after {STARTUP_TIMEOUT_S} s:\n{tail(log_path)}")
-
-
-def tail(path, n=20):
-    try:
-        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(no server log)"
 
 
 def run_browser(base, chromium):
@@ -164,29 +133,18 @@ def main():
             print(f"FAIL: {path} not found ({hint})", file=sys.stderr)
             return 1
 
-    port = args.port or free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = tempfile.NamedTemporaryFile(prefix="tessera-serve-", suffix=".log", delete=False)
     started = time.monotonic()
-    print(f"chat page test: {binary} serve --port {port}", flush=True)
-    server = subprocess.Popen([str(binary), "serve", "--port", str(port)], cwd=ROOT,
-                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    served = Served(lambda port: [str(binary), "serve", "--port", str(port)], port=args.port,
+                    timeout=STARTUP_TIMEOUT_S)
+    print(f"chat page test: {binary} serve --port {served.port}", flush=True)
     try:
-        wait_for_health(base, server, log.name)
-        run_browser(base, args.chromium)
-    except (TestFailure, PlaywrightError) as e:
+        with served:
+            run_browser(served.base, args.chromium)
+    except (TestFailure, PlaywrightError, RuntimeError) as e:
         print(f"FAIL: {e}", file=sys.stderr)
-        print(f"server log ({log.name}):\n{tail(log.name)}", file=sys.stderr)
+        print(f"server log ({served.log.name}):\n{served.tail()}", file=sys.stderr)
         return 1
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
-    os.unlink(log.name)
+    os.unlink(served.log.name)
     print(f"PASS: chat page ({time.monotonic() - started:.1f} s)")
     return 0
 

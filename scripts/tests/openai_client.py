@@ -14,13 +14,10 @@ import argparse
 import base64
 import json
 import os
-import socket
 import subprocess
-import sys
-import time
-import urllib.request
 
 import openai
+from served import Served
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 IMAGE = os.path.join(ROOT, "models", "shapes-vlm", "examples", "three_shapes.png")
@@ -36,26 +33,6 @@ PERSON = {
     "required": ["name", "age", "hobbies"],
     "additionalProperties": False,
 }
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(base, proc, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"tessera serve exited early with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                if json.load(r)["status"] == "ok":
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit("tessera serve did not become healthy in time")
 
 
 def check(cond, what):
@@ -84,33 +61,19 @@ def validate_person(v):
     assert all(isinstance(h, str) and len(h) <= 24 for h in v["hobbies"]), v
 
 
-def start_server(tessera, model, name):
-    port = free_port()
-    cmd = [tessera, "serve", "--port", str(port), "--served-model-name", name]
-    if model:
-        cmd += ["--model", model]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
-    wait_healthy(base, proc)
-    return proc, base
+def serve(tessera, model, name):
+    argv = [tessera, "serve", "--served-model-name", name] + (["--model", model] if model else [])
+    return Served(lambda port: argv + ["--port", str(port)])
 
 
-def stop_server(proc):
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    if proc.returncode not in (0, -15):
-        print(proc.stderr.read(), file=sys.stderr)
-        raise SystemExit(f"tessera serve exited with {proc.returncode} on SIGTERM")
+def check_sigterm(server):
+    if server.returncode not in (0, -15):
+        raise SystemExit(f"tessera serve exited with {server.returncode} on SIGTERM:\n{server.tail()}")
 
 
 def structured_output(tessera):
-    proc, base = start_server(tessera, SMOLLM2, "smollm2")
-    try:
-        client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+    with serve(tessera, SMOLLM2, "smollm2") as server:
+        client = openai.OpenAI(base_url=server.base + "/v1", api_key="unused", max_retries=0)
         fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
         for temperature, seed in [(0, 0), (1.0, 1), (1.0, 2)]:
             res = client.chat.completions.create(
@@ -120,8 +83,7 @@ def structured_output(tessera):
             text = res.choices[0].message.content
             validate_person(json.loads(text))
             check(res.choices[0].finish_reason == "stop", f"json_schema output parses and validates: {text}")
-    finally:
-        stop_server(proc)
+    check_sigterm(server)
 
 
 def main():
@@ -134,9 +96,8 @@ def main():
         cwd=ROOT, capture_output=True, text=True, check=True,
     )
     cli_answer = cli.stdout.rstrip("\n")
-    proc, base = start_server(args.tessera, None, "shapes")
-    try:
-        client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+    with serve(args.tessera, None, "shapes") as server:
+        client = openai.OpenAI(base_url=server.base + "/v1", api_key="unused", max_retries=0)
         with open(IMAGE, "rb") as f:
             url = "data:image/png;base64," + base64.b64encode(f.read()).decode()
         messages = [{"role": "user", "content": [
@@ -190,8 +151,7 @@ def main():
         expect_error(openai.BadRequestError,
                      lambda: client.chat.completions.create(model="shapes", messages=messages, temperature=5),
                      "temperature 5")
-    finally:
-        stop_server(proc)
+    check_sigterm(server)
     structured_output(args.tessera)
     print("openai client: all checks passed")
 
