@@ -2,10 +2,11 @@
 # Builds llama.cpp as a peer engine to benchmark against, from the llama.cpp source that PyPI's
 # llama-cpp-python==0.3.36 sdist vendors (vendor/llama.cpp, upstream commit 0c1e57098 per the
 # sdist's CHANGELOG). Everything lives outside the repo, in ~/.cache/tessera-peers/ (override with
-# TESSERA_PEERS_CACHE). CPU-only Release build: GGML_NATIVE=ON, shared libs, no curl/OpenSSL, no
-# server (so no llama-cli, which needs the server code and fetches web-UI assets); builds
-# llama-bench, llama-quantize, llama-completion, llama-tokenize, llama-perplexity,
-# llama-batched-bench (override the target list with LLAMACPP_TARGETS="..." or "all").
+# TESSERA_PEERS_CACHE). CPU-only Release build: GGML_NATIVE=ON, shared libs, no curl/OpenSSL, and
+# llama-server without its web UI (the UI is an npm build or a Hub download, neither reachable
+# here; the API does not need it); builds llama-bench, llama-quantize, llama-completion,
+# llama-tokenize, llama-perplexity, llama-batched-bench, llama-server (override the target list
+# with LLAMACPP_TARGETS="..." or "all").
 # Idempotent: if already built, just prints the bin dir. Last line of stdout: the bin directory
 # (which also holds libllama.so etc., i.e. the value for LLAMA_CPP_LIB_PATH).
 set -euo pipefail
@@ -13,7 +14,7 @@ set -euo pipefail
 LLAMA_CPP_PYTHON_VERSION=0.3.36
 LLAMACPP_COMMIT=0c1e57098
 JOBS="${JOBS:-2}"
-TARGETS="${LLAMACPP_TARGETS:-llama-bench llama-quantize llama-completion llama-tokenize llama-perplexity llama-batched-bench}"
+TARGETS="${LLAMACPP_TARGETS:-llama-bench llama-quantize llama-completion llama-tokenize llama-perplexity llama-batched-bench llama-server}"
 
 cache="${TESSERA_PEERS_CACHE:-$HOME/.cache/tessera-peers}"
 src="$cache/llama-cpp-python-$LLAMA_CPP_PYTHON_VERSION"
@@ -72,8 +73,9 @@ nice -n 15 cmake -S "$src/vendor/llama.cpp" -B "$build" \
   -DLLAMA_BUILD_TOOLS=ON \
   -DLLAMA_BUILD_EXAMPLES=ON \
   -DLLAMA_BUILD_TESTS=OFF \
-  -DLLAMA_BUILD_SERVER=OFF \
+  -DLLAMA_BUILD_SERVER=ON \
   -DLLAMA_BUILD_APP=OFF \
+  -DLLAMA_BUILD_UI=OFF \
   -DLLAMA_USE_PREBUILT_UI=OFF \
   -DLLAMA_BUILD_COMMIT="$LLAMACPP_COMMIT" \
   >"$build.configure.log" 2>&1 \

@@ -91,6 +91,11 @@ struct ServeArgs {
     /// the same image is then not encoded again); 0 turns the cache off.
     #[arg(long, default_value_t = 256 << 20, value_parser = clap::value_parser!(u64).range(0..=(1u64 << 40)))]
     image_cache_bytes: u64,
+    /// Bytes of finished requests' KV caches kept for prompts that start the same way (a chat's
+    /// next turn resends the history: only what is new since the last turn's prompt is run);
+    /// least recently used out; 0 turns the cache off.
+    #[arg(long, default_value_t = 1 << 30, value_parser = clap::value_parser!(u64).range(0..=(1u64 << 40)))]
+    kv_cache_bytes: u64,
 }
 
 #[derive(Args)]
@@ -336,6 +341,7 @@ fn serve(args: ServeArgs) -> Result<()> {
             max_batch: args.max_batch as usize,
             max_queue: args.max_queue as usize,
             image_cache_bytes: args.image_cache_bytes as usize,
+            kv_cache_bytes: args.kv_cache_bytes as usize,
         },
     };
     // Request logs on stderr; RUST_LOG-style filtering is not needed for one line per request.

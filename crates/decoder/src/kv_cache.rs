@@ -106,6 +106,36 @@ impl KvCache {
         self.position_delta = 0;
     }
 
+    /// A cache of its own (new buffers, exactly `len` positions long) holding this one's
+    /// first `len` positions: what a later sequence that shares them continues from, while
+    /// this one stays as it is.
+    pub fn copy_prefix(&self, len: usize) -> Result<KvCache> {
+        if len > self.len() {
+            return Err(DecoderError::Config(format!(
+                "cannot copy {len} positions of a KV cache holding {}",
+                self.len()
+            )));
+        }
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| {
+                let copy = |b: &Option<Tensor>| match b {
+                    Some(b) if len > 0 => Ok::<_, DecoderError>(Some(grow(Some(b.clone()), b, len, len)?)),
+                    _ => Ok(None),
+                };
+                Ok(LayerKv { k: copy(&l.k)?, v: copy(&l.v)?, len })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(KvCache { layers, max_len: self.max_len, position_delta: self.position_delta })
+    }
+
+    /// Bytes the buffers take (their capacity, not only the filled part).
+    pub fn bytes(&self) -> usize {
+        let size = |b: &Option<Tensor>| b.as_ref().map(|t| t.elem_count() * t.dtype().size_in_bytes()).unwrap_or(0);
+        self.layers.iter().map(|l| size(&l.k) + size(&l.v)).sum()
+    }
+
     /// Appends to layer `layer`; see [`LayerKv::append`].
     pub fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
         let max_len = self.max_len;

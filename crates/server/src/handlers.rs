@@ -547,6 +547,31 @@ pub async fn metrics(State(state): Shared) -> Response {
         "Bytes of cached image features.",
         s.image_cache_bytes.load(Ordering::Relaxed) as f64,
     );
+    line(
+        "prefix_cache_hits_total",
+        "counter",
+        "Prompts that continued from a cached KV prefix.",
+        get(&s.prefix_cache_hits) as f64,
+    );
+    line(
+        "prefix_cache_misses_total",
+        "counter",
+        "Prompts with no reusable cached prefix.",
+        get(&s.prefix_cache_misses) as f64,
+    );
+    line(
+        "prefix_reused_positions_total",
+        "counter",
+        "Prompt positions taken from cached prefixes instead of computed.",
+        get(&s.prefix_reused_positions) as f64,
+    );
+    line("prefilled_positions_total", "counter", "Prompt positions computed.", get(&s.prefilled_positions) as f64);
+    line(
+        "prefix_cache_bytes",
+        "gauge",
+        "Bytes of cached KV prefixes.",
+        s.prefix_cache_bytes.load(Ordering::Relaxed) as f64,
+    );
     let out = out.replace("\n tessera_", "\ntessera_");
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }

@@ -1,12 +1,20 @@
 //! Continuous batching: one scheduler thread owns every generation in flight. Between decode
-//! steps it takes new requests and prefills one of them; each decode step then runs the next
-//! token of every active sequence through the decoder together ([`Model::decode_rows`]: the
-//! weights are read once per step for the whole batch, each sequence keeps its own KV cache
-//! and positions). A sequence leaves the batch when it ends or when its client goes away,
-//! and its cache is freed at once.
+//! steps it takes new requests and runs a budget of prompt blocks ([`Model::prefill_blocks`]:
+//! chunked prefill, so a long prompt does not stall the running streams); each decode step
+//! then runs the next token of every decoding sequence through the decoder together
+//! ([`Model::decode_rows`]: the weights are read once per step for the whole batch, each
+//! sequence keeps its own KV cache and positions). A sequence leaves the batch when it ends
+//! or when its client goes away, and its cache is freed at once.
 //!
-//! Batch invariance: the decode step's kernels compute each row as they would alone, so a
-//! greedy request gets the same tokens whether it runs alone or among 63 others.
+//! Two caches spare repeated work. Encoded images are kept by content (an LRU bounded in
+//! bytes). And the KV cache of every finished sequence is kept (an LRU bounded by
+//! `kv_cache_bytes`): a new prompt continues from the longest cached prefix that ends on one
+//! of its block ends, so a chat's next turn, which resends the history and its images, runs
+//! only what is new since the last turn's prompt.
+//!
+//! Batch invariance: the decode step's kernels compute each row as they would alone, and a
+//! prompt's blocks depend on the prompt alone, so a greedy request gets the same tokens
+//! whether it runs alone, among 63 others, or after a cached prefix.
 //!
 //! The engine knows nothing of HTTP: a request's events go to its [`Sink`], a callback that
 //! returns `false` once nobody listens.
@@ -24,10 +32,10 @@ use tessera_vision::RgbImage;
 use crate::error::{Result, TesseraError};
 use crate::generate::{GenerateParams, GenerationOutput, Sequence, Timings};
 use crate::model::Model;
-use crate::prompt::{ImageFeatures, Prompt};
+use crate::prompt::{Chunk, ImageFeatures, Prompt};
 
-/// Prompt positions prefilled between two decode steps (whole prompts: the last one may
-/// pass it).
+/// Prompt positions prefilled between two decode steps (whole blocks, at least one: the last
+/// one may pass it).
 const PREFILL_POSITIONS_PER_STEP: usize = 512;
 
 /// How many sequences run at once and how many may wait.
@@ -40,11 +48,14 @@ pub struct EngineConfig {
     /// Bytes of encoded image features kept for reuse (a chat resends its images every turn);
     /// least recently used first out. 0: no cache.
     pub image_cache_bytes: usize,
+    /// Bytes of finished sequences' KV caches kept for prompts that share their prefix (a
+    /// chat's next turn); least recently used first out. 0: no cache.
+    pub kv_cache_bytes: usize,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        Self { max_batch: 64, max_queue: 256, image_cache_bytes: 256 << 20 }
+        Self { max_batch: 64, max_queue: 256, image_cache_bytes: 256 << 20, kv_cache_bytes: 1 << 30 }
     }
 }
 
@@ -87,6 +98,15 @@ pub struct EngineStats {
     pub image_cache_misses: AtomicU64,
     /// Bytes the image cache holds.
     pub image_cache_bytes: AtomicUsize,
+    /// Prompts that continued from a cached prefix, and those that found none.
+    pub prefix_cache_hits: AtomicU64,
+    pub prefix_cache_misses: AtomicU64,
+    /// Prompt positions taken from cached prefixes, and those computed.
+    pub prefix_reused_positions: AtomicU64,
+    pub prefilled_positions: AtomicU64,
+    /// Bytes and sequences the prefix cache holds.
+    pub prefix_cache_bytes: AtomicUsize,
+    pub prefix_cache_entries: AtomicUsize,
 }
 
 /// An image's width, height and two independent 64-bit hashes of its pixels.
@@ -154,6 +174,100 @@ impl ImageCache {
     }
 }
 
+/// Each position's identity for prefix matching: a text token's id, or (top bit set) a hash
+/// of an image's content and the token's index in it.
+fn position_keys(prompt: &Prompt) -> Vec<u64> {
+    use std::hash::{Hash, Hasher};
+    let images: Vec<ImageKey> = prompt.images().iter().map(ImageCache::key).collect();
+    let mut keys = Vec::with_capacity(prompt.len());
+    for chunk in prompt.chunks() {
+        match chunk {
+            Chunk::Text(r) => keys.extend(prompt.ids()[r.clone()].iter().map(|&id| u64::from(id))),
+            Chunk::Image { image, tokens } => keys.extend(tokens.clone().map(|k| {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                (images[*image], k).hash(&mut h);
+                h.finish() | 1 << 63
+            })),
+        }
+    }
+    keys
+}
+
+/// A finished sequence's KV cache, kept for prompts that start the same way.
+struct CachedPrefix {
+    /// The identity of every cached position (the prompt's, then the generated tokens').
+    keys: Vec<u64>,
+    /// The prompt's block ends: where a later prompt may continue from.
+    ends: Vec<usize>,
+    cache: KvCache,
+    bytes: usize,
+    used: u64,
+}
+
+/// Finished sequences' KV caches, bounded in bytes, least recently used out.
+struct PrefixCache {
+    max_bytes: usize,
+    bytes: usize,
+    clock: u64,
+    entries: Vec<CachedPrefix>,
+}
+
+impl PrefixCache {
+    fn new(max_bytes: usize) -> Self {
+        Self { max_bytes, bytes: 0, clock: 0, entries: Vec::new() }
+    }
+
+    /// A cache of its own holding the longest cached prefix of a prompt whose positions are
+    /// `keys` and whose blocks end at `ends`: the prefix ends on a block end that both
+    /// prompts share (with every end before it), before the prompt's last position (whose
+    /// logits are needed). `None` when no prefix is reusable.
+    fn lookup(&mut self, keys: &[u64], ends: &[usize], stats: &EngineStats) -> Result<Option<KvCache>> {
+        let limit = keys.len().saturating_sub(1);
+        let reusable = |e: &CachedPrefix| {
+            let common = e.keys.iter().zip(keys).take_while(|(a, b)| a == b).count().min(limit);
+            e.ends.iter().zip(ends).take_while(|&(a, b)| a == b && *b <= common).map(|(_, &b)| b).last().unwrap_or(0)
+        };
+        let best = self.entries.iter().enumerate().map(|(i, e)| (reusable(e), i)).max();
+        let Some((len, i)) = best.filter(|&(len, _)| len > 0) else {
+            stats.prefix_cache_misses.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        };
+        self.clock += 1;
+        self.entries[i].used = self.clock;
+        stats.prefix_cache_hits.fetch_add(1, Ordering::Relaxed);
+        stats.prefix_reused_positions.fetch_add(len as u64, Ordering::Relaxed);
+        Ok(Some(self.entries[i].cache.copy_prefix(len)?))
+    }
+
+    /// Keeps `cache` (positions `keys`, prompt blocks ending at `ends`) when it fits, evicting
+    /// the least recently used; an entry whose positions `keys` begins with is dropped (this
+    /// one serves every prompt it would), and `cache` is not kept if an entry begins with it.
+    fn store(&mut self, keys: Vec<u64>, ends: Vec<usize>, cache: &KvCache, stats: &EngineStats) -> Result<()> {
+        if cache.is_empty() || self.entries.iter().any(|e| e.keys.starts_with(&keys)) {
+            return Ok(());
+        }
+        let cache = cache.copy_prefix(cache.len())?; // exactly as long as it is
+        let bytes = cache.bytes();
+        if bytes > self.max_bytes {
+            return Ok(());
+        }
+        self.entries.retain(|e| !keys.starts_with(&e.keys));
+        self.bytes = self.entries.iter().map(|e| e.bytes).sum();
+        while self.bytes + bytes > self.max_bytes {
+            let Some(oldest) = self.entries.iter().enumerate().min_by_key(|(_, e)| e.used).map(|(i, _)| i) else {
+                break;
+            };
+            self.bytes -= self.entries.swap_remove(oldest).bytes;
+        }
+        self.clock += 1;
+        self.entries.push(CachedPrefix { keys, ends, cache, bytes, used: self.clock });
+        self.bytes += bytes;
+        stats.prefix_cache_bytes.store(self.bytes, Ordering::Relaxed);
+        stats.prefix_cache_entries.store(self.entries.len(), Ordering::Relaxed);
+        Ok(())
+    }
+}
+
 struct Job {
     prompt: Prompt,
     params: GenerateParams,
@@ -179,10 +293,11 @@ impl Engine {
         let (tx, rx) = mpsc::channel();
         let thread = {
             let (model, stats, max_batch) = (model.clone(), stats.clone(), config.max_batch);
-            let images = std::cell::RefCell::new(ImageCache::new(config.image_cache_bytes));
+            let images = ImageCache::new(config.image_cache_bytes);
+            let prefixes = PrefixCache::new(config.kv_cache_bytes);
             std::thread::Builder::new()
                 .name("tessera-scheduler".into())
-                .spawn(move || Scheduler { model: &model, stats: &stats, max_batch, images }.run(rx))
+                .spawn(move || Scheduler { model: &model, stats: &stats, max_batch, images, prefixes }.run(rx))
                 .map_err(|e| TesseraError::InvalidInput(format!("cannot start the scheduler thread: {e}")))?
         };
         Ok(Self { model, config, stats, jobs: Some(tx), thread: Some(thread) })
@@ -252,6 +367,9 @@ impl Drop for Engine {
 struct Active<'m> {
     seq: Sequence<'m>,
     prompt: Prompt,
+    /// The prompt's positions (for the prefix cache) and block ends.
+    keys: Vec<u64>,
+    ends: Vec<usize>,
     cache: KvCache,
     next: u32,
     sink: Sink,
@@ -259,20 +377,33 @@ struct Active<'m> {
     decode_start: Instant,
 }
 
+/// A sequence whose prompt is still being prefilled, block by block.
+struct Prefilling<'m> {
+    seq: Sequence<'m>,
+    job: Job,
+    keys: Vec<u64>,
+    ends: Vec<usize>,
+    cache: KvCache,
+    /// Time spent on its blocks so far.
+    prompt_s: f64,
+}
+
 struct Scheduler<'a> {
     model: &'a Model,
     stats: &'a EngineStats,
     max_batch: usize,
-    images: std::cell::RefCell<ImageCache>,
+    images: ImageCache,
+    prefixes: PrefixCache,
 }
 
 impl<'a> Scheduler<'a> {
-    fn run(self, jobs: Receiver<Job>) {
+    fn run(mut self, jobs: Receiver<Job>) {
         let mut waiting: VecDeque<Job> = VecDeque::new();
+        let mut prefilling: VecDeque<Prefilling<'a>> = VecDeque::new();
         let mut active: Vec<Active<'a>> = Vec::new();
         let mut open = true;
         loop {
-            if active.is_empty() && waiting.is_empty() {
+            if active.is_empty() && prefilling.is_empty() && waiting.is_empty() {
                 if !open {
                     return;
                 }
@@ -291,57 +422,105 @@ impl<'a> Scheduler<'a> {
                     }
                 }
             }
-            // Prefills between decode steps, up to a budget of prompt positions (at least one
-            // prompt), so arrivals join quickly without stalling the running streams for long.
-            let mut budget = PREFILL_POSITIONS_PER_STEP;
-            while active.len() < self.max_batch && budget > 0 {
+            while active.len() + prefilling.len() < self.max_batch {
                 let Some(job) = waiting.pop_front() else { break };
                 self.stats.queued.fetch_sub(1, Ordering::SeqCst);
-                budget = budget.saturating_sub(job.prompt.len());
-                if let Some(a) = self.prefill(job) {
-                    active.push(a);
+                prefilling.extend(self.admit(job));
+            }
+            // Prompt blocks between decode steps, up to a budget of positions (at least one
+            // block), oldest prompt first: arrivals join quickly and a long prompt is cut into
+            // blocks instead of stalling the running streams.
+            let mut budget = PREFILL_POSITIONS_PER_STEP;
+            while budget > 0 {
+                let Some(mut p) = prefilling.pop_front() else { break };
+                let done = p.cache.len();
+                match self.prefill_block(&mut p) {
+                    Ok(None) => {
+                        budget = budget.saturating_sub(p.cache.len() - done);
+                        prefilling.push_front(p);
+                    }
+                    Ok(Some(row)) => {
+                        budget = budget.saturating_sub(p.cache.len() - done);
+                        active.extend(self.first_token(p, row));
+                    }
+                    Err(e) => self.fail(&mut p.job.sink, e),
                 }
             }
             if !active.is_empty() {
                 self.decode_step(&mut active);
             }
-            self.stats.active.store(active.len(), Ordering::Relaxed);
+            self.stats.active.store(active.len() + prefilling.len(), Ordering::Relaxed);
         }
     }
 
-    /// Runs `job`'s prompt and takes its first token; `None` when it already ended.
-    fn prefill(&self, mut job: Job) -> Option<Active<'a>> {
+    /// Checks `job`'s prompt and finds the longest cached prefix it continues from; `None`
+    /// when it fails at once.
+    fn admit(&mut self, mut job: Job) -> Option<Prefilling<'a>> {
         let model = self.model;
-        let start = Instant::now();
-        let run = || -> Result<(Sequence<'a>, KvCache, Vec<f32>)> {
+        let prefixes = &mut self.prefixes;
+        let stats = self.stats;
+        let started = (|| -> Result<_> {
             let seq = Sequence::new(model, &job.prompt, &job.params)?;
-            let mut cache = model.new_cache();
-            let mut images = self.images.borrow_mut();
-            let mut encode = |img: &RgbImage| images.features(model, img, self.stats);
-            let hidden = model.forward_prompt_with(&job.prompt, &mut cache, &mut Trace::default(), &mut encode)?;
-            Ok((seq, cache, model.last_logits(&hidden)?.to_vec1::<f32>()?))
-        };
-        let (mut seq, cache, row) = match run() {
-            Ok(r) => r,
+            let ends = model.prefill_blocks(&job.prompt);
+            let keys = if prefixes.max_bytes > 0 { position_keys(&job.prompt) } else { Vec::new() };
+            let cached = if keys.is_empty() { None } else { prefixes.lookup(&keys, &ends, stats)? };
+            Ok((seq, ends, keys, cached.unwrap_or_else(|| model.new_cache())))
+        })();
+        match started {
+            Ok((seq, ends, keys, cache)) => Some(Prefilling { seq, job, keys, ends, cache, prompt_s: 0.0 }),
             Err(e) => {
                 self.fail(&mut job.sink, e);
-                return None;
+                None
             }
+        }
+    }
+
+    /// Runs `p`'s next prompt block; once the whole prompt is in, the logits of its last
+    /// position.
+    fn prefill_block(&mut self, p: &mut Prefilling<'a>) -> Result<Option<Vec<f32>>> {
+        let model = self.model;
+        let start = Instant::now();
+        let done = p.cache.len();
+        let end = p.ends.iter().copied().find(|&e| e > done).unwrap_or(p.job.prompt.len());
+        let images = &mut self.images;
+        let stats = self.stats;
+        let mut encode = |img: &RgbImage| images.features(model, img, stats);
+        let hidden =
+            model.forward_prompt_in(&p.job.prompt, done..end, &mut p.cache, &mut Trace::default(), &mut encode)?;
+        self.stats.prefilled_positions.fetch_add((end - done) as u64, Ordering::Relaxed);
+        let row = match end == p.job.prompt.len() {
+            true => Some(model.last_logits(&hidden)?.to_vec1::<f32>()?),
+            false => None,
         };
+        p.prompt_s += start.elapsed().as_secs_f64();
+        Ok(row)
+    }
+
+    /// Takes the first token of a prefilled prompt (`row`: its last position's logits).
+    fn first_token(&mut self, p: Prefilling<'a>, row: Vec<f32>) -> Option<Active<'a>> {
+        let Prefilling { mut seq, job, keys, ends, cache, prompt_s } = p;
         self.stats.prompt_tokens.fetch_add(job.prompt.len() as u64, Ordering::Relaxed);
         let ttft = job.submitted.elapsed().as_micros() as u64;
         self.stats.time_to_first_token_us.fetch_add(ttft, Ordering::Relaxed);
         self.stats.first_tokens.fetch_add(1, Ordering::Relaxed);
-        let prompt_s = start.elapsed().as_secs_f64();
         let mut text = String::new();
-        let next = seq.accept(model, &job.prompt, &row, None, &mut |t| text.push_str(t));
-        let a =
-            Active { seq, prompt: job.prompt, cache, next: 0, sink: job.sink, prompt_s, decode_start: Instant::now() };
+        let next = seq.accept(self.model, &job.prompt, &row, None, &mut |t| text.push_str(t));
+        let a = Active {
+            seq,
+            prompt: job.prompt,
+            keys,
+            ends,
+            cache,
+            next: 0,
+            sink: job.sink,
+            prompt_s,
+            decode_start: Instant::now(),
+        };
         self.after_token(a, next, text)
     }
 
     /// One decode step of every active sequence; those that end or are cancelled leave.
-    fn decode_step(&self, active: &mut Vec<Active<'a>>) {
+    fn decode_step(&mut self, active: &mut Vec<Active<'a>>) {
         let ids: Vec<u32> = active.iter().map(|a| a.next).collect();
         let mut caches: Vec<KvCache> =
             active.iter_mut().map(|a| std::mem::replace(&mut a.cache, KvCache::new(0, 0))).collect();
@@ -376,7 +555,7 @@ impl<'a> Scheduler<'a> {
 
     /// Sends what a token produced; gives the sequence back while it goes on (its next token
     /// set). Ends it (and sends the output) when it finished, failed or its client left.
-    fn after_token(&self, mut a: Active<'a>, next: Result<Option<u32>>, text: String) -> Option<Active<'a>> {
+    fn after_token(&mut self, mut a: Active<'a>, next: Result<Option<u32>>, text: String) -> Option<Active<'a>> {
         let next = match next {
             Ok(n) => n,
             Err(e) => {
@@ -387,6 +566,7 @@ impl<'a> Scheduler<'a> {
         self.stats.generated_tokens.fetch_add(u64::from(next.is_some()), Ordering::Relaxed);
         if !text.is_empty() && !(a.sink)(Event::Text(text)) {
             self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+            self.keep_prefix(&a);
             return None;
         }
         match next {
@@ -401,7 +581,20 @@ impl<'a> Scheduler<'a> {
         }
     }
 
-    fn finish(&self, a: Active<'a>) {
+    /// Offers `a`'s KV cache (its prompt and the tokens run after it) to the prefix cache.
+    fn keep_prefix(&mut self, a: &Active<'a>) {
+        if self.prefixes.max_bytes == 0 || a.keys.is_empty() {
+            return;
+        }
+        let fed = a.cache.len().saturating_sub(a.keys.len());
+        let keys = a.keys.iter().copied().chain(a.seq.generated().iter().take(fed).map(|&id| u64::from(id))).collect();
+        if let Err(e) = self.prefixes.store(keys, a.ends.clone(), &a.cache, self.stats) {
+            tracing::warn!("the prefix cache could not keep a sequence: {e}");
+        }
+    }
+
+    fn finish(&mut self, a: Active<'a>) {
+        self.keep_prefix(&a);
         let Active { seq, prompt, mut sink, prompt_s, decode_start, .. } = a;
         let timings = Timings::new(prompt.len(), seq.generated().len(), prompt_s, decode_start.elapsed().as_secs_f64());
         let mut rest = String::new();

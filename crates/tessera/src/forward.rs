@@ -12,6 +12,11 @@ use crate::config::PromptStyle;
 use crate::error::{Result, TesseraError};
 use crate::model::Model;
 use crate::prompt::{Chunk, ImageFeatures, Prompt};
+
+/// Positions per prefill block (see [`Model::prefill_blocks`]): enough rows for the GEMM
+/// kernels to read each weight once for many tokens, few enough that a long prompt shares
+/// the engine with running streams.
+pub const PREFILL_BLOCK: usize = 256;
 use tessera_vision::RgbImage;
 
 impl Model {
@@ -143,16 +148,117 @@ impl Model {
         Ok(hidden)
     }
 
+    /// Where `prompt`'s prefill blocks end (ascending; the last is its length). Generation runs a
+    /// prompt block by block ([`forward_prompt_in`](Self::forward_prompt_in)). A block ends
+    /// after each end-of-turn token (an EOS id: a chat's turns), or after [`PREFILL_BLOCK`]
+    /// positions, never inside an image that attends both ways (Gemma 3); a prefix-LM prompt
+    /// (PaliGemma) is one block. The ends depend on the prompt's content alone, so a prompt
+    /// computes bit for bit the same whether it runs alone, between other requests' decode
+    /// steps, or after a cached prefix that ends on one of its block ends — the only places
+    /// where the engine reuses a prefix. A chat's next turn shares the blocks of the turns
+    /// before it, so it continues after them.
+    pub fn prefill_blocks(&self, prompt: &Prompt) -> Vec<usize> {
+        let len = prompt.len();
+        if self.config.prompt == PromptStyle::PrefixLm {
+            return vec![len];
+        }
+        let turn_ends: Vec<usize> = prompt
+            .text_positions()
+            .into_iter()
+            .filter(|(_, id)| self.eos_ids.contains(id))
+            .map(|(at, _)| at + 1)
+            .collect();
+        let runs = if self.config.bidirectional_images { prompt.image_runs() } else { Vec::new() };
+        let mut ends = Vec::new();
+        let mut at = 0;
+        while at < len {
+            let mut end = (at + PREFILL_BLOCK).min(len);
+            if let Some(&turn) = turn_ends.iter().find(|&&e| e > at && e < end) {
+                end = turn;
+            }
+            if let Some(r) = runs.iter().find(|r| r.start < end && end < r.end) {
+                end = if r.start > at { r.start } else { r.end };
+            }
+            ends.push(end);
+            at = end;
+        }
+        ends
+    }
+
+    /// Runs positions `range` of `prompt` (one of its [`prefill_blocks`](Self::prefill_blocks),
+    /// or several together) after `cache`, which must hold exactly the positions before
+    /// `range` of this same prompt. Only the images with tokens in `range` are encoded (by
+    /// `encode`). Returns the hidden states of `range`; once the cache holds the whole prompt
+    /// it knows where the next token's position is.
+    pub fn forward_prompt_in(
+        &self,
+        prompt: &Prompt,
+        range: Range<usize>,
+        cache: &mut KvCache,
+        trace: &mut Trace,
+        encode: &mut dyn FnMut(&RgbImage) -> Result<ImageFeatures>,
+    ) -> Result<Tensor> {
+        if cache.len() != range.start || range.start >= range.end || range.end > prompt.len() {
+            return Err(TesseraError::InvalidInput(format!(
+                "cannot run prompt positions {range:?} of {} after a cache of {} positions",
+                prompt.len(),
+                cache.len()
+            )));
+        }
+        let (embeds, additions) = self.prompt_inputs_in(prompt, range.clone(), encode)?;
+        let (positions, delta) = self.positions_from(prompt, 0)?;
+        let positions = positions.narrow(positions.rank() - 1, range.start, range.len())?;
+        let runs: Vec<Range<usize>> = prompt
+            .image_runs()
+            .into_iter()
+            .filter(|r| r.start < range.end && range.start < r.end)
+            .map(|r| r.start.max(range.start) - range.start..r.end.min(range.end) - range.start)
+            .collect();
+        let hidden = self.run_decoder(&embeds, cache, trace, &runs, &positions, &additions)?;
+        cache.set_position_delta(delta);
+        Ok(hidden)
+    }
+
+    /// Runs what `cache` does not yet hold of `prompt` (it holds none of it, or the positions
+    /// up to one of its block ends) block by block, as generation does; returns the hidden
+    /// states of the last block. `trace` records the last block only (its last row sees every
+    /// position).
+    pub fn prefill(
+        &self,
+        prompt: &Prompt,
+        cache: &mut KvCache,
+        trace: &mut Trace,
+        encode: &mut dyn FnMut(&RgbImage) -> Result<ImageFeatures>,
+    ) -> Result<Tensor> {
+        let ends = self.prefill_blocks(prompt);
+        let mut hidden = None;
+        let cached = cache.len();
+        for (i, &end) in ends.iter().enumerate().filter(|&(_, &end)| end > cached) {
+            let range = cache.len()..end;
+            hidden = Some(match i + 1 == ends.len() {
+                true => self.forward_prompt_in(prompt, range, cache, trace, encode)?,
+                false => self.forward_prompt_in(prompt, range, cache, &mut Trace::default(), encode)?,
+            });
+        }
+        hidden.ok_or_else(|| TesseraError::InvalidInput("empty input: no tokens to run".into()))
+    }
+
     /// The RoPE positions of `prompt`'s rows after `cache`: consecutive, or for M-RoPE models
     /// `(3, t)` — text on one line, each image's tokens at (start, start + row, start + column)
     /// with the text after it continuing at start + max(rows, columns) (transformers'
     /// `get_rope_index`). Also the next position minus the positions cached afterwards.
     pub fn prompt_positions(&self, prompt: &Prompt, cache: &KvCache) -> Result<(Tensor, i64)> {
+        let (positions, delta) = self.positions_from(prompt, cache.len() as i64 + cache.position_delta())?;
+        Ok((positions, delta + cache.position_delta()))
+    }
+
+    /// [`prompt_positions`](Self::prompt_positions) with the first row at RoPE position
+    /// `start`; the delta is the next position minus (`start` + the prompt's length).
+    fn positions_from(&self, prompt: &Prompt, start: i64) -> Result<(Tensor, i64)> {
         let device = &self.device;
-        let start = cache.len() as i64 + cache.position_delta();
         if self.config.decoder.rope.mrope.is_none() {
             let first = usize::try_from(start).unwrap_or(0);
-            return Ok((self.decoder.consecutive_positions(first, prompt.len(), device)?, cache.position_delta()));
+            return Ok((self.decoder.consecutive_positions(first, prompt.len(), device)?, 0));
         }
         let vision = self.image_encoder.as_ref();
         let mut streams: [Vec<i64>; 3] = Default::default();
@@ -186,7 +292,7 @@ impl Model {
         }
         let t = streams[0].len();
         let max = streams.iter().flatten().copied().max().unwrap_or(start - 1);
-        let delta = max + 1 - (cache.len() + t) as i64;
+        let delta = max + 1 - (start + t as i64);
         let flat: Vec<u32> = streams
             .iter()
             .flatten()

@@ -408,7 +408,9 @@ impl Model {
         let layers = if capture { (0..self.config().decoder.num_hidden_layers).collect() } else { Vec::new() };
         let mut trace = Trace { attention_layers: layers, ..Default::default() };
         let hidden = match input {
-            StepInput::Prompt(p) => self.forward_prompt(p, cache, &mut trace)?,
+            StepInput::Prompt(p) => {
+                self.prefill(p, cache, &mut trace, &mut |img| self.encode_image_with_deepstack(img))?
+            }
             StepInput::Token(id) => self.forward_hidden(&self.embed_ids(&[id])?, cache, &mut trace)?,
         };
         let logits = self.last_logits(&hidden)?;

@@ -58,6 +58,7 @@ pub use device::{default_dtype, parse_dtype, DeviceChoice};
 pub use embed::{cosine, Embeddings, Neighbour, Pooling};
 pub use engine::{Engine, EngineConfig, EngineStats, Event, Sink};
 pub use error::{Result, TesseraError};
+pub use forward::PREFILL_BLOCK;
 pub use generate::{FinishReason, GenerateParams, GenerationOutput, Sequence, Timings, TokenLogprob};
 pub use model::{LoadOptions, Model, ModelInfo};
 pub use prompt::{Chunk, ImageFeatures, Prompt};

@@ -115,6 +115,26 @@ impl Prompt {
         runs
     }
 
+    /// The chunks covering sequence positions `range`, cut at its ends.
+    pub fn chunks_in(&self, range: Range<usize>) -> Vec<Chunk> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        for c in &self.chunks {
+            let (lo, hi) = (range.start.max(at), range.end.min(at + c.len()));
+            if lo < hi {
+                let (a, b) = (lo - at, hi - at);
+                out.push(match c {
+                    Chunk::Text(r) => Chunk::Text(r.start + a..r.start + b),
+                    Chunk::Image { image, tokens } => {
+                        Chunk::Image { image: *image, tokens: tokens.start + a..tokens.start + b }
+                    }
+                });
+            }
+            at += c.len();
+        }
+        out
+    }
+
     /// How many positions hold image tokens.
     pub fn image_tokens(&self) -> usize {
         self.chunks.iter().filter(|c| matches!(c, Chunk::Image { .. })).map(Chunk::len).sum()
@@ -310,6 +330,18 @@ impl Model {
         prompt: &Prompt,
         encode: &mut dyn FnMut(&RgbImage) -> Result<ImageFeatures>,
     ) -> Result<(Tensor, Vec<Tensor>)> {
+        self.prompt_inputs_in(prompt, 0..prompt.len(), encode)
+    }
+
+    /// [`prompt_inputs_with`](Self::prompt_inputs_with) for sequence positions `range` only:
+    /// the images with tokens there are encoded, no others.
+    pub fn prompt_inputs_in(
+        &self,
+        prompt: &Prompt,
+        range: Range<usize>,
+        encode: &mut dyn FnMut(&RgbImage) -> Result<ImageFeatures>,
+    ) -> Result<(Tensor, Vec<Tensor>)> {
+        let chunks = prompt.chunks_in(range);
         let image_id = self.image_encoder.as_ref().and_then(|e| e.image_token_id());
         // A placeholder id outside the vocabulary embeds as id 0 before it is replaced.
         let vocab = self.embed.vocab_size() as u32;
@@ -323,19 +355,25 @@ impl Model {
                 None => f,
             })
         };
-        let mut feats = Vec::with_capacity(prompt.images.len());
-        let mut deep: Vec<Vec<Tensor>> = Vec::with_capacity(prompt.images.len());
-        for img in &prompt.images {
-            let (tokens, stack) = encode(img)?;
-            feats.push(cast(tokens)?);
-            deep.push(stack.into_iter().map(cast).collect::<Result<_>>()?);
+        let mut feats: Vec<Option<Tensor>> = vec![None; prompt.images.len()];
+        let mut deep: Vec<Vec<Tensor>> = vec![Vec::new(); prompt.images.len()];
+        for c in &chunks {
+            if let Chunk::Image { image, .. } = c {
+                if feats[*image].is_none() {
+                    let (tokens, stack) = encode(&prompt.images[*image])?;
+                    feats[*image] = Some(cast(tokens)?);
+                    deep[*image] = stack.into_iter().map(cast).collect::<Result<_>>()?;
+                }
+            }
         }
-        let parts = prompt
-            .chunks
+        let image = |i: usize| {
+            feats[i].as_ref().ok_or_else(|| TesseraError::InvalidInput(format!("image {i} was not encoded")))
+        };
+        let parts = chunks
             .iter()
             .map(|c| match (c, &text) {
                 (Chunk::Text(r), Some(text)) => Ok(text.narrow(1, r.start, r.len())?),
-                (Chunk::Image { image, tokens }, _) => Ok(feats[*image].narrow(1, tokens.start, tokens.len())?),
+                (Chunk::Image { image: i, tokens }, _) => Ok(image(*i)?.narrow(1, tokens.start, tokens.len())?),
                 (Chunk::Text(_), None) => Err(TesseraError::InvalidInput("a text chunk without tokens".into())),
             })
             .collect::<Result<Vec<_>>>()?;
@@ -343,8 +381,7 @@ impl Model {
         let levels = deep.iter().map(Vec::len).max().unwrap_or(0);
         let additions = (0..levels)
             .map(|level| {
-                let rows = prompt
-                    .chunks
+                let rows = chunks
                     .iter()
                     .map(|c| match c {
                         Chunk::Text(r) => {

@@ -166,8 +166,10 @@ fn an_image_sent_again_is_not_encoded_again_and_the_cache_keeps_to_its_budget() 
     };
     let model = Arc::new(model);
     let run = |budget: usize, order: &[usize]| -> Result<Engine> {
-        let engine =
-            Engine::start(model.clone(), EngineConfig { max_batch: 8, max_queue: 8, image_cache_bytes: budget })?;
+        let engine = Engine::start(
+            model.clone(),
+            EngineConfig { max_batch: 8, max_queue: 8, image_cache_bytes: budget, kv_cache_bytes: 0 },
+        )?;
         for &i in order {
             let out = engine.generate(prompts[i].clone(), params.clone(), &mut |_| {})?;
             assert_eq!(
@@ -188,5 +190,67 @@ fn an_image_sent_again_is_not_encoded_again_and_the_cache_keeps_to_its_budget() 
     // No cache.
     let e = run(0, &[0, 4])?;
     assert_eq!((e.stats().image_cache_misses.load(Relaxed), e.stats().image_cache_hits.load(Relaxed)), (2, 0));
+    Ok(())
+}
+
+/// Chunked prefill: a long prompt runs a budget of blocks between decode steps, so a stream
+/// already running keeps getting tokens while it prefills (with whole-prompt prefill it would
+/// get none until the long prompt's first token); and the long prompt's answer is its solo one.
+#[test]
+fn a_long_prompt_prefills_in_blocks_between_the_running_streams_decode_steps() -> Result<()> {
+    use std::sync::{mpsc, Mutex};
+    use tessera::Event;
+    let model = smollm2()?;
+    let long = model.encode_prompt(&"The quick brown fox jumps over the lazy dog. ".repeat(120), None, true, &[])?;
+    assert!(long.len() > 4 * tessera::PREFILL_BLOCK, "{} positions", long.len());
+    let short = text_prompts(&model, 1)?.remove(0);
+    let params = GenerateParams { max_new_tokens: 8, ..Default::default() };
+    let alone = model.generate(&long, &params, &mut |_| {})?;
+    let blocks = model.prefill_blocks(&long).len();
+    let engine = Engine::start(Arc::new(model), EngineConfig::default())?;
+
+    // The short request streams; each of its events is counted.
+    let events = Arc::new(Mutex::new(0usize));
+    let (started_tx, started) = mpsc::channel();
+    let counter = events.clone();
+    let short_params = GenerateParams { max_new_tokens: 200, ignore_eos: true, ..Default::default() };
+    engine.submit(
+        short,
+        short_params,
+        Box::new(move |e| {
+            if let Event::Text(_) = e {
+                *counter.lock().unwrap() += 1;
+                let _ = started_tx.send(());
+            }
+            true
+        }),
+    )?;
+    started.recv()?;
+    // The long one: how many short events came between its submission and its first token.
+    let at_submit = *events.lock().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let (counter, mut first) = (events.clone(), true);
+    engine.submit(
+        long,
+        params,
+        Box::new(move |e| {
+            if first {
+                first = false;
+                let _ = tx.send(Err(*counter.lock().unwrap()));
+            }
+            if let Event::Done(out) = e {
+                let _ = tx.send(Ok(out));
+            }
+            true
+        }),
+    )?;
+    let Err(at_first_token) = rx.recv()? else { anyhow::bail!("the long prompt ended without a first event") };
+    let Ok(out) = rx.recv()? else { anyhow::bail!("the long prompt did not finish") };
+    assert_eq!(out.generated_tokens, alone.generated_tokens, "the long prompt's answer differs from its solo one");
+    assert!(
+        at_first_token >= at_submit + 2,
+        "the running stream got {} tokens while a {blocks}-block prompt prefilled",
+        at_first_token - at_submit
+    );
     Ok(())
 }
