@@ -87,6 +87,10 @@ struct ServeArgs {
     /// Let requests name local image files (paths or file:// URLs), only inside this folder.
     #[arg(long)]
     allowed_local_media: Option<PathBuf>,
+    /// Download http(s) image URLs from this host and its subdomains (repeatable, or
+    /// comma-separated); off by default. Redirects are not followed.
+    #[arg(long, value_delimiter = ',')]
+    allowed_media_domains: Vec<String>,
     /// Bytes of encoded image features kept for reuse (a chat resends its images every turn;
     /// the same image is then not encoded again); 0 turns the cache off.
     #[arg(long, default_value_t = 256 << 20, value_parser = clap::value_parser!(u64).range(0..=(1u64 << 40)))]
@@ -337,6 +341,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         max_images: args.max_images as usize,
         max_image_pixels: args.max_image_pixels,
         allowed_local_media: args.allowed_local_media.clone(),
+        allowed_media_domains: args.allowed_media_domains.clone(),
         engine: tessera::EngineConfig {
             max_batch: args.max_batch as usize,
             max_queue: args.max_queue as usize,

@@ -15,7 +15,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
-use tessera::{Conversation, Event, FinishReason, GenerateParams, GenerationOutput, Model, Pooling, Prompt, RgbImage};
+use tessera::{
+    Conversation, Event, FinishReason, GenerateParams, GenerationOutput, Model, Pooling, Prompt, RgbImage, SampledToken,
+};
 use tokio::sync::mpsc;
 
 use crate::api::{
@@ -117,8 +119,9 @@ fn rand_seed() -> u64 {
     h.finish()
 }
 
-/// The image a message part names: a `data:` URL; a local path or `file://` URL only under
-/// `--allowed-local-media` (resolved, so `..` and links cannot leave it); `http(s)` refused.
+/// The image a message part names: a `data:` URL; an `http(s)` URL only from a host under
+/// `--allowed-media-domains`; a local path or `file://` URL only under `--allowed-local-media`
+/// (resolved, so `..` and links cannot leave it).
 fn load_image(state: &AppState, src: &str) -> Result<RgbImage, ApiError> {
     let max = state.config.max_image_pixels;
     let bad = |m: String| ApiError::bad_request(m).param("messages");
@@ -126,10 +129,8 @@ fn load_image(state: &AppState, src: &str) -> Result<RgbImage, ApiError> {
         return tessera::load_image_source(src, max).map_err(|e| bad(e.to_string()));
     }
     if src.starts_with("http://") || src.starts_with("https://") {
-        return Err(bad(format!(
-            "image URL {}: this server does not download images; send them as data: URLs",
-            short(src)
-        )));
+        let bytes = download(state, src).map_err(|m| bad(format!("image URL {}: {m}", short(src))))?;
+        return tessera::decode_image(&bytes, Path::new(&short(src)), max).map_err(|e| bad(e.to_string()));
     }
     let Some(dir) = &state.config.allowed_local_media else {
         return Err(bad(format!(
@@ -141,6 +142,59 @@ fn load_image(state: &AppState, src: &str) -> Result<RgbImage, ApiError> {
     let inside = resolve_inside(dir, Path::new(path))
         .ok_or_else(|| bad(format!("image {}: not a file under the allowed media folder", short(src))))?;
     tessera::load_image(&inside, max).map_err(|e| bad(e.to_string()))
+}
+
+/// How long an image download may take, all of it.
+const DOWNLOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The bytes at `url`, if its host is one of `--allowed-media-domains` (or under one). No
+/// redirects are followed (they could lead anywhere), and at most `--max-body-bytes` are read.
+fn download(state: &AppState, url: &str) -> Result<Vec<u8>, String> {
+    let allowed = &state.config.allowed_media_domains;
+    if allowed.is_empty() {
+        return Err("this server does not download images (start it with --allowed-media-domains HOST); \
+                    send them as data: URLs"
+            .into());
+    }
+    let host = url_host(url).ok_or("not a URL with a host")?;
+    let permitted = allowed.iter().any(|d| {
+        let d = d.trim_start_matches('.').to_ascii_lowercase();
+        host == d || host.ends_with(&format!(".{d}"))
+    });
+    if !permitted {
+        return Err(format!("host {host} is not in --allowed-media-domains"));
+    }
+    let agent = ureq::AgentBuilder::new().redirects(0).timeout(DOWNLOAD_TIMEOUT).build();
+    let response = match agent.get(url).call() {
+        Ok(r) => r,
+        Err(ureq::Error::Status(code, _)) => return Err(format!("the server answered HTTP {code}")),
+        Err(e) => return Err(format!("download failed: {e}")),
+    };
+    if response.status() != 200 {
+        return Err(format!("the server answered HTTP {} (redirects are not followed)", response.status()));
+    }
+    let limit = state.config.max_body_bytes;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(response.into_reader(), limit as u64 + 1), &mut bytes)
+        .map_err(|e| format!("download failed: {e}"))?;
+    if bytes.len() > limit {
+        return Err(format!("the image is larger than --max-body-bytes ({limit} bytes)"));
+    }
+    Ok(bytes)
+}
+
+/// The lowercase host of an `http(s)` URL (no user info allowed, port dropped).
+fn url_host(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    if authority.contains('@') {
+        return None;
+    }
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next()?,
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    (!host.is_empty()).then(|| host.to_ascii_lowercase())
 }
 
 /// `path` (relative to `dir`, or absolute) resolved with links followed, if it lies inside `dir`.
@@ -165,32 +219,41 @@ fn finish_reason(f: FinishReason) -> &'static str {
     }
 }
 
-/// The chat `logprobs.content` list of an output.
-fn chat_logprobs(model: &Model, out: &GenerationOutput) -> Option<Vec<TokenLogprobs>> {
-    let (tops, sampled) = (out.logprobs.as_ref()?, out.sampled_logprobs.as_ref()?);
+/// The chat `logprobs.content` list of `tokens`.
+fn chat_logprobs(model: &Model, tokens: &[SampledToken]) -> Vec<TokenLogprobs> {
     let text = |id: u32| model.tokenizer().decode(&[id], false).unwrap_or_default();
-    Some(
-        out.generated_tokens
+    tokens
+        .iter()
+        .map(|t| {
+            let token = text(t.id);
+            TokenLogprobs {
+                bytes: token.as_bytes().to_vec(),
+                token,
+                logprob: t.logprob,
+                top_logprobs: t
+                    .top
+                    .iter()
+                    .map(|t| {
+                        let token = text(t.id);
+                        TopLogprob { bytes: token.as_bytes().to_vec(), token, logprob: t.logprob }
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// The legacy completions' `logprobs` object of `tokens`.
+fn completion_logprobs(model: &Model, tokens: &[SampledToken]) -> Value {
+    let content = chat_logprobs(model, tokens);
+    json!({
+        "tokens": content.iter().map(|t| &t.token).collect::<Vec<_>>(),
+        "token_logprobs": content.iter().map(|t| t.logprob).collect::<Vec<_>>(),
+        "top_logprobs": content
             .iter()
-            .zip(tops)
-            .zip(sampled)
-            .map(|((&id, top), &lp)| {
-                let token = text(id);
-                TokenLogprobs {
-                    bytes: token.as_bytes().to_vec(),
-                    token,
-                    logprob: lp,
-                    top_logprobs: top
-                        .iter()
-                        .map(|t| {
-                            let token = text(t.id);
-                            TopLogprob { bytes: token.as_bytes().to_vec(), token, logprob: t.logprob }
-                        })
-                        .collect(),
-                }
-            })
-            .collect(),
-    )
+            .map(|t| t.top_logprobs.iter().map(|x| (x.token.clone(), json!(x.logprob))).collect())
+            .collect::<Vec<serde_json::Map<String, Value>>>(),
+    })
 }
 
 /// Submits a generation; its events arrive on the returned channel. Dropping the receiver
@@ -218,7 +281,7 @@ fn submit(
 async fn collect(mut rx: mpsc::UnboundedReceiver<Event>) -> Result<GenerationOutput, ApiError> {
     while let Some(event) = rx.recv().await {
         match event {
-            Event::Text(_) => {}
+            Event::Text(_) | Event::Tokens(_) => {}
             Event::Done(out) => return Ok(*out),
             Event::Error(e) => return Err(e.into()),
         }
@@ -231,40 +294,54 @@ async fn collect(mut rx: mpsc::UnboundedReceiver<Event>) -> Result<GenerationOut
 }
 
 /// The events of one streamed response as SSE `data:` lines — `first`, one chunk per
-/// `piece(text)`, the chunks of `end(output)` — then `[DONE]`. When the client disconnects
-/// the stream (and with it the receiver) is dropped, which cancels the generation.
+/// `piece(text, tokens)` (`tokens`: the sampled tokens since the last chunk, with `logprobs`),
+/// the chunks of `end(output)` — then `[DONE]`. When the client disconnects the stream (and
+/// with it the receiver) is dropped, which cancels the generation.
 fn sse(
     rx: mpsc::UnboundedReceiver<Event>,
     first: Option<Value>,
-    piece: impl Fn(&str) -> Value + Send + Sync + 'static,
+    piece: impl Fn(&str, &[SampledToken]) -> Value + Send + Sync + 'static,
     end: impl Fn(&GenerationOutput) -> Vec<Value> + Send + Sync + 'static,
 ) -> Response {
     let (piece, end) = (Arc::new(piece), Arc::new(end));
-    let stream = futures_util::stream::unfold((rx, first, false), move |(mut rx, first, done)| {
+    let start = (rx, first, Vec::new(), false);
+    let stream = futures_util::stream::unfold(start, move |(mut rx, first, mut tokens, done)| {
         let (piece, end) = (piece.clone(), end.clone());
         async move {
             if done {
                 return None;
             }
             if let Some(f) = first {
-                return Some((vec![f.to_string()], (rx, None, false)));
+                return Some((vec![f.to_string()], (rx, None, tokens, false)));
             }
             let error = |err: ApiError| {
                 vec![json!({"error": {"message": err.message, "type": err.kind(), "param": null, "code": null}})
                     .to_string()]
             };
-            let mut lines: Vec<String> = match rx.recv().await {
-                Some(Event::Text(t)) => return Some((vec![piece(&t).to_string()], (rx, None, false))),
-                Some(Event::Done(out)) => end(&out).iter().map(Value::to_string).collect(),
-                Some(Event::Error(e)) => error(e.into()),
-                None => error(ApiError {
-                    status: StatusCode::INTERNAL_SERVER_ERROR,
-                    message: "the engine stopped before the request ended".into(),
-                    param: None,
-                }),
+            let mut lines: Vec<String> = loop {
+                match rx.recv().await {
+                    Some(Event::Tokens(t)) => tokens.extend(t),
+                    Some(Event::Text(t)) => {
+                        let chunk = piece(&t, &tokens).to_string();
+                        return Some((vec![chunk], (rx, None, Vec::new(), false)));
+                    }
+                    Some(Event::Done(out)) => {
+                        // Tokens whose text never showed (an EOS, a stop string) still get theirs.
+                        let rest = (!tokens.is_empty()).then(|| piece("", &tokens).to_string());
+                        break rest.into_iter().chain(end(&out).iter().map(Value::to_string)).collect();
+                    }
+                    Some(Event::Error(e)) => break error(e.into()),
+                    None => {
+                        break error(ApiError {
+                            status: StatusCode::INTERNAL_SERVER_ERROR,
+                            message: "the engine stopped before the request ended".into(),
+                            param: None,
+                        })
+                    }
+                }
             };
             lines.push("[DONE]".into());
-            Some((lines, (rx, None, true)))
+            Some((lines, (rx, None, Vec::new(), true)))
         }
     });
     let events = futures_util::StreamExt::flat_map(stream, |lines| {
@@ -348,8 +425,14 @@ pub async fn chat_completions(State(state): Shared, body: Body) -> Result<Respon
         };
         let first = chunk(json!({"role": "assistant", "content": ""}), None);
         let piece = {
-            let chunk = chunk.clone();
-            move |t: &str| chunk(json!({"content": t}), None)
+            let (chunk, st) = (chunk.clone(), state.clone());
+            move |t: &str, tokens: &[SampledToken]| {
+                let mut c = chunk(json!({"content": t}), None);
+                if !tokens.is_empty() {
+                    c["choices"][0]["logprobs"] = json!({"content": chat_logprobs(st.model(), tokens)});
+                }
+                c
+            }
         };
         let end = move |out: &GenerationOutput| {
             let mut v = vec![chunk(json!({}), Some(finish_reason(out.finish_reason)))];
@@ -363,7 +446,8 @@ pub async fn chat_completions(State(state): Shared, body: Body) -> Result<Respon
         return Ok(sse(rx, Some(first), piece, end));
     }
     let out = collect(rx).await?;
-    let logprobs = chat_logprobs(state.model(), &out).map(|content| json!({ "content": content }));
+    let logprobs =
+        out.logprobs.is_some().then(|| json!({ "content": chat_logprobs(state.model(), &out.sampled_tokens()) }));
     let usage = Usage::new(out.prompt_positions, out.generated_tokens.len());
     Ok(Json(json!({
         "id": id, "object": "chat.completion", "created": created, "model": model,
@@ -411,8 +495,14 @@ pub async fn completions(State(state): Shared, body: Body) -> Result<Response, A
     if sampling.stream {
         let include_usage = sampling.stream_options.as_ref().is_some_and(|o| o.include_usage);
         let piece = {
-            let chunk = chunk.clone();
-            move |t: &str| chunk(t, None)
+            let (chunk, st) = (chunk.clone(), state.clone());
+            move |t: &str, tokens: &[SampledToken]| {
+                let mut c = chunk(t, None);
+                if !tokens.is_empty() {
+                    c["choices"][0]["logprobs"] = completion_logprobs(st.model(), tokens);
+                }
+                c
+            }
         };
         let end = move |out: &GenerationOutput| {
             let mut v = vec![chunk("", Some(finish_reason(out.finish_reason)))];
@@ -426,16 +516,7 @@ pub async fn completions(State(state): Shared, body: Body) -> Result<Response, A
         return Ok(sse(rx, None, piece, end));
     }
     let out = collect(rx).await?;
-    let logprobs = chat_logprobs(state.model(), &out).map(|content| {
-        json!({
-            "tokens": content.iter().map(|t| &t.token).collect::<Vec<_>>(),
-            "token_logprobs": content.iter().map(|t| t.logprob).collect::<Vec<_>>(),
-            "top_logprobs": content
-                .iter()
-                .map(|t| t.top_logprobs.iter().map(|x| (x.token.clone(), json!(x.logprob))).collect())
-                .collect::<Vec<serde_json::Map<String, Value>>>(),
-        })
-    });
+    let logprobs = out.logprobs.is_some().then(|| completion_logprobs(state.model(), &out.sampled_tokens()));
     let mut body = chunk(&out.text, Some(finish_reason(out.finish_reason)));
     body["choices"][0]["logprobs"] = logprobs.unwrap_or(Value::Null);
     body["usage"] = json!(Usage::new(out.prompt_positions, out.generated_tokens.len()));

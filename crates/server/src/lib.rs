@@ -37,6 +37,9 @@ pub struct ServerConfig {
     pub max_image_pixels: u64,
     /// Local image paths and `file://` URLs are read only under this folder (off when `None`).
     pub allowed_local_media: Option<PathBuf>,
+    /// `http(s)` image URLs are downloaded only from these hosts and their subdomains (none:
+    /// off).
+    pub allowed_media_domains: Vec<String>,
     pub engine: EngineConfig,
 }
 
@@ -49,6 +52,7 @@ impl Default for ServerConfig {
             max_images: 8,
             max_image_pixels: tessera::DEFAULT_MAX_PIXELS,
             allowed_local_media: None,
+            allowed_media_domains: Vec::new(),
             engine: EngineConfig::default(),
         }
     }

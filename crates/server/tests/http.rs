@@ -141,6 +141,55 @@ fn streaming_sends_chunks_then_usage_then_done() -> Result<()> {
     Ok(())
 }
 
+/// The `data:` payloads of a streamed response, parsed, after checking it ends with `[DONE]`.
+fn stream_chunks(server: &Server, path: &str, body: &Value) -> Result<Vec<Value>> {
+    let res = ureq::post(&format!("{}{path}", server.base)).send_json(body.clone())?;
+    let mut lines = Vec::new();
+    for line in BufReader::new(res.into_reader()).lines() {
+        if let Some(d) = line?.strip_prefix("data: ") {
+            lines.push(d.to_string());
+        }
+    }
+    anyhow::ensure!(lines.last().map(String::as_str) == Some("[DONE]"), "no [DONE] at the end");
+    Ok(lines[..lines.len() - 1].iter().map(|l| serde_json::from_str(l)).collect::<Result<_, _>>()?)
+}
+
+#[test]
+fn streamed_logprobs_come_with_their_chunks_and_add_up_to_the_whole_answers() -> Result<()> {
+    let server = start(config())?;
+    let chat = json!({"messages": image_chat(&data_url("three_shapes.png")?, "How many shapes are there?"),
+                      "temperature": 0, "logprobs": true, "top_logprobs": 2});
+    let (status, whole) = post(&server, "/v1/chat/completions", &chat)?;
+    assert_eq!(status, 200, "{whole}");
+    let want = whole["choices"][0]["logprobs"]["content"].as_array().cloned().unwrap_or_default();
+    assert!(!want.is_empty() && want[0]["top_logprobs"].as_array().map(Vec::len) == Some(2), "{whole}");
+    let mut body = chat.clone();
+    body["stream"] = json!(true);
+    let chunks = stream_chunks(&server, "/v1/chat/completions", &body)?;
+    let mut streamed = Vec::new();
+    for c in &chunks {
+        let lp = &c["choices"][0]["logprobs"];
+        if let Some(content) = lp["content"].as_array() {
+            assert!(!content.is_empty(), "a chunk with an empty logprobs list: {c}");
+            streamed.extend(content.iter().cloned());
+        }
+    }
+    assert_eq!(streamed, want, "the streamed logprobs differ from the whole answer's");
+
+    // The legacy completions' shape, streamed.
+    let body = json!({"prompt": "Question: How many", "max_tokens": 3, "temperature": 0, "logprobs": 2});
+    let (_, whole) = post(&server, "/v1/completions", &body)?;
+    let mut streaming = body.clone();
+    streaming["stream"] = json!(true);
+    let tokens: Vec<Value> = stream_chunks(&server, "/v1/completions", &streaming)?
+        .iter()
+        .filter_map(|c| c["choices"][0]["logprobs"]["tokens"].as_array().cloned())
+        .flatten()
+        .collect();
+    assert_eq!(Some(&tokens), whole["choices"][0]["logprobs"]["tokens"].as_array(), "{whole}");
+    Ok(())
+}
+
 #[test]
 fn completions_models_health_and_metrics() -> Result<()> {
     let server = start(config())?;
@@ -187,6 +236,76 @@ fn embeddings_are_unit_vectors_per_input() -> Result<()> {
         assert!((norm - 1.0).abs() < 1e-4, "norm {norm}");
     }
     assert_ne!(data[0]["embedding"], data[1]["embedding"]);
+    Ok(())
+}
+
+/// A one-thread HTTP server on loopback answering every request with `routes[path]` (status,
+/// body), or 404; returns its `http://127.0.0.1:PORT` base.
+fn file_server(routes: Vec<(&'static str, u16, Vec<u8>)>) -> Result<String> {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let base = format!("http://{}", listener.local_addr()?);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut buf = [0u8; 4096];
+            let n = conn.read(&mut buf).unwrap_or(0);
+            let request = String::from_utf8_lossy(&buf[..n]);
+            let path = request.split_whitespace().nth(1).unwrap_or("/").to_string();
+            let (status, body) = routes
+                .iter()
+                .find(|(p, _, _)| *p == path)
+                .map(|(_, s, b)| (*s, b.clone()))
+                .unwrap_or((404, b"not found".to_vec()));
+            let extra = if status == 302 { "Location: http://example.com/x.png\r\n" } else { "" };
+            let head =
+                format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n", body.len());
+            let _ = conn.write_all(head.as_bytes()).and_then(|_| conn.write_all(&body));
+        }
+    });
+    Ok(base)
+}
+
+#[test]
+fn image_urls_are_downloaded_only_from_allowed_domains() -> Result<()> {
+    let png = std::fs::read(shapes_dir().join("examples/three_shapes.png"))?;
+    let base = file_server(vec![
+        ("/three.png", 200, png.clone()),
+        ("/moved.png", 302, Vec::new()),
+        ("/big.png", 200, vec![0u8; 200 << 10]),
+    ])?;
+    let question = "How many shapes are there?";
+    // Off by default.
+    let server = start(config())?;
+    let (s, b) = post(
+        &server,
+        "/v1/chat/completions",
+        &json!({"messages": image_chat(&format!("{base}/three.png"), question)}),
+    )?;
+    assert_error(s, &b, 400, "--allowed-media-domains");
+
+    let server =
+        start(ServerConfig { allowed_media_domains: vec!["127.0.0.1".into()], max_body_bytes: 100 << 10, ..config() })?;
+    let ask = |url: String| {
+        post(&server, "/v1/chat/completions", &json!({"messages": image_chat(&url, question), "temperature": 0}))
+    };
+    let (s, b) = ask(format!("{base}/three.png"))?;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        b["choices"][0]["message"]["content"].as_str(),
+        Some(library_answer("three_shapes.png", question)?.as_str())
+    );
+    let port = base.rsplit(':').next().unwrap_or_default();
+    let (s, b) = ask(format!("http://localhost:{port}/three.png"))?;
+    assert_error(s, &b, 400, "host localhost is not in --allowed-media-domains");
+    let (s, b) = ask(format!("http://evil@127.0.0.1:{port}/three.png"))?;
+    assert_error(s, &b, 400, "not a URL with a host");
+    let (s, b) = ask(format!("{base}/moved.png"))?;
+    assert_error(s, &b, 400, "redirects are not followed");
+    let (s, b) = ask(format!("{base}/missing.png"))?;
+    assert_error(s, &b, 400, "HTTP 404");
+    let (s, b) = ask(format!("{base}/big.png"))?;
+    assert_error(s, &b, 400, "larger than --max-body-bytes");
     Ok(())
 }
 

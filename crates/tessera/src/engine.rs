@@ -30,7 +30,7 @@ use tessera_decoder::{KvCache, Trace};
 use tessera_vision::RgbImage;
 
 use crate::error::{Result, TesseraError};
-use crate::generate::{GenerateParams, GenerationOutput, Sequence, Timings};
+use crate::generate::{GenerateParams, GenerationOutput, SampledToken, Sequence, Timings};
 use crate::model::Model;
 use crate::prompt::{Chunk, ImageFeatures, Prompt};
 
@@ -64,6 +64,9 @@ impl Default for EngineConfig {
 pub enum Event {
     /// Newly completed text (stop strings and incomplete characters held back).
     Text(String),
+    /// With `logprobs`: the tokens sampled since the last such event, sent before the text
+    /// they complete.
+    Tokens(Vec<SampledToken>),
     /// Generation ended; the whole output (text, ids, finish reason, log-probabilities).
     Done(Box<GenerationOutput>),
     /// The request failed (bad prompt, context overflow, non-finite logits).
@@ -346,6 +349,7 @@ impl Engine {
         for event in rx {
             match event {
                 Event::Text(t) => on_text(&t),
+                Event::Tokens(_) => {}
                 Event::Done(out) => return Ok(*out),
                 Event::Error(e) => return Err(e),
             }
@@ -372,6 +376,8 @@ struct Active<'m> {
     ends: Vec<usize>,
     cache: KvCache,
     next: u32,
+    /// Generated tokens whose log-probabilities were sent (with `logprobs`).
+    tokens_sent: usize,
     sink: Sink,
     prompt_s: f64,
     decode_start: Instant,
@@ -512,6 +518,7 @@ impl<'a> Scheduler<'a> {
             ends,
             cache,
             next: 0,
+            tokens_sent: 0,
             sink: job.sink,
             prompt_s,
             decode_start: Instant::now(),
@@ -564,7 +571,10 @@ impl<'a> Scheduler<'a> {
             }
         };
         self.stats.generated_tokens.fetch_add(u64::from(next.is_some()), Ordering::Relaxed);
-        if !text.is_empty() && !(a.sink)(Event::Text(text)) {
+        let tokens = a.seq.sampled_tokens(a.tokens_sent);
+        a.tokens_sent += tokens.len();
+        let sent = tokens.is_empty() || (a.sink)(Event::Tokens(tokens));
+        if !sent || (!text.is_empty() && !(a.sink)(Event::Text(text))) {
             self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
             self.keep_prefix(&a);
             return None;

@@ -65,6 +65,31 @@ pub struct TokenLogprob {
     pub logprob: f32,
 }
 
+/// A generated token with its log-probability and the most likely tokens at its step (what a
+/// stream with `logprobs` sends as the tokens come).
+#[derive(Debug, Clone, Serialize)]
+pub struct SampledToken {
+    pub id: u32,
+    pub logprob: f32,
+    pub top: Vec<TokenLogprob>,
+}
+
+impl GenerationOutput {
+    /// The generated tokens with their log-probabilities (empty without `logprobs`).
+    pub fn sampled_tokens(&self) -> Vec<SampledToken> {
+        sampled_tokens(&self.generated_tokens, self.logprobs.as_deref(), self.sampled_logprobs.as_deref())
+    }
+}
+
+fn sampled_tokens(ids: &[u32], tops: Option<&[Vec<TokenLogprob>]>, sampled: Option<&[f32]>) -> Vec<SampledToken> {
+    let (Some(tops), Some(sampled)) = (tops, sampled) else { return Vec::new() };
+    ids.iter()
+        .zip(tops)
+        .zip(sampled)
+        .map(|((&id, top), &logprob)| SampledToken { id, logprob, top: top.clone() })
+        .collect()
+}
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Timings {
     /// Seconds spent on the prompt (the first forward, which also yields the first token).
@@ -192,6 +217,15 @@ impl<'m> Sequence<'m> {
     /// The tokens generated so far.
     pub fn generated(&self) -> &[u32] {
         &self.generated
+    }
+
+    /// The generated tokens from the `from`-th on with their log-probabilities (empty without
+    /// `logprobs`).
+    pub fn sampled_tokens(&self, from: usize) -> Vec<SampledToken> {
+        let from = from.min(self.generated.len());
+        let tops = self.logprobs.as_deref().map(|t| &t[from.min(t.len())..]);
+        let sampled = &self.sampled_logprobs[from.min(self.sampled_logprobs.len())..];
+        sampled_tokens(&self.generated[from..], tops, self.logprobs.as_ref().map(|_| sampled))
     }
 
     /// Why generation ended, once it has.

@@ -59,7 +59,7 @@ pub use embed::{cosine, Embeddings, Neighbour, Pooling};
 pub use engine::{Engine, EngineConfig, EngineStats, Event, Sink};
 pub use error::{Result, TesseraError};
 pub use forward::PREFILL_BLOCK;
-pub use generate::{FinishReason, GenerateParams, GenerationOutput, Sequence, Timings, TokenLogprob};
+pub use generate::{FinishReason, GenerateParams, GenerationOutput, SampledToken, Sequence, Timings, TokenLogprob};
 pub use model::{LoadOptions, Model, ModelInfo};
 pub use prompt::{Chunk, ImageFeatures, Prompt};
 pub use sampling::{Sampler, SamplingParams};
@@ -68,5 +68,5 @@ pub use structured::{ConstraintFactory, OutputFormat, TokenConstraint};
 pub use tessera_decoder::{AttentionMask, Decoder, KvCache, MaskPlan, Trace};
 pub use tessera_text::{ChatTemplate, Content, ContentPart, Conversation, Message, Tokenizer};
 pub use tessera_vision::{
-    load_image, load_image_source, render_heatmap, save_png, RgbImage, VisionError, DEFAULT_MAX_PIXELS,
+    decode_image, load_image, load_image_source, render_heatmap, save_png, RgbImage, VisionError, DEFAULT_MAX_PIXELS,
 };
