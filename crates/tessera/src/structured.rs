@@ -4,10 +4,10 @@
 //! (Microsoft's, the one vLLM and llama.cpp use), over a token trie built once per model from
 //! the tokenizer's token bytes.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use llguidance::api::TopLevelGrammar;
-use llguidance::{Constraint, ParserFactory};
+use llguidance::{Constraint, ParserFactory, TokenParser};
 use toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 
 use crate::error::{Result, TesseraError};
@@ -71,9 +71,10 @@ impl Grammars {
             OutputFormat::JsonSchema(s) => s.clone(),
         };
         let grammar = TopLevelGrammar::from_json_schema(schema);
-        // Build one parser now, so an unsupported schema fails the request, not its first step.
-        self.factory.create_parser(grammar.clone()).map_err(grammar_err)?;
-        Ok(Arc::new(JsonFactory { factory: self.factory.clone(), grammar }))
+        // Build the first parser now, so an unsupported schema fails the request, not its first
+        // step; the first generation then uses it.
+        let first = self.factory.create_parser(grammar.clone()).map_err(grammar_err)?;
+        Ok(Arc::new(JsonFactory { factory: self.factory.clone(), grammar, first: Mutex::new(Some(first)) }))
     }
 }
 
@@ -103,6 +104,8 @@ impl TokenizerEnv for Env {
 struct JsonFactory {
     factory: Arc<ParserFactory>,
     grammar: TopLevelGrammar,
+    /// The parser built when the format was checked, for the first generation.
+    first: Mutex<Option<TokenParser>>,
 }
 
 impl std::fmt::Debug for JsonFactory {
@@ -113,7 +116,11 @@ impl std::fmt::Debug for JsonFactory {
 
 impl ConstraintFactory for JsonFactory {
     fn start(&self) -> Result<Box<dyn TokenConstraint>> {
-        let parser = self.factory.create_parser(self.grammar.clone()).map_err(grammar_err)?;
+        let built = self.first.lock().ok().and_then(|mut f| f.take());
+        let parser = match built {
+            Some(p) => p,
+            None => self.factory.create_parser(self.grammar.clone()).map_err(grammar_err)?,
+        };
         Ok(Box::new(Guided(Constraint::new(parser))))
     }
 }

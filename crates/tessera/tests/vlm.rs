@@ -666,3 +666,82 @@ fn qwen3_vl_deepstack_features_join_the_first_layers() -> Result<()> {
     assert!(without > 0.1, "without DeepStack the logits move by only {without}");
     Ok(())
 }
+
+/// Generation prefills a prompt in blocks ([`Model::prefill_blocks`]); on every family that
+/// takes chats, a two-turn prompt whose block boundary falls inside the image (moved to the image's start
+/// where the image attends both ways, Gemma 3) gives the last position's logits, and the next
+/// decode step's, that one forward over the whole prompt gives (within f32 reordering).
+#[test]
+fn prompts_prefilled_in_blocks_match_one_forward_on_every_family() -> Result<()> {
+    use tessera::{ContentPart, PromptStyle, PREFILL_BLOCK};
+    let image = load_image(&common::fixtures().join("images/chelsea.png"), DEFAULT_MAX_PIXELS)?;
+    let mut straddled = Vec::new();
+    for name in FAMILIES {
+        let model = load(name)?;
+        if model.config().prompt == PromptStyle::PrefixLm {
+            continue; // no chat template; one block by design (the whole prefix attends both ways)
+        }
+        // Words before the image (in its message, or in a turn before it where the template puts
+        // a message's images first) until a block boundary would fall inside the image.
+        let prompt_with = |n: usize, earlier_turn: bool| -> Option<tessera::Prompt> {
+            let words = ContentPart::Text { text: "word ".repeat(n) };
+            let ask = ContentPart::Text { text: "Describe it.".into() };
+            let chat = match earlier_turn {
+                false => vec![Message::parts("user", vec![words, ContentPart::Image, ask])],
+                true => vec![
+                    Message::parts("user", vec![words]),
+                    Message::text("assistant", "Fine."),
+                    Message::parts("user", vec![ContentPart::Image, ask]),
+                ],
+            };
+            model.encode_chat(&chat, std::slice::from_ref(&image)).ok()
+        };
+        let inside = |ends: &[usize], r: &std::ops::Range<usize>| ends.iter().any(|&e| r.start < e && e < r.end);
+        let found = [false, true].into_iter().flat_map(|t| (0..300).map(move |n| (n, t))).find_map(|(n, t)| {
+            let prompt = prompt_with(n, t)?;
+            let ends = model.prefill_blocks(&prompt);
+            let runs = prompt.image_runs();
+            let hit = match model.config().bidirectional_images {
+                false => runs.iter().any(|r| inside(&ends, r)),
+                // A block that would have ended inside an image ends at the image's start.
+                true => ends.windows(2).any(|w| {
+                    runs.iter().any(|r| w[1] == r.start && (r.start + 1..r.end).contains(&(w[0] + PREFILL_BLOCK)))
+                }),
+            };
+            hit.then_some((prompt, ends))
+        });
+        // Where the template puts a short image right after a turn's end, no boundary falls in
+        // it: then a long chat whose image lies in a later block.
+        if found.is_some() {
+            straddled.push(*name);
+        }
+        let (prompt, ends) = match found {
+            Some(f) => f,
+            None => {
+                let p = prompt_with(300, true).with_context(|| format!("{name}: a two-turn chat"))?;
+                let ends = model.prefill_blocks(&p);
+                (p, ends)
+            }
+        };
+        ensure!(ends.len() >= 2 && ends.last() == Some(&prompt.len()), "{name}: blocks {ends:?}");
+        let split = prompt.image_runs().iter().any(|r| inside(&ends, r));
+        ensure!(!(split && model.config().bidirectional_images), "{name}: blocks {ends:?} cut an image");
+        let mut whole = model.new_cache();
+        let one = model.last_logits(&model.forward_prompt(&prompt, &mut whole, &mut Default::default())?)?;
+        let mut blocked = model.new_cache();
+        let mut encode = |img: &RgbImage| model.encode_image_with_deepstack(img);
+        let hidden = model.prefill(&prompt, &mut blocked, &mut Default::default(), &mut encode)?;
+        let diff = max_abs_diff(&model.last_logits(&hidden)?, &one, name)?;
+        ensure!(diff < 1e-4, "{name}: blocked prefill moves the last logits by {diff}");
+        ensure!(blocked.position_delta() == whole.position_delta(), "{name}: the next RoPE position differs");
+        let next = model.forward_last(&[7], &mut blocked)?;
+        let diff = max_abs_diff(&next, &model.forward_last(&[7], &mut whole)?, name)?;
+        ensure!(diff < 1e-4, "{name}: the step after a blocked prefill moves the logits by {diff}");
+    }
+    // M-RoPE's grid positions and DeepStack's additions sliced inside an image; Gemma 3's
+    // bidirectional image kept whole.
+    for name in ["smolvlm-tiny", "qwen2-vl-tiny", "qwen2.5-vl-tiny", "qwen3-vl-tiny", "gemma3-tiny"] {
+        ensure!(straddled.contains(&name), "{name}: no block boundary met an image ({straddled:?} did)");
+    }
+    Ok(())
+}
