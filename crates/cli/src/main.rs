@@ -425,7 +425,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
     }
     let (images, image_names, chat) = match &args.messages {
         Some(file) => {
-            let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+            let text = read_text(file)?;
             let json: serde_json::Value =
                 serde_json::from_str(&text).with_context(|| format!("{} is not JSON", file.display()))?;
             let chat =
@@ -600,8 +600,7 @@ fn info(args: ModelArgs) -> Result<()> {
 
 fn eval(args: EvalArgs) -> Result<()> {
     let (model, _) = load(&args.model)?;
-    let text =
-        std::fs::read_to_string(&args.questions).with_context(|| format!("reading {}", args.questions.display()))?;
+    let text = read_text(&args.questions)?;
     let base = args.questions.parent().map(PathBuf::from).unwrap_or_default();
     let mut per_task: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
     let params = GenerateParams { max_new_tokens: 32, capture_attention: args.attention, ..Default::default() };
@@ -825,4 +824,14 @@ fn explain(args: ExplainArgs) -> Result<()> {
         out!("{line}");
     }
     Ok(())
+}
+
+/// A text file the user named; a FIFO or device is refused before it is opened (reading one
+/// would block for ever or never end).
+fn read_text(path: &std::path::Path) -> Result<String> {
+    let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    if !meta.is_file() {
+        anyhow::bail!("{} is not a regular file (a FIFO, socket, device or folder)", path.display());
+    }
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }

@@ -233,6 +233,27 @@ fn bad_requests_fail_cleanly() {
     );
 }
 
+/// FIFOs where files are expected (an image, a chat file, a model) are refused before they
+/// are opened: the command ends with one line instead of blocking for ever.
+#[cfg(unix)]
+#[test]
+fn fifos_given_as_files_are_refused_not_waited_on() -> Result<()> {
+    let dir = root().join("target/test-scratch/cli-fifos");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let fifo = |name: &str| -> Result<String> {
+        let path = dir.join(name);
+        anyhow::ensure!(Command::new("mkfifo").arg(&path).status()?.success(), "mkfifo {name}");
+        Ok(path.to_string_lossy().into_owned())
+    };
+    let (image, chat, gguf) = (fifo("photo.png")?, fifo("chat.json")?, fifo("model.gguf")?);
+    let o = tessera(&["generate", "--image", &image, "--prompt", "How many shapes?"]);
+    assert_clean_failure(&o, &["photo.png", "not a regular file"]);
+    assert_clean_failure(&tessera(&["generate", "--messages", &chat]), &["chat.json", "not a regular file"]);
+    assert_clean_failure(&tessera(&["info", "--model", &gguf]), &["model.gguf", "not a regular file"]);
+    Ok(())
+}
+
 /// Lays out a Hugging Face cache (`HF_HOME/hub/models--org--name/{refs,snapshots}`) holding the tiny model.
 fn fake_hub_cache(home: &Path) -> Result<()> {
     let repo = home.join("hub/models--tessera--tiny-llama");

@@ -18,7 +18,7 @@ use crate::mask::{AttentionMask, MaskBiases, MaskPlan};
 const MAX_SHARED_BIAS: usize = 16 << 20;
 use crate::mlp::GatedMlp;
 use crate::norm::{NormStyle, RmsNorm};
-use crate::rope::{RopeConfig, RotaryEmbedding};
+use crate::rope::{RopeConfig, RopeScaling, RotaryEmbedding};
 use crate::weights::Weights;
 
 /// The runtime blueprint of a decoder; model configs (`config.json`, GGUF metadata) convert into it.
@@ -61,7 +61,23 @@ pub struct LocalRope {
     pub layers: Vec<bool>,
 }
 
+/// The RoPE scaling numbers that must be positive, by their config names.
+fn rope_factors(rope: &RopeConfig) -> Vec<(&'static str, Option<f64>)> {
+    match rope.scaling {
+        RopeScaling::Default => Vec::new(),
+        RopeScaling::Linear { factor } => vec![("rope_scaling.factor", Some(factor))],
+        RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => vec![
+            ("rope_scaling.factor", Some(factor)),
+            ("rope_scaling.low_freq_factor", Some(low_freq_factor)),
+            ("rope_scaling.high_freq_factor", Some(high_freq_factor)),
+            ("rope_scaling.original_max_position_embeddings", Some(original_max_position_embeddings as f64)),
+        ],
+    }
+}
+
 impl DecoderConfig {
+    /// Refuses settings outside their domain, naming the field: zero sizes, heads that do not
+    /// group, and non-positive or non-finite epsilons, RoPE bases and scaling factors.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(DecoderError::Config(m));
         if self.num_hidden_layers == 0 {
@@ -75,6 +91,38 @@ impl DecoderConfig {
         }
         if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return bad(format!("head_dim ({}) must be positive and even", self.head_dim));
+        }
+        for (name, n) in [
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_attention_heads", self.num_attention_heads),
+            ("max_position_embeddings", self.max_position_embeddings),
+        ] {
+            if n == 0 {
+                return bad(format!("`{name}` must be positive, got 0"));
+            }
+        }
+        // Numbers the arithmetic divides by, takes roots or logarithms of: positive and finite.
+        let mut positive = vec![("rms_norm_eps", Some(self.rms_norm_eps)), ("rope_theta", Some(self.rope.theta))];
+        positive.push(("query_pre_attn_scalar", self.query_pre_attn_scalar));
+        positive.push(("attn_logit_softcapping", self.attn_logit_softcapping));
+        positive.extend(rope_factors(&self.rope));
+        if let Some(local) = &self.local_rope {
+            positive.push(("rope_local_base_freq", Some(local.rope.theta)));
+            positive.extend(rope_factors(&local.rope));
+        }
+        for (name, value) in positive {
+            if let Some(v) = value.filter(|v| !(v.is_finite() && *v > 0.0)) {
+                return bad(format!("`{name}` must be a positive finite number, got {v}"));
+            }
+        }
+        if let RopeScaling::Llama3 { low_freq_factor, high_freq_factor, .. } = self.rope.scaling {
+            if high_freq_factor <= low_freq_factor {
+                return bad(format!(
+                    "`rope_scaling.high_freq_factor` ({high_freq_factor}) must exceed `low_freq_factor` \
+                     ({low_freq_factor})"
+                ));
+            }
         }
         if let Some(local) = &self.local_rope {
             if local.layers.len() != self.num_hidden_layers {

@@ -67,7 +67,25 @@ pub fn resolve(spec: &str) -> Result<ModelSource> {
 
 fn local(spec: &str, path: &Path) -> Result<ModelSource> {
     if path.is_dir() {
+        // Every file of the folder is refused unless regular (links followed): reading a FIFO
+        // would block for ever, a device would never end.
+        let entries = std::fs::read_dir(path).map_err(|e| TesseraError::ModelNotFound {
+            spec: spec.to_string(),
+            reason: format!("cannot list the folder: {e}"),
+        })?;
+        for entry in entries.flatten() {
+            let file = entry.path();
+            if file.is_dir() {
+                continue;
+            }
+            if let Some(why) = not_regular(&file) {
+                return Err(TesseraError::ModelNotFound { spec: spec.to_string(), reason: why });
+            }
+        }
         return Ok(ModelSource::Dir(path.to_path_buf()));
+    }
+    if let Some(why) = not_regular(path) {
+        return Err(TesseraError::ModelNotFound { spec: spec.to_string(), reason: why });
     }
     if path.extension().and_then(|e| e.to_str()) == Some("gguf") {
         return Ok(ModelSource::Gguf(path.to_path_buf()));
@@ -76,6 +94,15 @@ fn local(spec: &str, path: &Path) -> Result<ModelSource> {
         spec: spec.to_string(),
         reason: "expected a model folder or a .gguf file".into(),
     })
+}
+
+/// Why `path` cannot be read as a file (it is a FIFO, socket or device, or a broken link), if so.
+pub(crate) fn not_regular(path: &Path) -> Option<String> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => None,
+        Ok(_) => Some(format!("{} is not a regular file (a FIFO, socket or device)", path.display())),
+        Err(e) => Some(format!("{}: {e}", path.display())),
+    }
 }
 
 fn offline() -> bool {

@@ -35,7 +35,13 @@ pub const DEFAULT_MAX_PIXELS: u64 = 50_000_000;
 
 /// Reads and decodes an image file; `max_pixels` bounds width × height.
 pub fn load_image(path: &Path, max_pixels: u64) -> Result<RgbImage> {
-    let bytes = std::fs::read(path).map_err(|e| VisionError::Io { path: path.into(), reason: e.to_string() })?;
+    let io = |reason: String| VisionError::Io { path: path.into(), reason };
+    // A FIFO would block the read for ever, a device would never end.
+    let meta = std::fs::metadata(path).map_err(|e| io(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(io("not a regular file (a FIFO, socket, device or folder)".into()));
+    }
+    let bytes = std::fs::read(path).map_err(|e| io(e.to_string()))?;
     decode_image(&bytes, path, max_pixels)
 }
 
