@@ -87,6 +87,18 @@ impl ModelConfig {
         };
         decoder.validate().map_err(|e| err(e.to_string()))?;
         let layers = decoder.num_hidden_layers;
+        // Tensors of blocks the metadata does not count would be ignored: the file disagrees
+        // with itself, so it is refused rather than run with some of its layers.
+        let beyond = content.tensor_infos.keys().filter_map(|name| {
+            let block = name.strip_prefix("blk.")?.split('.').next()?.parse::<usize>().ok()?;
+            (block >= layers).then_some((block, name))
+        });
+        if let Some((block, name)) = beyond.max() {
+            return Err(err(format!(
+                "`{}` is {layers} but the file holds tensors of block {block} (`{name}`)",
+                key("block_count")
+            )));
+        }
         let id = |k: &str| md.get(k).and_then(gguf_usize).map(|v| v as u32);
         Ok(Self {
             family: family.name(),

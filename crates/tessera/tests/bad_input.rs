@@ -5,6 +5,7 @@ mod common;
 use std::path::Path;
 
 use anyhow::Result;
+use candle_core::quantized::gguf_file;
 use tessera::{GenerateParams, LoadOptions, Model};
 
 fn load_err(path: &Path) -> String {
@@ -122,6 +123,54 @@ fn heads_that_do_not_share_kv_heads_evenly() -> Result<()> {
     Ok(())
 }
 
+/// Numbers the arithmetic divides by or takes roots of, outside their domain: refused at load
+/// with the field named (they used to run and answer NaN, or garbage).
+#[test]
+fn numeric_config_fields_outside_their_domain_are_refused_by_name() -> Result<()> {
+    let cases: Vec<(&str, serde_json::Value, &str)> = vec![
+        ("rms_norm_eps", (-1e-5).into(), "rms_norm_eps"),
+        ("rms_norm_eps", 0.0.into(), "rms_norm_eps"),
+        ("rope_theta", 0.0.into(), "rope_theta"),
+        ("rope_theta", (-10000.0).into(), "rope_theta"),
+        ("rope_scaling", serde_json::json!({"rope_type": "linear", "factor": -2.0}), "factor"),
+        ("rope_scaling", serde_json::json!({"rope_type": "linear", "factor": 0.0}), "factor"),
+        ("intermediate_size", 0.into(), "intermediate_size"),
+    ];
+    for (i, (field, value, needle)) in cases.into_iter().enumerate() {
+        let dir = tiny_copy(&format!("bad-number-{i}"))?;
+        edit_config(&dir, |c| c[field] = value.clone())?;
+        let err = load_err(&dir);
+        assert!(err.contains(needle) && err.contains("config.json"), "{field} = {value}: {err}");
+    }
+    Ok(())
+}
+
+/// A FIFO where a model file is expected is refused before it is opened (reading it blocked
+/// for ever).
+#[cfg(unix)]
+#[test]
+fn a_fifo_for_a_model_file_is_refused_not_waited_on() -> Result<()> {
+    let fifo = |path: &Path| -> Result<()> {
+        let status = std::process::Command::new("mkfifo").arg(path).status()?;
+        anyhow::ensure!(status.success(), "mkfifo {}", path.display());
+        Ok(())
+    };
+    let dir = tiny_copy("fifo-config")?;
+    std::fs::remove_file(dir.join("config.json"))?;
+    fifo(&dir.join("config.json"))?;
+    let err = load_err(&dir);
+    assert!(err.contains("config.json") && err.contains("not a regular file"), "{err}");
+    let gguf = common::scratch("fifo-gguf")?.join("model.gguf");
+    fifo(&gguf)?;
+    let err = load_err(&gguf);
+    assert!(err.contains("model.gguf") && err.contains("not a regular file"), "{err}");
+    let image = common::scratch("fifo-image")?.join("photo.png");
+    fifo(&image)?;
+    let err = tessera::load_image(&image, tessera::DEFAULT_MAX_PIXELS).unwrap_err().to_string();
+    assert!(err.contains("photo.png") && err.contains("not a regular file"), "{err}");
+    Ok(())
+}
+
 #[test]
 fn missing_and_truncated_gguf() -> Result<()> {
     let dir = common::scratch("bad-gguf")?;
@@ -140,6 +189,50 @@ fn missing_and_truncated_gguf() -> Result<()> {
     std::fs::write(&truncated, &bytes[..2 << 20])?;
     let err = load_err(&truncated);
     assert!(err.contains("truncated.gguf") && err.contains("truncated"), "{err}");
+    Ok(())
+}
+
+/// The test GGUF rewritten with `edit` applied to its metadata (tensors unchanged).
+fn gguf_with(
+    name: &str,
+    edit: impl FnOnce(&mut std::collections::HashMap<String, gguf_file::Value>),
+) -> Result<std::path::PathBuf> {
+    let real = common::smollm2_gguf()?;
+    let mut file = std::fs::File::open(&real)?;
+    let content = gguf_file::Content::read(&mut file)?;
+    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
+    names.sort();
+    let tensors = names
+        .iter()
+        .map(|n| Ok((n.as_str(), content.tensor(&mut file, n, &candle_core::Device::Cpu)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut metadata = content.metadata.clone();
+    edit(&mut metadata);
+    let metadata: Vec<(&str, &gguf_file::Value)> = metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let path = common::scratch(name)?.join("model.gguf");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
+    let refs: Vec<(&str, &candle_core::quantized::QTensor)> = tensors.iter().map(|(n, t)| (*n, t)).collect();
+    gguf_file::write(&mut out, &metadata, &refs)?;
+    Ok(path)
+}
+
+/// GGUF metadata out of its domain, or disagreeing with the file's tensors, is refused naming
+/// the key (the file used to run: NaN logits, or garbage from a model missing ten layers).
+#[test]
+fn gguf_metadata_out_of_domain_or_disagreeing_with_the_tensors_is_refused() -> Result<()> {
+    use gguf_file::Value;
+    let cases: Vec<(&str, Value, &str)> = vec![
+        ("llama.attention.layer_norm_rms_epsilon", Value::F32(-1.0), "rms_norm_eps"),
+        ("llama.rope.freq_base", Value::F32(0.0), "rope_theta"),
+        ("llama.block_count", Value::U32(20), "llama.block_count` is 20 but the file holds tensors of block 29"),
+    ];
+    for (i, (key, value, needle)) in cases.into_iter().enumerate() {
+        let path = gguf_with(&format!("bad-gguf-meta-{i}"), |m| {
+            m.insert(key.to_string(), value);
+        })?;
+        let err = load_err(&path);
+        assert!(err.contains(needle) && err.contains("model.gguf"), "{key}: {err}");
+    }
     Ok(())
 }
 
