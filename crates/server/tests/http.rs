@@ -576,3 +576,35 @@ fn sixty_four_concurrent_streams_mixed_with_hang_ups_each_get_their_solo_answer(
     assert!(metric(&server, "tessera_image_cache_hits_total")? >= 28.0);
     Ok(())
 }
+
+/// A chat's second turn over HTTP continues from the first turn's cached KV: the prefix
+/// metrics count it, and the answer is the one a server without the cache gives.
+#[test]
+fn a_second_chat_turn_reuses_the_first_turns_cache() -> Result<()> {
+    let smollm2 = root().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let cached = start_with(&smollm2, config())?;
+    let mut engine = tessera::EngineConfig::default();
+    engine.kv_cache_bytes = 0;
+    let uncached = start_with(&smollm2, ServerConfig { engine, ..config() })?;
+    let mut messages = vec![json!({"role": "user", "content": "Name three fruits."})];
+    let ask = |server: &Server, messages: &Vec<Value>| -> Result<String> {
+        let (s, b) =
+            post(server, "/v1/chat/completions", &json!({"messages": messages, "temperature": 0, "max_tokens": 24}))?;
+        anyhow::ensure!(s == 200, "{b}");
+        Ok(b["choices"][0]["message"]["content"].as_str().unwrap_or_default().to_string())
+    };
+    let first = ask(&cached, &messages)?;
+    assert_eq!(first, ask(&uncached, &messages)?);
+    messages.push(json!({"role": "assistant", "content": first}));
+    messages.push(json!({"role": "user", "content": "Which of them is yellow?"}));
+    let before = metric(&cached, "tessera_prefilled_positions_total")?;
+    let second = ask(&cached, &messages)?;
+    assert_eq!(second, ask(&uncached, &messages)?, "the cached prefix changed the answer");
+    assert_eq!(metric(&cached, "tessera_prefix_cache_hits_total")?, 1.0);
+    let reused = metric(&cached, "tessera_prefix_reused_positions_total")?;
+    let prompt = metric(&uncached, "tessera_prefilled_positions_total")? - before;
+    assert!(reused > 20.0, "only {reused} positions reused");
+    assert_eq!(metric(&cached, "tessera_prefilled_positions_total")? - before + reused, prompt);
+    assert_eq!(metric(&uncached, "tessera_prefix_cache_hits_total")?, 0.0);
+    Ok(())
+}
