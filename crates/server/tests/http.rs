@@ -583,8 +583,7 @@ fn sixty_four_concurrent_streams_mixed_with_hang_ups_each_get_their_solo_answer(
 fn a_second_chat_turn_reuses_the_first_turns_cache() -> Result<()> {
     let smollm2 = root().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
     let cached = start_with(&smollm2, config())?;
-    let mut engine = tessera::EngineConfig::default();
-    engine.kv_cache_bytes = 0;
+    let engine = tessera::EngineConfig { kv_cache_bytes: 0, ..Default::default() };
     let uncached = start_with(&smollm2, ServerConfig { engine, ..config() })?;
     let mut messages = vec![json!({"role": "user", "content": "Name three fruits."})];
     let ask = |server: &Server, messages: &Vec<Value>| -> Result<String> {
