@@ -469,12 +469,19 @@ impl Attention {
         let (out, weights) = match input.cache {
             Some((caches, layer)) if per_row => {
                 // Each row: its keys and values into its own cache, one query over that cache.
-                let mut outs = Vec::with_capacity(t);
+                let mut kvs = Vec::with_capacity(t);
                 for (i, cache) in caches.iter_mut().enumerate() {
-                    let (kc, vc) = cache.append(layer, &k.narrow(2, i, 1)?, &v.narrow(2, i, 1)?)?;
-                    outs.push(self.attend(&q.narrow(2, i, 1)?.contiguous()?, &kc, &vc, mask, None, false, fused)?.0);
+                    kvs.push(cache.append(layer, &k.narrow(2, i, 1)?, &v.narrow(2, i, 1)?)?);
                 }
-                (Tensor::cat(&outs, 1)?, None)
+                if fused {
+                    (self.attend_rows(&q, &kvs, mask)?, None)
+                } else {
+                    let mut outs = Vec::with_capacity(t);
+                    for (i, (kc, vc)) in kvs.iter().enumerate() {
+                        outs.push(self.attend(&q.narrow(2, i, 1)?.contiguous()?, kc, vc, mask, None, false, false)?.0);
+                    }
+                    (Tensor::cat(&outs, 1)?, None)
+                }
             }
             Some((caches, layer)) => {
                 let cache = caches
@@ -486,6 +493,52 @@ impl Attention {
             None => self.attend(&q, &k, &v, mask, bias, capture, fused)?,
         };
         Ok((self.o_proj.forward_add(&out, residual)?, weights))
+    }
+
+    /// A batched decode step's attention on the CPU: row `i` of `q` `(1, heads, n, d)` over
+    /// its own cache `kvs[i]` (`(1, kv_heads, len_i, d)` f32 views), all rows in one kernel
+    /// call (one pool fork/join per layer, not one per row) → `(1, n, heads·d)`. Each row
+    /// computes what the fused kernel computes for it alone.
+    fn attend_rows(&self, q: &Tensor, kvs: &[(Tensor, Tensor)], mask: &AttentionMask) -> Result<Tensor> {
+        use candle_core::{CpuStorage, Storage};
+        let (n, d) = (kvs.len(), self.head_dim);
+        let q = q.transpose(1, 2)?.contiguous()?.flatten_all()?.to_vec1::<f32>()?; // (n, heads, d)
+        let stores: Vec<_> = kvs.iter().map(|(k, v)| (k.storage_and_layout(), v.storage_and_layout())).collect();
+        fn f32s(s: &Storage) -> Result<&[f32]> {
+            match s {
+                Storage::Cpu(CpuStorage::F32(data)) => Ok(data.as_slice()),
+                _ => Err(DecoderError::Config("batched attention takes f32 CPU caches".into())),
+            }
+        }
+        let mut rows = Vec::with_capacity(n);
+        for (i, ((ks, kl), (vs, vl))) in stores.iter().enumerate() {
+            let tk = kl.dims()[2];
+            let (k, v) = (f32s(ks)?, f32s(vs)?);
+            rows.push(tessera_kernels::attention::RowAttention {
+                q: &q[i * self.num_heads * d..][..self.num_heads * d],
+                k,
+                kl: kv_layout(kl, "k")?,
+                v,
+                vl: kv_layout(vl, "v")?,
+                tk,
+                visible: mask.visible_keys(tk - 1, tk),
+            });
+        }
+        let mut out = vec![0f32; n * self.num_heads * d];
+        let pool = tessera_kernels::ThreadPool::global();
+        tessera_kernels::attention::attend_rows(
+            pool,
+            &rows,
+            self.num_heads,
+            self.num_kv_heads,
+            d,
+            self.scale as f32,
+            &mut out,
+        )
+        .map_err(|e| DecoderError::Config(format!("batched attention: {e}")))?;
+        drop(rows);
+        drop(stores); // the caches' read locks
+        Ok(Tensor::from_vec(out, (1, n, self.num_heads * d), &candle_core::Device::Cpu)?)
     }
 
     /// `softmax(q kᵀ · scale + mask) v` for `q` `(b, heads, tq, d)` over `k`/`v`

@@ -76,23 +76,114 @@ pub fn attend(
                 let qrow = &q[((b * s.heads + h) * s.tq + i) * d..][..d];
                 let keys = visible(first_q + i);
                 let (lo, hi) = (keys.start.min(s.tk), keys.end.min(s.tk).max(keys.start.min(s.tk)));
-                let sc = &mut scores[lo..hi];
                 // SAFETY: (b, i, h) is this job's row of the output; in bounds (checked above).
                 let o = unsafe { std::slice::from_raw_parts_mut(dst.0.add(((b * s.tq + i) * s.heads + h) * d), d) };
-                crate::ops::wide(|| {
-                    for (j, x) in (lo..hi).zip(sc.iter_mut()) {
-                        *x = dot(qrow, &k[kbase + j * kl.row_stride..][..d]);
-                    }
-                    softmax_in_place(sc, scale);
-                    acc.fill(0.0);
-                    for (j, &p) in (lo..hi).zip(sc.iter()) {
-                        for (a, &x) in acc.iter_mut().zip(&v[vbase + j * vl.row_stride..][..d]) {
-                            *a += p * x;
-                        }
-                    }
-                    o.copy_from_slice(&acc);
-                });
+                let kv = HeadKv { k, kbase, krow: kl.row_stride, v, vbase, vrow: vl.row_stride };
+                one_query(qrow, &kv, lo..hi, scale, &mut scores, &mut acc, o);
             }
+        }
+    })
+}
+
+/// One head's keys and values: row `j` of the keys starts at `k[kbase + j·krow]`.
+struct HeadKv<'a> {
+    k: &'a [f32],
+    kbase: usize,
+    krow: usize,
+    v: &'a [f32],
+    vbase: usize,
+    vrow: usize,
+}
+
+/// `o` ← one query's attention over the keys `keys` of one head: the arithmetic of every
+/// fused attention call, written once so that a row computes the same alone
+/// ([`attend`]) or among others ([`attend_rows`]).
+#[inline(always)]
+fn one_query(
+    q: &[f32],
+    kv: &HeadKv<'_>,
+    keys: std::ops::Range<usize>,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    acc: &mut [f32],
+    o: &mut [f32],
+) {
+    let d = q.len();
+    if scores.len() < keys.end {
+        scores.resize(keys.end, 0.0);
+    }
+    let sc = &mut scores[keys.clone()];
+    crate::ops::wide(|| {
+        for (j, x) in keys.clone().zip(sc.iter_mut()) {
+            *x = dot(q, &kv.k[kv.kbase + j * kv.krow..][..d]);
+        }
+        softmax_in_place(sc, scale);
+        acc.fill(0.0);
+        for (j, &p) in keys.zip(sc.iter()) {
+            for (a, &x) in acc.iter_mut().zip(&kv.v[kv.vbase + j * kv.vrow..][..d]) {
+                *a += p * x;
+            }
+        }
+        o.copy_from_slice(acc);
+    });
+}
+
+/// One sequence's row of a batched decode step: its query `(heads, head_dim)` (contiguous),
+/// its own cache's keys and values (`tk` rows, batch 1) and the keys its mask lets it see.
+pub struct RowAttention<'a> {
+    pub q: &'a [f32],
+    pub k: &'a [f32],
+    pub kl: KvLayout,
+    pub v: &'a [f32],
+    pub vl: KvLayout,
+    pub tk: usize,
+    pub visible: std::ops::Range<usize>,
+}
+
+/// `out` `(rows, heads, head_dim)` ← each row's query attending over its own cache, every
+/// (row, head) pair shared out in one pool call; each row computes exactly what [`attend`]
+/// computes for it alone.
+pub fn attend_rows(
+    pool: &ThreadPool,
+    rows: &[RowAttention<'_>],
+    heads: usize,
+    kv_heads: usize,
+    d: usize,
+    scale: f32,
+    out: &mut [f32],
+) -> Result<()> {
+    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) || out.len() < rows.len() * heads * d {
+        return Err(KernelError::Shape(format!("{} rows of {heads} heads / {kv_heads} kv heads × {d}", rows.len())));
+    }
+    for r in rows {
+        let last = |l: &KvLayout| l.offset + (kv_heads - 1) * l.head_stride + r.tk.saturating_sub(1) * l.row_stride + d;
+        if r.q.len() < heads * d || (r.tk > 0 && (r.k.len() < last(&r.kl) || r.v.len() < last(&r.vl))) {
+            return Err(KernelError::Shape(format!("attention row buffers too small for {} keys", r.tk)));
+        }
+    }
+    let groups = heads / kv_heads;
+    let (jobs, n) = (rows.len() * heads, pool.threads());
+    let dst = SendPtr(out.as_mut_ptr());
+    pool.run(&|part| {
+        let dst = &dst;
+        let mut scores = Vec::new();
+        let mut acc = vec![0f32; d];
+        for job in (part..jobs).step_by(n) {
+            let (i, h) = (job / heads, job % heads);
+            let r = &rows[i];
+            let kvh = h / groups;
+            let kv = HeadKv {
+                k: r.k,
+                kbase: r.kl.offset + kvh * r.kl.head_stride,
+                krow: r.kl.row_stride,
+                v: r.v,
+                vbase: r.vl.offset + kvh * r.vl.head_stride,
+                vrow: r.vl.row_stride,
+            };
+            let (lo, hi) = (r.visible.start.min(r.tk), r.visible.end.min(r.tk).max(r.visible.start.min(r.tk)));
+            // SAFETY: (i, h) is this job's row of the output, in bounds (checked above).
+            let o = unsafe { std::slice::from_raw_parts_mut(dst.0.add((i * heads + h) * d), d) };
+            one_query(&r.q[h * d..][..d], &kv, lo..hi, scale, &mut scores, &mut acc, o);
         }
     })
 }

@@ -103,3 +103,55 @@ fn gelu_tanh_equals_the_f64_formula() {
         }
     }
 }
+
+/// A batched decode step's attention: rows with caches of different lengths (and a sliding
+/// window on some), each row bit for bit what `attend` gives that row alone, on 1–3 threads.
+#[test]
+fn attend_rows_gives_each_row_what_attend_gives_it_alone() {
+    use tessera_kernels::attention::{attend_rows, RowAttention};
+    let mut rng = StdRng::seed_from_u64(9);
+    let (heads, kv_heads, d, scale) = (6, 2, 16, 0.3f32);
+    let lens = [1usize, 5, 12, 7, 30];
+    let caches: Vec<(Vec<f32>, Vec<f32>, usize)> = lens
+        .iter()
+        .map(|&tk| {
+            let cap = tk + 3; // views over a larger buffer, as the KV cache gives
+            let k: Vec<f32> = (0..kv_heads * cap * d).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let v: Vec<f32> = (0..kv_heads * cap * d).map(|_| rng.random_range(-1.0..1.0)).collect();
+            (k, v, cap)
+        })
+        .collect();
+    let q: Vec<f32> = (0..lens.len() * heads * d).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let window = |i: usize| (i % 2 == 1).then_some(4usize);
+    let layout =
+        |cap: usize| KvLayout { offset: 0, batch_stride: kv_heads * cap * d, head_stride: cap * d, row_stride: d };
+    let visible = |i: usize, tk: usize| window(i).map_or(0, |w| tk.saturating_sub(w))..tk;
+    for threads in [1, 2, 3] {
+        let pool = ThreadPool::new(threads);
+        let rows: Vec<RowAttention> = caches
+            .iter()
+            .zip(lens)
+            .enumerate()
+            .map(|(i, ((k, v, cap), tk))| RowAttention {
+                q: &q[i * heads * d..][..heads * d],
+                k,
+                kl: layout(*cap),
+                v,
+                vl: layout(*cap),
+                tk,
+                visible: visible(i, tk),
+            })
+            .collect();
+        let mut out = vec![0f32; lens.len() * heads * d];
+        attend_rows(&pool, &rows, heads, kv_heads, d, scale, &mut out).expect("attend_rows");
+        for (i, ((k, v, cap), tk)) in caches.iter().zip(lens).enumerate() {
+            let shape = AttentionShape { batch: 1, heads, kv_heads, tq: 1, tk, head_dim: d };
+            let mut alone = vec![0f32; heads * d];
+            let range = |_qp: usize| visible(i, tk);
+            let qi = &q[i * heads * d..][..heads * d];
+            attend(&pool, shape, qi, k, layout(*cap), v, layout(*cap), scale, &range, &mut alone).expect("attend");
+            let got = &out[i * heads * d..][..heads * d];
+            assert!(got.iter().zip(&alone).all(|(a, b)| a.to_bits() == b.to_bits()), "row {i}, {threads} threads");
+        }
+    }
+}
