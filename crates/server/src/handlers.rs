@@ -145,6 +145,7 @@ fn load_image(state: &AppState, src: &str) -> Result<RgbImage, ApiError> {
 }
 
 /// How long an image download may take, all of it.
+#[cfg(feature = "downloads")]
 const DOWNLOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The bytes at `url`, if its host is one of `--allowed-media-domains` (or under one). No
@@ -164,6 +165,12 @@ fn download(state: &AppState, url: &str) -> Result<Vec<u8>, String> {
     if !permitted {
         return Err(format!("host {host} is not in --allowed-media-domains"));
     }
+    fetch(url, state.config.max_body_bytes)
+}
+
+/// The body of a GET of `url`, refused past `limit` bytes.
+#[cfg(feature = "downloads")]
+fn fetch(url: &str, limit: usize) -> Result<Vec<u8>, String> {
     let agent = ureq::AgentBuilder::new().redirects(0).timeout(DOWNLOAD_TIMEOUT).build();
     let response = match agent.get(url).call() {
         Ok(r) => r,
@@ -173,7 +180,6 @@ fn download(state: &AppState, url: &str) -> Result<Vec<u8>, String> {
     if response.status() != 200 {
         return Err(format!("the server answered HTTP {} (redirects are not followed)", response.status()));
     }
-    let limit = state.config.max_body_bytes;
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(&mut std::io::Read::take(response.into_reader(), limit as u64 + 1), &mut bytes)
         .map_err(|e| format!("download failed: {e}"))?;
@@ -181,6 +187,11 @@ fn download(state: &AppState, url: &str) -> Result<Vec<u8>, String> {
         return Err(format!("the image is larger than --max-body-bytes ({limit} bytes)"));
     }
     Ok(bytes)
+}
+
+#[cfg(not(feature = "downloads"))]
+fn fetch(_url: &str, _limit: usize) -> Result<Vec<u8>, String> {
+    Err("this build of tessera has no downloads (built without the `hub` feature)".into())
 }
 
 /// The lowercase host of an `http(s)` URL (no user info allowed, port dropped).
