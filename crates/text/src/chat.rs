@@ -153,6 +153,10 @@ impl ChatTemplate {
 
     fn with_origin(source: &str, bos_token: Option<String>, eos_token: Option<String>, origin: String) -> Result<Self> {
         let mut env = Environment::new();
+        // Templates come with downloaded checkpoints: their work is bounded (a real chat
+        // template takes a few thousand steps; nested loops over `range(100000)` would run
+        // for hours).
+        env.set_fuel(Some(TEMPLATE_STEPS));
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         minijinja_contrib::add_to_environment(&mut env);
@@ -222,7 +226,52 @@ impl ChatTemplate {
             bos_token => self.bos_token.clone().unwrap_or_default(),
             eos_token => self.eos_token.clone().unwrap_or_default(),
         };
-        template.render(ctx).map_err(|e| TextError::Template { origin: self.origin.clone(), reason: describe(&e) })
+        let mut out = Limited { bytes: Vec::new(), max: MAX_RENDERED_BYTES };
+        match template.render_to_write(ctx, &mut out) {
+            Ok(_) => String::from_utf8(out.bytes).map_err(|e| TextError::Template {
+                origin: self.origin.clone(),
+                reason: format!("the template wrote invalid UTF-8: {e}"),
+            }),
+            Err(e) => {
+                let reason = match e.kind() {
+                    ErrorKind::OutOfFuel => {
+                        format!("rendering ran past {TEMPLATE_STEPS} steps (a loop far longer than any chat needs)")
+                    }
+                    ErrorKind::WriteFailure if out.bytes.len() >= out.max => {
+                        format!("the rendered prompt passed {} MiB", MAX_RENDERED_BYTES >> 20)
+                    }
+                    _ => describe(&e),
+                };
+                Err(TextError::Template { origin: self.origin.clone(), reason })
+            }
+        }
+    }
+}
+
+/// Steps (minijinja's fuel: one per instruction) a template may take to render a chat.
+const TEMPLATE_STEPS: u64 = 20_000_000;
+
+/// Bytes a rendered prompt may take (far past any model's context).
+const MAX_RENDERED_BYTES: usize = 16 << 20;
+
+/// A writer that refuses to grow past `max` bytes.
+struct Limited {
+    bytes: Vec<u8>,
+    max: usize,
+}
+
+impl std::io::Write for Limited {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.max {
+            self.bytes.extend_from_slice(&buf[..self.max - self.bytes.len()]);
+            return Err(std::io::Error::other("the rendered prompt is too long"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -337,6 +386,18 @@ mod tests {
 
     const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
 {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+    #[test]
+    fn hostile_templates_stop_at_the_step_and_size_limits() {
+        let loops = "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}";
+        let start = std::time::Instant::now();
+        let err = ChatTemplate::new(loops, None, None).unwrap().render(&[], false).unwrap_err().to_string();
+        assert!(err.contains("steps"), "{err}");
+        assert!(start.elapsed().as_secs() < 30, "the step limit took {:?}", start.elapsed());
+        let big = "{% for i in range(1000) %}{{ 'x' * 100000 }}{% endfor %}";
+        let err = ChatTemplate::new(big, None, None).unwrap().render(&[], false).unwrap_err().to_string();
+        assert!(err.contains("16 MiB"), "{err}");
+    }
 
     #[test]
     fn renders_chatml_with_generation_prompt() {
