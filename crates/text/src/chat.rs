@@ -227,7 +227,7 @@ impl ChatTemplate {
             eos_token => self.eos_token.clone().unwrap_or_default(),
         };
         let mut out = Limited { bytes: Vec::new(), max: MAX_RENDERED_BYTES };
-        match template.render_to_write(ctx, &mut out) {
+        match template.render_captured_to(ctx, &mut out) {
             Ok(_) => String::from_utf8(out.bytes).map_err(|e| TextError::Template {
                 origin: self.origin.clone(),
                 reason: format!("the template wrote invalid UTF-8: {e}"),
