@@ -466,14 +466,11 @@ impl TextFamily {
         if let Some(w) = layer_windows.iter().flatten().find(|&&w| w == 0) {
             return Err(format!("sliding_window {w} must be positive"));
         }
-        for (name, cap) in [
-            ("attn_logit_softcapping", decoder.attn_logit_softcapping),
-            ("final_logit_softcapping", f.final_logit_softcapping.unwrap_or(c.final_logit_softcapping)),
-            ("query_pre_attn_scalar", decoder.query_pre_attn_scalar),
-        ] {
-            if cap.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
-                return Err(format!("{name} must be a positive number, got {cap:?}"));
-            }
+        // The decoder's own numbers are checked by `DecoderConfig::validate`; this one is the
+        // model's.
+        let cap = f.final_logit_softcapping.unwrap_or(c.final_logit_softcapping);
+        if cap.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
+            return Err(format!("final_logit_softcapping must be a positive number, got {cap:?}"));
         }
         let defaults = |v: Option<u32>| v.filter(|_| class_defaults).map(TokenIds::One);
         Ok(TextModel {
@@ -512,19 +509,13 @@ fn local_rope(f: &TextFields, default_theta: f64) -> Result<RopeConfig, String> 
     rope_config(nested, theta)
 }
 
+/// Errors name a missing field; the numbers' domains are `DecoderConfig::validate`'s to check.
 fn rope_config(params: Option<&RopeFields>, theta: f64) -> Result<RopeConfig, String> {
-    if !(theta.is_finite() && theta > 0.0) {
-        return Err(format!("rope_theta {theta} must be a positive number"));
-    }
     let scaling = match params {
         None => RopeScaling::Default,
         Some(p) => {
             let kind = p.rope_type.or(p.kind).unwrap_or(RopeKind::Default);
-            let num = |v: Option<f64>, k: &str| match v {
-                Some(x) if x.is_finite() && x > 0.0 => Ok(x),
-                Some(x) => Err(format!("rope scaling `{k}` {x} must be a positive number")),
-                None => Err(format!("rope scaling `{kind:?}` needs `{k}`")),
-            };
+            let num = |v: Option<f64>, k: &str| v.ok_or_else(|| format!("rope scaling `{kind:?}` needs `{k}`"));
             match kind {
                 RopeKind::Default | RopeKind::Mrope => RopeScaling::Default,
                 RopeKind::Linear => RopeScaling::Linear { factor: num(p.factor, "factor")? },
