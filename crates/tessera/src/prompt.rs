@@ -345,10 +345,26 @@ impl Model {
         let image_id = self.image_encoder.as_ref().and_then(|e| e.image_token_id());
         // A placeholder id outside the vocabulary embeds as id 0 before it is replaced.
         let vocab = self.embed.vocab_size() as u32;
-        let safe: Vec<u32> =
-            prompt.ids.iter().map(|&t| if Some(t) == image_id && t >= vocab { 0 } else { t }).collect();
-        let text = if safe.is_empty() { None } else { Some(self.embed_ids(&safe)?) };
-        let dtype = text.as_ref().map(|t| t.dtype());
+        // The ids the range's text chunks span, embedded once (not the whole prompt per block).
+        let span = chunks
+            .iter()
+            .filter_map(|c| match c {
+                Chunk::Text(r) => Some(r.clone()),
+                Chunk::Image { .. } => None,
+            })
+            .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end));
+        let text = match &span {
+            Some(s) => {
+                let safe: Vec<u32> = prompt.ids[s.clone()]
+                    .iter()
+                    .map(|&t| if Some(t) == image_id && t >= vocab { 0 } else { t })
+                    .collect();
+                Some(self.embed_ids(&safe)?)
+            }
+            None => None,
+        };
+        let first_id = span.as_ref().map_or(0, |s| s.start);
+        let dtype = (!prompt.ids.is_empty()).then(|| self.embed.dtype());
         let cast = |f: Tensor| -> Result<Tensor> {
             Ok(match dtype {
                 Some(d) => f.to_dtype(d)?,
@@ -372,7 +388,7 @@ impl Model {
         let parts = chunks
             .iter()
             .map(|c| match (c, &text) {
-                (Chunk::Text(r), Some(text)) => Ok(text.narrow(1, r.start, r.len())?),
+                (Chunk::Text(r), Some(text)) => Ok(text.narrow(1, r.start - first_id, r.len())?),
                 (Chunk::Image { image: i, tokens }, _) => Ok(image(*i)?.narrow(1, tokens.start, tokens.len())?),
                 (Chunk::Text(_), None) => Err(TesseraError::InvalidInput("a text chunk without tokens".into())),
             })

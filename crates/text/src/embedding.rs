@@ -47,6 +47,14 @@ impl TokenEmbedding {
         })
     }
 
+    /// The dtype looked-up rows come out in.
+    pub fn dtype(&self) -> DType {
+        match &self.table {
+            Table::Dense(w) => w.dtype(),
+            Table::Packed { dtype, .. } => *dtype,
+        }
+    }
+
     pub fn vocab_size(&self) -> usize {
         match &self.table {
             Table::Dense(w) => w.dims()[0],
