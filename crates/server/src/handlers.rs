@@ -599,72 +599,52 @@ pub async fn health(State(state): Shared) -> Json<Value> {
 
 pub async fn metrics(State(state): Shared) -> Response {
     let s = state.engine.stats();
-    let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-    let mut out = String::new();
-    let mut line = |name: &str, kind: &str, help: &str, value: f64| {
-        out.push_str(&format!("# HELP tessera_{name} {help}\n# TYPE tessera_{name} {kind}\n tessera_{name} {value}\n"));
-    };
-    line("requests_total", "counter", "Generation requests accepted.", get(&s.requests) as f64);
-    line("requests_completed_total", "counter", "Generations that ended normally.", get(&s.completed) as f64);
-    line("requests_cancelled_total", "counter", "Generations whose client went away.", get(&s.cancelled) as f64);
-    line("requests_failed_total", "counter", "Generations that failed.", get(&s.failed) as f64);
-    line("prompt_tokens_total", "counter", "Prompt positions prefilled.", get(&s.prompt_tokens) as f64);
-    line("generated_tokens_total", "counter", "Tokens generated.", get(&s.generated_tokens) as f64);
-    line("queue_depth", "gauge", "Requests waiting for the batch.", s.queued.load(Ordering::Relaxed) as f64);
-    line("batch_size", "gauge", "Sequences in the running batch.", s.active.load(Ordering::Relaxed) as f64);
-    line("decode_steps_total", "counter", "Batched decode steps run.", get(&s.decode_steps) as f64);
-    line("decode_rows_total", "counter", "Sequence-steps decoded (sum of batch sizes).", get(&s.decode_rows) as f64);
-    line(
-        "time_to_first_token_seconds_sum",
-        "counter",
-        "Submission to first token, summed over requests.",
-        get(&s.time_to_first_token_us) as f64 / 1e6,
-    );
-    line(
-        "time_to_first_token_seconds_count",
-        "counter",
-        "Requests that got a first token.",
-        get(&s.first_tokens) as f64,
-    );
-    line(
-        "image_cache_hits_total",
-        "counter",
-        "Images whose features came from the cache.",
-        get(&s.image_cache_hits) as f64,
-    );
-    line("image_cache_misses_total", "counter", "Images encoded.", get(&s.image_cache_misses) as f64);
-    line(
-        "image_cache_bytes",
-        "gauge",
-        "Bytes of cached image features.",
-        s.image_cache_bytes.load(Ordering::Relaxed) as f64,
-    );
-    line(
-        "prefix_cache_hits_total",
-        "counter",
-        "Prompts that continued from a cached KV prefix.",
-        get(&s.prefix_cache_hits) as f64,
-    );
-    line(
-        "prefix_cache_misses_total",
-        "counter",
-        "Prompts with no reusable cached prefix.",
-        get(&s.prefix_cache_misses) as f64,
-    );
-    line(
-        "prefix_reused_positions_total",
-        "counter",
-        "Prompt positions taken from cached prefixes instead of computed.",
-        get(&s.prefix_reused_positions) as f64,
-    );
-    line("prefilled_positions_total", "counter", "Prompt positions computed.", get(&s.prefilled_positions) as f64);
-    line(
-        "prefix_cache_bytes",
-        "gauge",
-        "Bytes of cached KV prefixes.",
-        s.prefix_cache_bytes.load(Ordering::Relaxed) as f64,
-    );
-    let out = out.replace("\n tessera_", "\ntessera_");
+    let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as f64;
+    let size = |a: &std::sync::atomic::AtomicUsize| a.load(Ordering::Relaxed) as f64;
+    let (counter, gauge) = ("counter", "gauge");
+    let metrics = [
+        ("requests_total", counter, "Generation requests accepted.", n(&s.requests)),
+        ("requests_completed_total", counter, "Generations that ended normally.", n(&s.completed)),
+        ("requests_cancelled_total", counter, "Generations whose client went away.", n(&s.cancelled)),
+        ("requests_failed_total", counter, "Generations that failed.", n(&s.failed)),
+        ("prompt_tokens_total", counter, "Prompt positions prefilled.", n(&s.prompt_tokens)),
+        ("generated_tokens_total", counter, "Tokens generated.", n(&s.generated_tokens)),
+        ("queue_depth", gauge, "Requests waiting for the batch.", size(&s.queued)),
+        ("batch_size", gauge, "Sequences in the running batch.", size(&s.active)),
+        ("decode_steps_total", counter, "Batched decode steps run.", n(&s.decode_steps)),
+        ("decode_rows_total", counter, "Sequence-steps decoded (sum of batch sizes).", n(&s.decode_rows)),
+        (
+            "time_to_first_token_seconds_sum",
+            counter,
+            "Submission to first token, summed over requests.",
+            n(&s.time_to_first_token_us) / 1e6,
+        ),
+        ("time_to_first_token_seconds_count", counter, "Requests that got a first token.", n(&s.first_tokens)),
+        ("image_cache_hits_total", counter, "Images whose features came from the cache.", n(&s.image_cache_hits)),
+        ("image_cache_misses_total", counter, "Images encoded.", n(&s.image_cache_misses)),
+        ("image_cache_bytes", gauge, "Bytes of cached image features.", size(&s.image_cache_bytes)),
+        (
+            "prefix_cache_hits_total",
+            counter,
+            "Prompts that continued from a cached KV prefix.",
+            n(&s.prefix_cache_hits),
+        ),
+        ("prefix_cache_misses_total", counter, "Prompts with no reusable cached prefix.", n(&s.prefix_cache_misses)),
+        (
+            "prefix_reused_positions_total",
+            counter,
+            "Prompt positions taken from cached prefixes instead of computed.",
+            n(&s.prefix_reused_positions),
+        ),
+        ("prefilled_positions_total", counter, "Prompt positions computed.", n(&s.prefilled_positions)),
+        ("prefix_cache_bytes", gauge, "Bytes of cached KV prefixes.", size(&s.prefix_cache_bytes)),
+    ];
+    let out: String = metrics
+        .iter()
+        .map(|(name, kind, help, value)| {
+            format!("# HELP tessera_{name} {help}\n# TYPE tessera_{name} {kind}\ntessera_{name} {value}\n")
+        })
+        .collect();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 

@@ -7,6 +7,7 @@ use std::ops::Range;
 
 use candle_core::Tensor;
 use tessera_decoder::{AttentionMask, Blocks, KvCache, MaskPlan, Trace};
+use tessera_vision::RgbImage;
 
 use crate::config::PromptStyle;
 use crate::error::{Result, TesseraError};
@@ -17,7 +18,6 @@ use crate::prompt::{Chunk, ImageFeatures, Prompt};
 /// kernels to read each weight once for many tokens, few enough that a long prompt shares
 /// the engine with running streams.
 pub const PREFILL_BLOCK: usize = 256;
-use tessera_vision::RgbImage;
 
 impl Model {
     /// Runs `ids` after what `cache` holds; returns f32 logits `(t, vocab)` for every new position.
