@@ -226,7 +226,7 @@ struct ModelArgs {
     device: DeviceChoice,
     /// f32, f16 or bf16. Default: f32 on CPU, bf16 on GPUs; GGUF files stay quantized unless
     /// a dtype is given, which dequantizes every tensor to it.
-    #[arg(long)]
+    #[arg(long, value_parser = dtype_name)]
     dtype: Option<String>,
     /// CPU threads, 1 to 256 (default: all cores).
     #[arg(long)]
@@ -280,15 +280,18 @@ struct GenerateArgs {
     max_new_tokens: usize,
     /// 0 = greedy; otherwise at least 1e-6. Default: generation_config.json's (greedy when it does not
     /// sample).
-    #[arg(long)]
+    #[arg(long, value_parser = temperature)]
     temperature: Option<f64>,
     #[arg(long)]
     top_k: Option<usize>,
-    #[arg(long)]
+    /// Nucleus sampling: in (0, 1].
+    #[arg(long, value_parser = top_p)]
     top_p: Option<f64>,
-    #[arg(long)]
+    /// In [0, 1].
+    #[arg(long, value_parser = min_p)]
     min_p: Option<f64>,
-    #[arg(long)]
+    /// Greater than 0 (1 = none).
+    #[arg(long, value_parser = positive)]
     repetition_penalty: Option<f64>,
     /// Seed for sampling (same seed, same output).
     #[arg(long, default_value_t = 299_792_458)]
@@ -305,6 +308,48 @@ struct GenerateArgs {
     /// With --json: the top-K log-probabilities at every generated position.
     #[arg(long)]
     logprobs: Option<usize>,
+}
+
+/// A finite number, for the flag parsers below.
+fn finite(s: &str) -> std::result::Result<f64, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if v.is_finite() {
+        Ok(v)
+    } else {
+        Err(format!("{s} is not a finite number"))
+    }
+}
+
+fn temperature(s: &str) -> std::result::Result<f64, String> {
+    match finite(s)? {
+        v if v == 0.0 || (1e-6..=1e6).contains(&v) => Ok(v),
+        _ => Err(format!("{s} is outside 0 (greedy) or 1e-6 to 1e6")),
+    }
+}
+
+fn top_p(s: &str) -> std::result::Result<f64, String> {
+    match finite(s)? {
+        v if v > 0.0 && v <= 1.0 => Ok(v),
+        _ => Err(format!("{s} is outside (0, 1]")),
+    }
+}
+
+fn min_p(s: &str) -> std::result::Result<f64, String> {
+    match finite(s)? {
+        v if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s} is outside [0, 1]")),
+    }
+}
+
+fn positive(s: &str) -> std::result::Result<f64, String> {
+    match finite(s)? {
+        v if v > 0.0 => Ok(v),
+        _ => Err(format!("{s} is not greater than 0")),
+    }
+}
+
+fn dtype_name(s: &str) -> std::result::Result<String, String> {
+    tessera::parse_dtype(s).map(|_| s.to_string()).map_err(|e| e.to_string())
 }
 
 fn main() {
@@ -691,6 +736,12 @@ fn embed(args: EmbedArgs) -> Result<()> {
         .iter()
         .map(|p| tessera::load_image(p, tessera::DEFAULT_MAX_PIXELS))
         .collect::<Result<Vec<_>, _>>()?;
+    if let Some(layer) = args.layer {
+        let last = model.num_hidden_states() - 1;
+        if layer > last {
+            bail!("--layer {layer} is out of range: 0 (token embeddings) to {last} (after the final norm)");
+        }
+    }
     let e = model.contextual_embeddings(&images, &args.text, args.layer)?;
     let vectors = e.pooled(&pooling, args.normalize)?;
     match &args.out {

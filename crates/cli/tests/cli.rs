@@ -33,6 +33,20 @@ fn assert_clean_failure(o: &Output, needles: &[&str]) {
     }
 }
 
+/// A flag's value refused by the argument parser: clap's usage error (status 2), one line
+/// naming the flag, then its pointer to `--help`.
+fn assert_usage_error(o: &Output, needles: &[&str]) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(lines[0].starts_with("error: invalid value"), "{err}");
+    assert_eq!(lines[1], "For more information, try '--help'.");
+    for n in needles {
+        assert!(lines[0].contains(n), "stderr lacks {n:?}: {err}");
+    }
+}
+
 fn smollm2() -> String {
     let p = root().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(p.exists(), "{} is missing: run scripts/fetch_smollm2.sh", p.display());
@@ -208,8 +222,11 @@ fn bad_requests_fail_cleanly() {
         &tessera(&["generate", "--model", &m, "--device", "cuda", "--prompt", "x"]),
         &["cuda", "not available"],
     );
-    assert_clean_failure(&tessera(&["generate", "--model", &m, "--dtype", "f8", "--prompt", "x"]), &["f8"]);
-    assert_clean_failure(&tessera(&["generate", "--model", &m, "--temperature=-1", "--prompt", "x"]), &["temperature"]);
+    assert_usage_error(&tessera(&["generate", "--model", &m, "--dtype", "f8", "--prompt", "x"]), &["--dtype", "f8"]);
+    assert_usage_error(
+        &tessera(&["generate", "--model", &m, "--temperature=-1", "--prompt", "x"]),
+        &["--temperature", "-1"],
+    );
     assert_clean_failure(
         &tessera(&["generate", "--model", &m, "--threads", "100000", "--prompt", "x"]),
         &["--threads 100000"],

@@ -80,6 +80,19 @@ impl DecoderConfig {
     /// group, and non-positive or non-finite epsilons, RoPE bases and scaling factors.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(DecoderError::Config(m));
+        for (name, n) in [
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.num_key_value_heads),
+            ("head_dim", self.head_dim),
+            ("max_position_embeddings", self.max_position_embeddings),
+        ] {
+            if let Some(max) = size_limit(name).filter(|&max| n as u64 > max) {
+                return bad(format!("`{name}` is {n}, beyond the {max} tessera supports"));
+            }
+        }
         if self.num_hidden_layers == 0 {
             return bad("num_hidden_layers must be positive".into());
         }
@@ -418,4 +431,21 @@ impl Decoder {
         }
         self.norm.forward(&x)
     }
+}
+
+/// The largest value a size field of a checkpoint's config may take (`None`: not a size this
+/// knows). Far above every published model (126 layers, widths of 16k, 262k-token vocabularies,
+/// 10M-token contexts) and far below what would exhaust memory or overflow arithmetic, so a
+/// corrupt or hostile number is refused before anything is sized from it.
+pub fn size_limit(field: &str) -> Option<u64> {
+    Some(match field {
+        "num_hidden_layers" | "num_layers" | "depth" => 1 << 12,
+        "num_attention_heads" | "num_key_value_heads" | "num_heads" => 1 << 12,
+        "hidden_size" | "head_dim" | "embed_dim" | "projection_dim" => 1 << 18,
+        "intermediate_size" => 1 << 20,
+        "vocab_size" => 1 << 24,
+        "max_position_embeddings" => 1 << 28,
+        "image_size" | "patch_size" => 1 << 14,
+        _ => return None,
+    })
 }

@@ -31,7 +31,43 @@ pub enum DecoderError {
 
     /// A tensor operation failed.
     #[error(transparent)]
-    Candle(#[from] candle_core::Error),
+    Candle(candle_core::Error),
+}
+
+impl From<candle_core::Error> for DecoderError {
+    fn from(e: candle_core::Error) -> Self {
+        Self::Candle(without_backtrace(e))
+    }
+}
+
+/// `e` without the backtrace Candle attaches when `RUST_BACKTRACE` is set (its message prints
+/// every frame after the text): tessera's errors stay one readable line.
+pub fn without_backtrace(e: candle_core::Error) -> candle_core::Error {
+    use candle_core::Error as E;
+    match e {
+        E::WithBacktrace { inner, .. } => without_backtrace(*inner),
+        E::WithPath { inner, path } => E::WithPath { inner: Box::new(without_backtrace(*inner)), path },
+        E::Context { inner, context } => E::Context { inner: Box::new(without_backtrace(*inner)), context },
+        e => e,
+    }
 }
 
 pub type Result<T> = std::result::Result<T, DecoderError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candle_errors_lose_their_backtrace_and_keep_their_message() {
+        let traced = |inner: candle_core::Error| candle_core::Error::WithBacktrace {
+            inner: Box::new(inner),
+            backtrace: Box::new(std::backtrace::Backtrace::force_capture()),
+        };
+        let e = traced(candle_core::Error::Msg("no CUDA device".into()));
+        assert!(e.to_string().lines().count() > 1, "the frames follow the message");
+        assert_eq!(DecoderError::from(e).to_string(), "no CUDA device");
+        let nested = traced(candle_core::Error::Msg("bad".into())).with_path("/m/model.safetensors");
+        assert_eq!(DecoderError::from(nested).to_string(), "path: \"/m/model.safetensors\" bad");
+    }
+}

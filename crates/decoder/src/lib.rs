@@ -9,6 +9,7 @@ pub mod attention;
 mod cpu_op;
 pub mod decoder;
 pub mod error;
+pub mod gguf_layout;
 pub mod kv_cache;
 pub mod linear;
 pub mod mask;

@@ -6,7 +6,6 @@
 //! `Weights` is a cheap, clonable handle with a name prefix, like Candle's `VarBuilder`
 //! (`vb.pp("layers").pp(0)`), but with errors that name the tensor and the file.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -141,10 +140,13 @@ impl Weights {
 
     fn describe(&self) -> String {
         match &*self.source {
-            Source::Safetensors { files, .. } if files.len() == 1 => files[0].display().to_string(),
-            Source::Safetensors { files, .. } => {
-                format!("{} ({} shards)", files[0].parent().unwrap_or(Path::new(".")).display(), files.len())
-            }
+            Source::Safetensors { files, .. } => match files.as_slice() {
+                [one] => one.display().to_string(),
+                [first, ..] => {
+                    format!("{} ({} shards)", first.parent().unwrap_or(Path::new(".")).display(), files.len())
+                }
+                [] => "an empty checkpoint".into(),
+            },
             Source::Gguf(g) => g.path.display().to_string(),
         }
     }
@@ -183,14 +185,22 @@ impl Weights {
         }
     }
 
+    /// `full` as errors name it: with its name in the file where that differs (GGUF).
+    fn error_name(&self, full: &str) -> String {
+        match (&*self.source, self.stored_name(full)) {
+            (Source::Gguf(_), Some(stored)) => format!("{full} (`{stored}` in the GGUF)"),
+            _ => full.to_string(),
+        }
+    }
+
     fn missing(&self, full: &str) -> DecoderError {
-        DecoderError::MissingTensor { name: full.to_string(), source_desc: self.describe() }
+        DecoderError::MissingTensor { name: self.error_name(full), source_desc: self.describe() }
     }
 
     fn check_shape(&self, full: &str, expected: &[usize], found: &[usize]) -> Result<()> {
         if expected != found {
             return Err(DecoderError::TensorShape {
-                name: full.to_string(),
+                name: self.error_name(full),
                 source_desc: self.describe(),
                 expected: expected.to_vec(),
                 found: found.to_vec(),
@@ -252,6 +262,14 @@ impl Weights {
             Source::Safetensors { st, .. } => {
                 let view = st.get(&stored).map_err(|_| self.missing(&full))?;
                 self.check_shape(&full, shape, view.shape())?;
+                use safetensors::Dtype as D;
+                if dtype.is_float() && !matches!(view.dtype(), D::F16 | D::BF16 | D::F32 | D::F64) {
+                    return Err(DecoderError::TensorData {
+                        name: full.clone(),
+                        source_desc: self.describe(),
+                        reason: format!("stored as {:?}, not floating point: not a weight", view.dtype()),
+                    });
+                }
                 st.load(&stored, &self.device).map_err(|e| DecoderError::TensorData {
                     name: full.clone(),
                     source_desc: self.describe(),
@@ -345,59 +363,140 @@ impl MatrixWeight {
     }
 }
 
-/// Parses a GGUF header, naming the file on failure.
+/// Parses a GGUF header, naming the file on failure; the layout is checked first
+/// ([`check_gguf_layout`](crate::gguf_layout::check_gguf_layout)).
 pub fn read_gguf(path: &Path) -> Result<gguf_file::Content> {
+    crate::gguf_layout::check_gguf_layout(path)?;
     let mut file =
         File::open(path).map_err(|e| DecoderError::WeightFile { path: path.to_path_buf(), reason: e.to_string() })?;
-    let content = gguf_file::Content::read(&mut file).map_err(|e| DecoderError::WeightFile {
+    gguf_file::Content::read(&mut file).map_err(|e| DecoderError::WeightFile {
         path: path.to_path_buf(),
         reason: format!("not a valid GGUF file: {e}"),
-    })?;
-    // A truncated file parses (the header is at the start) but its tensors run past the end.
-    let len = file
-        .metadata()
-        .map_err(|e| DecoderError::WeightFile { path: path.to_path_buf(), reason: e.to_string() })?
-        .len();
-    for (name, info) in &content.tensor_infos {
-        let elems = info.shape.elem_count();
-        let bytes = elems / info.ggml_dtype.block_size() * info.ggml_dtype.type_size();
-        let end = content.tensor_data_offset + info.offset + bytes as u64;
-        if end > len {
-            return Err(DecoderError::WeightFile {
-                path: path.to_path_buf(),
-                reason: format!("truncated: tensor `{name}` ends at byte {end} but the file has {len} bytes"),
-            });
-        }
-    }
-    Ok(content)
+    })
 }
 
-/// Checks a safetensors header against the file length, so truncation is reported up front.
+/// The safetensors format's own limit on a header (its crate refuses larger ones).
+const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
+
+/// A JSON object's entries in file order, duplicates kept (a map would keep the last).
+struct Entries(Vec<(String, serde_json::Value)>);
+
+impl<'de> serde::Deserialize<'de> for Entries {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Entries;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<Entries, A::Error> {
+                let mut out = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    out.push(entry);
+                }
+                Ok(Entries(out))
+            }
+        }
+        d.deserialize_map(Visitor)
+    }
+}
+
+/// Checks a safetensors file before it is mapped: the header's size, and for every tensor a
+/// known dtype, a shape whose byte size is its data range, ranges inside the file that do not
+/// overlap, and no name twice (Candle's reader would keep the last).
 fn check_safetensors_file(path: &Path) -> Result<()> {
-    use std::io::Read;
     let err = |reason: String| DecoderError::WeightFile { path: path.to_path_buf(), reason };
-    let mut file = File::open(path).map_err(|e| err(e.to_string()))?;
+    let file = File::open(path).map_err(|e| err(e.to_string()))?;
     let len = file.metadata().map_err(|e| err(e.to_string()))?.len();
+    check_safetensors_header(std::io::BufReader::new(file), len).map_err(err)
+}
+
+/// [`check_safetensors_file`]'s checks over any reader of a `len`-byte file; the error says
+/// what is wrong without the file's name.
+pub fn check_safetensors_header(mut file: impl std::io::Read, len: u64) -> std::result::Result<(), String> {
+    let err = |reason: String| reason;
     let mut n = [0u8; 8];
     file.read_exact(&mut n).map_err(|_| err(format!("too short to be safetensors ({len} bytes)")))?;
     let header_len = u64::from_le_bytes(n);
     if header_len > len.saturating_sub(8) {
         return Err(err(format!("header claims {header_len} bytes but the file has {len}")));
     }
+    if header_len > MAX_SAFETENSORS_HEADER {
+        return Err(err(format!(
+            "header of {header_len} bytes is over the format's limit of {MAX_SAFETENSORS_HEADER}"
+        )));
+    }
     let mut header = vec![0u8; header_len as usize];
     file.read_exact(&mut header).map_err(|e| err(e.to_string()))?;
-    let header: HashMap<String, serde_json::Value> =
+    let Entries(entries) =
         serde_json::from_slice(&header).map_err(|e| err(format!("invalid safetensors header: {e}")))?;
     let data_len = len - 8 - header_len;
-    for (name, entry) in header.iter().filter(|(k, _)| k.as_str() != "__metadata__") {
-        let end = entry.get("data_offsets").and_then(|o| o.get(1)).and_then(|e| e.as_u64());
-        if let Some(end) = end {
-            if end > data_len {
-                return Err(err(format!(
-                    "truncated: tensor `{name}` ends at data byte {end} but only {data_len} are present"
-                )));
-            }
+    let mut names = std::collections::HashSet::new();
+    let mut spans = Vec::new();
+    for (name, entry) in &entries {
+        if !names.insert(name.as_str()) {
+            return Err(err(format!("tensor `{name}` appears twice in the header")));
         }
+        if name == "__metadata__" {
+            continue;
+        }
+        let bad = |what: &str| err(format!("tensor `{name}`: {what}"));
+        let dtype = entry.get("dtype").and_then(|d| d.as_str()).ok_or_else(|| bad("no `dtype`"))?;
+        let size: u64 = match dtype {
+            "BOOL" | "U8" | "I8" | "F8_E4M3" | "F8_E5M2" => 1,
+            "U16" | "I16" | "F16" | "BF16" => 2,
+            "U32" | "I32" | "F32" => 4,
+            "U64" | "I64" | "F64" => 8,
+            other => return Err(bad(&format!("unknown dtype `{other}`"))),
+        };
+        let shape = entry
+            .get("shape")
+            .and_then(|s| s.as_array())
+            .and_then(|s| s.iter().map(|d| d.as_u64()).collect::<Option<Vec<u64>>>())
+            .ok_or_else(|| bad("`shape` is not a list of sizes"))?;
+        let bytes = shape
+            .iter()
+            .try_fold(size, |acc, &d| acc.checked_mul(d))
+            .ok_or_else(|| bad(&format!("shape {shape:?} overflows")))?;
+        let offsets = entry
+            .get("data_offsets")
+            .and_then(|o| o.as_array())
+            .and_then(|o| o.iter().map(|x| x.as_u64()).collect::<Option<Vec<u64>>>())
+            .filter(|o| o.len() == 2)
+            .ok_or_else(|| bad("`data_offsets` is not [begin, end]"))?;
+        let (begin, end) = (offsets[0], offsets[1]);
+        if end < begin {
+            return Err(bad(&format!("data_offsets [{begin}, {end}] end before they begin")));
+        }
+        if end > data_len {
+            return Err(err(format!(
+                "truncated: tensor `{name}` ends at data byte {end} but only {data_len} are present"
+            )));
+        }
+        if end - begin != bytes {
+            return Err(bad(&format!(
+                "{dtype} {shape:?} takes {bytes} bytes but its data_offsets span {}",
+                end - begin
+            )));
+        }
+        spans.push((begin, end, name.as_str()));
+    }
+    spans.sort();
+    for pair in spans.windows(2) {
+        if pair[1].0 < pair[0].1 {
+            return Err(err(format!("tensors `{}` and `{}` overlap in the file", pair[0].2, pair[1].2)));
+        }
+    }
+    // The format packs the tensors with nothing between them (its reader refuses gaps too).
+    let mut at = 0;
+    for &(begin, end, name) in &spans {
+        if begin > at {
+            return Err(err(format!("data bytes {at}..{begin} before tensor `{name}` belong to no tensor")));
+        }
+        at = end;
+    }
+    if data_len > at {
+        return Err(err(format!("data bytes {at}..{data_len} after the last tensor belong to no tensor")));
     }
     Ok(())
 }

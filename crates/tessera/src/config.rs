@@ -47,10 +47,22 @@ impl ModelConfig {
         let hidden = get_u("embedding_length")?;
         let heads = get_u("attention.head_count")?;
         let kv_heads = get_u("attention.head_count_kv").unwrap_or(heads);
-        if heads == 0 {
-            return Err(err(format!("`{}` must be positive", key("attention.head_count"))));
+        for (k, v) in [("attention.head_count", heads), ("embedding_length", hidden)] {
+            if v == 0 {
+                return Err(err(format!("`{}` must be positive", key(k))));
+            }
         }
-        let head_dim = get_u("rope.dimension_count").unwrap_or(hidden / heads);
+        let head_dim = match get_u("attention.key_length") {
+            Ok(d) => d,
+            Err(_) if hidden % heads != 0 => {
+                return Err(err(format!(
+                    "`{}` {hidden} is not a multiple of `{}` {heads}",
+                    key("embedding_length"),
+                    key("attention.head_count")
+                )))
+            }
+            Err(_) => hidden / heads,
+        };
         let vocab_size = match md.get("tokenizer.ggml.tokens").map(|v| v.to_vec()) {
             Some(Ok(tokens)) => tokens.len(),
             _ => content
@@ -85,7 +97,33 @@ impl ModelConfig {
             qk_norm: false,
             local_rope: None,
         };
-        decoder.validate().map_err(|e| err(e.to_string()))?;
+        // The checks speak Hugging Face's field names; the file has llama.cpp's keys.
+        decoder.validate().map_err(|e| {
+            let mut reason = e.to_string();
+            for (hf, gguf) in [
+                ("num_key_value_heads", "attention.head_count_kv"),
+                ("num_attention_heads", "attention.head_count"),
+                ("num_hidden_layers", "block_count"),
+                ("intermediate_size", "feed_forward_length"),
+                ("hidden_size", "embedding_length"),
+                ("head_dim", "attention.key_length"),
+                ("rms_norm_eps", "attention.layer_norm_rms_epsilon"),
+                ("rope_theta", "rope.freq_base"),
+                ("max_position_embeddings", "context_length"),
+            ] {
+                reason = reason.replace(hf, &key(gguf));
+            }
+            err(reason)
+        })?;
+        // RoPE turns whole heads here (no partial rotary dimensions).
+        if let Ok(rot) = get_u("rope.dimension_count") {
+            if rot != head_dim {
+                return Err(err(format!(
+                    "`{}` is {rot} but the heads are {head_dim} wide (partial RoPE is not supported)",
+                    key("rope.dimension_count")
+                )));
+            }
+        }
         let layers = decoder.num_hidden_layers;
         // Tensors of blocks the metadata does not count would be ignored: the file disagrees
         // with itself, so it is refused rather than run with some of its layers.
@@ -100,6 +138,11 @@ impl ModelConfig {
             )));
         }
         let id = |k: &str| md.get(k).and_then(gguf_usize).map(|v| v as u32);
+        for k in ["tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"] {
+            if let Some(v) = id(k).filter(|&v| v as usize >= vocab_size) {
+                return Err(err(format!("`{k}` is {v}, outside the vocabulary of {vocab_size} tokens")));
+            }
+        }
         Ok(Self {
             family: family.name(),
             text_family: family,

@@ -45,7 +45,7 @@ impl DeviceChoice {
                         "this build has no CUDA support (rebuild with `--features cuda`)".into(),
                     ));
                 }
-                Device::new_cuda(i).map_err(|e| TesseraError::Device(format!("cuda:{i}"), e.to_string()))
+                Device::new_cuda(i).map_err(|e| TesseraError::Device(format!("cuda:{i}"), one_line(e)))
             }
             Self::Metal(i) => {
                 if !cfg!(feature = "metal") {
@@ -54,7 +54,7 @@ impl DeviceChoice {
                         "this build has no Metal support (rebuild with `--features metal`)".into(),
                     ));
                 }
-                Device::new_metal(i).map_err(|e| TesseraError::Device(format!("metal:{i}"), e.to_string()))
+                Device::new_metal(i).map_err(|e| TesseraError::Device(format!("metal:{i}"), one_line(e)))
             }
             Self::Auto => {
                 if cfg!(feature = "cuda") && candle_core::utils::cuda_is_available() {
@@ -71,6 +71,12 @@ impl DeviceChoice {
             }
         }
     }
+}
+
+/// A device error's message on one line, without Candle's backtrace.
+fn one_line(e: candle_core::Error) -> String {
+    let text = tessera_decoder::error::without_backtrace(e).to_string();
+    text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(": ")
 }
 
 /// The working dtype when none is asked for: f32 on the CPU, bf16 on CUDA/Metal.

@@ -38,7 +38,13 @@ pub enum TesseraError {
     Device(String, String),
 
     #[error(transparent)]
-    Candle(#[from] candle_core::Error),
+    Candle(candle_core::Error),
 }
 
 pub type Result<T> = std::result::Result<T, TesseraError>;
+
+impl From<candle_core::Error> for TesseraError {
+    fn from(e: candle_core::Error) -> Self {
+        Self::Candle(tessera_decoder::error::without_backtrace(e))
+    }
+}

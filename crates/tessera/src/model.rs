@@ -132,7 +132,8 @@ impl Model {
         let chat_template = match content.metadata.get("tokenizer.chat_template").map(|v| v.to_string()) {
             Some(Ok(src)) => {
                 let special = tokenizer.special();
-                Some(ChatTemplate::new(src, special.bos_token.clone(), special.eos_token.clone())?)
+                let origin = format!("`tokenizer.chat_template` in {}", path.display());
+                Some(ChatTemplate::with_origin(src, special.bos_token.clone(), special.eos_token.clone(), origin)?)
             }
             _ => None,
         };
@@ -267,7 +268,14 @@ impl Model {
     /// Token embeddings `(b, t, hidden)` for ids `(b, t)`, scaled as the model scales them
     /// (Gemma: by √width, in the weights' dtype).
     pub fn embed_id_tensor(&self, ids: &Tensor) -> Result<Tensor> {
-        let e = self.embed.forward(ids)?;
+        let e = self.embed.forward(ids).map_err(|e| match e {
+            // Ids come from the tokenizer (or the caller): name where the tokenizer came from.
+            e @ tessera_text::TextError::TokenOutOfRange { .. } => TesseraError::InvalidInput(format!(
+                "{e}: the model has no embedding for it (tokenizer: {})",
+                self.info.tokenizer_source
+            )),
+            e => e.into(),
+        })?;
         Ok(match self.config.embed_scale {
             Some(scale) => {
                 let scale = Tensor::new(scale as f32, e.device())?.to_dtype(e.dtype())?;

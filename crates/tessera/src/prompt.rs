@@ -295,7 +295,7 @@ impl Model {
                     chunks.push(Chunk::Text(0..ids.len()));
                 }
                 if chunks.is_empty() {
-                    return Err(TesseraError::InvalidInput("empty input: no images and no tokens".into()));
+                    return Err(TesseraError::InvalidInput("empty prompt: no images and no tokens".into()));
                 }
                 chunks
             }

@@ -130,7 +130,21 @@ fn shard_names(index: &Path) -> Result<Vec<String>> {
     let err = |reason: String| TesseraError::Config { path: index.to_path_buf(), reason };
     let json = crate::model::read_json(index)?;
     let map = json.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| err("missing `weight_map`".into()))?;
-    let mut shards: Vec<String> = map.values().filter_map(|v| v.as_str().map(String::from)).collect();
+    let mut shards = Vec::new();
+    for (tensor, file) in map {
+        let file =
+            file.as_str().ok_or_else(|| err(format!("`weight_map` maps `{tensor}` to {file}, not a file name")))?;
+        // A shard is a file name in the model's folder: no paths out of it.
+        let plain = Path::new(file).components().count() == 1
+            && matches!(Path::new(file).components().next(), Some(std::path::Component::Normal(_)));
+        if !plain {
+            return Err(err(format!("`weight_map` maps `{tensor}` to `{file}`, not a file in the model's folder")));
+        }
+        shards.push(file.to_string());
+    }
+    if shards.is_empty() {
+        return Err(err("`weight_map` is empty".into()));
+    }
     shards.sort();
     shards.dedup();
     Ok(shards)

@@ -12,7 +12,7 @@ use tessera_decoder::Weights;
 use tessera_text::Tokenizer;
 use tessera_vision::{
     drop_class_token, preprocess, split_image, tiling, Connector, FeatureLayer, Filter, NativePatchEncoder, PanAndScan,
-    PreprocessConfig, Qwen2VisionTower, RgbImage, TilingConfig, VisionTower,
+    PreprocessConfig, Qwen2VisionTower, RgbImage, Size, TilingConfig, VisionTower,
 };
 
 use crate::config::{ConnectorConfig, Placeholder, ProcessorRule, TowerSpec, VisionSpec};
@@ -214,6 +214,20 @@ impl ImageEncoder {
                     let cfg: PreprocessConfig = serde_json::from_value(json)
                         .map_err(|e| TesseraError::Config { path: path.clone(), reason: e.to_string() })?;
                     cfg.validate().map_err(|e| TesseraError::Config { path: path.clone(), reason: e.to_string() })?;
+                    let side = encoder.image_size;
+                    let (h, w) = match cfg.size {
+                        Some(Size::HeightWidth { height, width }) if cfg.do_resize => (height, width),
+                        _ => (0, 0),
+                    };
+                    if (h, w) != (side, side) {
+                        return Err(TesseraError::Config {
+                            path,
+                            reason: format!(
+                                "the model takes {side}×{side} images: `size` must be {{\"height\": {side}, \"width\": \
+                                 {side}}} with `do_resize`"
+                            ),
+                        });
+                    }
                     cfg
                 } else {
                     preprocess.clone()

@@ -222,8 +222,12 @@ fn gguf_with(
 fn gguf_metadata_out_of_domain_or_disagreeing_with_the_tensors_is_refused() -> Result<()> {
     use gguf_file::Value;
     let cases: Vec<(&str, Value, &str)> = vec![
-        ("llama.attention.layer_norm_rms_epsilon", Value::F32(-1.0), "rms_norm_eps"),
-        ("llama.rope.freq_base", Value::F32(0.0), "rope_theta"),
+        (
+            "llama.attention.layer_norm_rms_epsilon",
+            Value::F32(-1.0),
+            "`llama.attention.layer_norm_rms_epsilon` must be",
+        ),
+        ("llama.rope.freq_base", Value::F32(0.0), "`llama.rope.freq_base` must be"),
         ("llama.block_count", Value::U32(20), "llama.block_count` is 20 but the file holds tensors of block 29"),
     ];
     for (i, (key, value, needle)) in cases.into_iter().enumerate() {

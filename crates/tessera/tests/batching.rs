@@ -8,14 +8,14 @@ mod common;
 use std::sync::Arc;
 
 use anyhow::Result;
-use tessera::{load_image, Engine, EngineConfig, GenerateParams, LoadOptions, Model, Prompt, DEFAULT_MAX_PIXELS};
+use tessera::{load_image, Engine, EngineConfig, GenerateParams, Model, Prompt, DEFAULT_MAX_PIXELS};
 
 fn shapes() -> Result<Model> {
-    Ok(Model::load(common::repo_root().join("models/shapes-vlm").to_str().unwrap(), &LoadOptions::default())?)
+    Ok(Model::load(common::repo_root().join("models/shapes-vlm").to_str().unwrap(), &common::load_options()?)?)
 }
 
 fn smollm2() -> Result<Model> {
-    Ok(Model::load(common::smollm2_gguf()?.to_str().unwrap(), &LoadOptions::default())?)
+    Ok(Model::load(common::smollm2_gguf()?.to_str().unwrap(), &common::load_options()?)?)
 }
 
 /// Prompts of different lengths (so the caches differ in length within a step).

@@ -22,6 +22,23 @@ pub fn smollm2_gguf() -> Result<PathBuf> {
     Ok(p)
 }
 
+/// The device the parity tests run on: `TESSERA_TEST_DEVICE` (`cpu`, the default, `cuda[:N]`,
+/// `metal[:N]`). scripts/gpu/ runs the suite with `cuda`; an unknown or unavailable device
+/// fails every test that asks (never a silent fallback to the CPU).
+pub fn test_device() -> Result<tessera::Device> {
+    let name = std::env::var("TESSERA_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
+    let choice: tessera::DeviceChoice = name.parse().map_err(|e| anyhow::anyhow!("TESSERA_TEST_DEVICE={name}: {e}"))?;
+    if choice == tessera::DeviceChoice::Auto {
+        bail!("TESSERA_TEST_DEVICE=auto: name the device the tests must run on");
+    }
+    choice.open().with_context(|| format!("TESSERA_TEST_DEVICE={name}"))
+}
+
+/// `LoadOptions::default()` on the test device.
+pub fn load_options() -> Result<tessera::LoadOptions> {
+    Ok(tessera::LoadOptions { device: test_device()?, ..Default::default() })
+}
+
 pub fn read_json(path: &std::path::Path) -> Result<serde_json::Value> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     Ok(serde_json::from_str(&text)?)

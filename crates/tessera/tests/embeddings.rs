@@ -12,12 +12,15 @@ use tessera::{cosine, DType, LoadOptions, Model, Pooling};
 
 fn smollm2_f32() -> Result<Model> {
     let path = common::smollm2_gguf()?;
-    Ok(Model::load(path.to_str().context("utf-8")?, &LoadOptions { dtype: Some(DType::F32), ..Default::default() })?)
+    Ok(Model::load(
+        path.to_str().context("utf-8")?,
+        &LoadOptions { dtype: Some(DType::F32), ..common::load_options()? },
+    )?)
 }
 
 fn tiny() -> Result<Model> {
     let dir = common::fixtures().join("tiny/llama-gqa");
-    Ok(Model::load(dir.to_str().context("utf-8")?, &LoadOptions::default())?)
+    Ok(Model::load(dir.to_str().context("utf-8")?, &common::load_options()?)?)
 }
 
 fn max_diff(a: &Tensor, b: &Tensor) -> Result<f32> {

@@ -4,7 +4,7 @@
 mod common;
 
 use anyhow::{Context, Result};
-use tessera::{load_image, GenerateParams, LoadOptions, Model, DEFAULT_MAX_PIXELS};
+use tessera::{load_image, GenerateParams, Model, DEFAULT_MAX_PIXELS};
 
 fn model_dir() -> std::path::PathBuf {
     common::repo_root().join("models/shapes-vlm")
@@ -18,7 +18,7 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 #[test]
 fn logits_and_greedy_answers_match_the_pytorch_reference() -> Result<()> {
     let dir = model_dir();
-    let model = Model::load(dir.to_str().context("utf-8")?, &LoadOptions::default())?;
+    let model = Model::load(dir.to_str().context("utf-8")?, &common::load_options()?)?;
     let reference = common::read_json(&dir.join("reference.json"))?;
     let n_img = reference["num_image_tokens"].as_u64().context("num_image_tokens")? as usize;
     assert_eq!(model.image_tokens_per_image(), Some(n_img));
@@ -72,7 +72,7 @@ fn logits_and_greedy_answers_match_the_pytorch_reference() -> Result<()> {
 #[test]
 fn images_beyond_what_the_model_takes_are_refused() -> Result<()> {
     let dir = model_dir();
-    let model = Model::load(dir.to_str().context("utf-8")?, &LoadOptions::default())?;
+    let model = Model::load(dir.to_str().context("utf-8")?, &common::load_options()?)?;
     let image = load_image(&dir.join("examples/two_circles.png"), DEFAULT_MAX_PIXELS)?;
     let two = [image.clone(), image];
     let err = model.encode_prompt("How many circles are there?", None, false, &two).unwrap_err().to_string();

@@ -10,12 +10,12 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use tessera::{
-    load_image, ContentPart, Engine, EngineConfig, GenerateParams, GenerationOutput, LoadOptions, Message, Model,
-    Prompt, RgbImage, DEFAULT_MAX_PIXELS,
+    load_image, ContentPart, Engine, EngineConfig, GenerateParams, GenerationOutput, Message, Model, Prompt, RgbImage,
+    DEFAULT_MAX_PIXELS,
 };
 
 fn smollm2() -> Result<Arc<Model>> {
-    Ok(Arc::new(Model::load(common::smollm2_gguf()?.to_str().context("utf-8 path")?, &LoadOptions::default())?))
+    Ok(Arc::new(Model::load(common::smollm2_gguf()?.to_str().context("utf-8 path")?, &common::load_options()?)?))
 }
 
 fn params(max_new_tokens: usize) -> GenerateParams {
@@ -134,7 +134,7 @@ fn the_prefix_cache_keeps_to_its_budget_least_recently_used_out() -> Result<()> 
 #[test]
 fn a_resent_image_is_not_encoded_or_prefilled_again_on_qwen2_vl() -> Result<()> {
     let dir = common::fixtures().join("vlm/qwen2-vl-tiny");
-    let model = Arc::new(Model::load(dir.to_str().context("utf-8 path")?, &LoadOptions::default())?);
+    let model = Arc::new(Model::load(dir.to_str().context("utf-8 path")?, &common::load_options()?)?);
     let image: RgbImage = load_image(&common::fixtures().join("images/chelsea.png"), DEFAULT_MAX_PIXELS)?;
     let engine = Engine::start(model.clone(), EngineConfig { image_cache_bytes: 0, ..Default::default() })?;
     let stats = engine.stats();

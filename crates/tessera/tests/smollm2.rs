@@ -12,7 +12,7 @@ fn reference() -> Result<serde_json::Value> {
 
 fn load(dtype: Option<DType>) -> Result<Model> {
     let path = common::smollm2_gguf()?;
-    Ok(Model::load(path.to_str().expect("utf-8 path"), &LoadOptions { dtype, ..Default::default() })?)
+    Ok(Model::load(path.to_str().expect("utf-8 path"), &LoadOptions { dtype, ..common::load_options()? })?)
 }
 
 /// The prompt ids our tokenizer and chat template produce for a fixture entry.
@@ -163,7 +163,7 @@ fn quantized_q4_1_agrees_with_llama_cpp_step_by_step() -> Result<()> {
         Some(p) => std::path::PathBuf::from(p),
         None => common::smollm2_gguf()?,
     };
-    let model = Model::load(path.to_str().expect("utf-8 path"), &LoadOptions::default())?;
+    let model = Model::load(path.to_str().expect("utf-8 path"), &common::load_options()?)?;
     let name = path.file_stem().and_then(|s| s.to_str()).expect("file name");
     let reference = common::read_json(&common::fixtures().join(format!("llamacpp/{name}.json")))?;
     let mut worst = 0f32;

@@ -9,7 +9,7 @@
 mod common;
 
 use anyhow::Result;
-use tessera::{GenerateParams, LoadOptions, Model};
+use tessera::{GenerateParams, Model};
 
 const MODELS: &[&str] = &[
     "llama-gqa",
@@ -25,7 +25,7 @@ const MODELS: &[&str] = &[
 
 fn load(name: &str) -> Result<Model> {
     let dir = common::fixtures().join("tiny").join(name);
-    Ok(Model::load(dir.to_str().expect("utf-8 path"), &LoadOptions::default())?)
+    Ok(Model::load(dir.to_str().expect("utf-8 path"), &common::load_options()?)?)
 }
 
 #[test]

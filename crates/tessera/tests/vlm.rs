@@ -32,7 +32,7 @@ fn vlm_dir(name: &str) -> PathBuf {
 
 fn load(name: &str) -> Result<Model> {
     let dir = vlm_dir(name);
-    Ok(Model::load(dir.to_str().context("utf-8 path")?, &LoadOptions::default())?)
+    Ok(Model::load(dir.to_str().context("utf-8 path")?, &common::load_options()?)?)
 }
 
 struct Case {
@@ -206,7 +206,7 @@ fn scratch_copy(name: &str, tag: &str) -> Result<PathBuf> {
 }
 
 fn load_err(dir: &Path) -> String {
-    match Model::load(dir.to_str().expect("utf-8"), &LoadOptions::default()) {
+    match Model::load(dir.to_str().expect("utf-8"), &tessera::LoadOptions::default()) {
         Ok(_) => panic!("{} loaded but should not", dir.display()),
         Err(e) => e.to_string(),
     }
@@ -256,7 +256,7 @@ fn bad_input_gives_clear_errors() -> Result<()> {
         assert!(err.contains(victim) && err.contains("missing"), "{name}: {err}");
     }
     // A text model refuses images.
-    let text = Model::load(common::fixtures().join("tiny/gemma").to_str().context("utf-8")?, &LoadOptions::default())?;
+    let text = Model::load(common::fixtures().join("tiny/gemma").to_str().context("utf-8")?, &common::load_options()?)?;
     let err = text.encode_prompt("hi", None, false, std::slice::from_ref(&chelsea)).unwrap_err().to_string();
     assert!(err.contains("takes no images"), "{err}");
     Ok(())
@@ -278,7 +278,7 @@ fn unpermute_rope_rows(w: &Tensor, heads: usize) -> Result<Tensor> {
 fn real_smollm2_decoder_runs_through_the_idefics3_text_path() -> Result<()> {
     use tessera_decoder::{GgufMode, Weights};
     let gguf = common::smollm2_gguf()?;
-    let f32_opts = LoadOptions { dtype: Some(candle_core::DType::F32), ..Default::default() };
+    let f32_opts = LoadOptions { dtype: Some(candle_core::DType::F32), ..common::load_options()? };
     let llama = Model::load(gguf.to_str().context("utf-8")?, &f32_opts)?;
     let d = llama.config().decoder.clone();
     assert_eq!((d.hidden_size, d.num_attention_heads, d.num_key_value_heads), (576, 9, 3));
@@ -387,7 +387,7 @@ fn every_generation_of_tensor_names_loads() -> Result<()> {
             let weights = candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu)?;
             let renamed: HashMap<String, Tensor> = weights.into_iter().map(|(k, v)| (rename(&k), v)).collect();
             candle_core::safetensors::save(&renamed, dir.join("model.safetensors"))?;
-            let model = Model::load(dir.to_str().context("utf-8")?, &LoadOptions::default())?;
+            let model = Model::load(dir.to_str().context("utf-8")?, &common::load_options()?)?;
             assert_eq!(max_abs_diff(&logits(&model)?, &expected, "logits")?, 0.0, "{name} in the {layout} layout");
         }
     }
@@ -489,7 +489,7 @@ fn paligemma2_soft_capping_and_sliding_window_each_change_the_answer() -> Result
         config["text_config"][field] = value;
         std::fs::write(&config_path, serde_json::to_string_pretty(&config)?)?;
         let (model, ablated) =
-            (load("paligemma2-tiny")?, Model::load(dir.to_str().context("utf-8")?, &LoadOptions::default())?);
+            (load("paligemma2-tiny")?, Model::load(dir.to_str().context("utf-8")?, &common::load_options()?)?);
         for case in &cases {
             let what = format!("{ablation}/{}", case.name);
             let expected = common::ids(&case.json["ablations"][ablation]);
@@ -553,7 +553,7 @@ fn gemma3_images_attend_both_ways_within_each_image() -> Result<()> {
 #[test]
 fn gemma3_pan_and_scan_matches_transformers() -> Result<()> {
     let dir = vlm_dir("gemma3-tiny");
-    let opts = LoadOptions { pan_and_scan: true, ..Default::default() };
+    let opts = LoadOptions { pan_and_scan: true, ..common::load_options()? };
     let model = Model::load(dir.to_str().context("utf-8")?, &opts)?;
     let (cases, tensors) = pan_and_scan_cases("gemma3-tiny")?;
     ensure!(cases.len() == 1, "one pan-and-scan case");
@@ -634,7 +634,7 @@ fn qwen2_5_vl_windows_shape_the_image_tokens() -> Result<()> {
     let mut config = common::read_json(&config_path)?;
     config["vision_config"]["fullatt_block_indexes"] = serde_json::json!([0, 1, 2, 3]);
     std::fs::write(&config_path, serde_json::to_string_pretty(&config)?)?;
-    let global = Model::load(dir.to_str().context("utf-8")?, &LoadOptions::default())?;
+    let global = Model::load(dir.to_str().context("utf-8")?, &common::load_options()?)?;
     let want = reference_tensor(&tensors, &case.name, "image_features").context("image features")?;
     let windowed = max_abs_diff(&load("qwen2.5-vl-tiny")?.image_embeddings(&case.images[0])?, want, "windowed")?;
     let all_global = max_abs_diff(&global.image_embeddings(&case.images[0])?, want, "global")?;

@@ -73,6 +73,12 @@ impl Conversation {
             let at = |what: &str| bad(format!("message {i}: {what}"));
             let obj = m.as_object().ok_or_else(|| at("not an object"))?;
             let role = obj.get("role").and_then(|r| r.as_str()).ok_or_else(|| at("no `role` string"))?;
+            // The roles chat templates know; another is a typo the template would render as is.
+            if !matches!(role, "system" | "developer" | "user" | "assistant" | "tool" | "function" | "ipython") {
+                return Err(at(&format!(
+                    "unknown role `{role}` (system, developer, user, assistant, tool, function or ipython)"
+                )));
+            }
             if let Some(key) = obj.keys().find(|k| !matches!(k.as_str(), "role" | "content" | "name")) {
                 return Err(at(&format!("unknown field `{key}`")));
             }
@@ -151,7 +157,13 @@ impl ChatTemplate {
         Self::with_origin(source, bos_token, eos_token, "template".into())
     }
 
-    fn with_origin(source: &str, bos_token: Option<String>, eos_token: Option<String>, origin: String) -> Result<Self> {
+    /// [`new`](Self::new) with `origin` naming where the template came from in errors.
+    pub fn with_origin(
+        source: &str,
+        bos_token: Option<String>,
+        eos_token: Option<String>,
+        origin: String,
+    ) -> Result<Self> {
         let mut env = Environment::new();
         // Templates come with downloaded checkpoints: their work is bounded (a real chat
         // template takes a few thousand steps; nested loops over `range(100000)` would run

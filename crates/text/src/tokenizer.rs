@@ -99,10 +99,16 @@ impl Tokenizer {
                 .to_vec()
                 .map_err(|_| meta_err("tokenizer.ggml.token_type", "not an array"))?
                 .iter()
-                .map(|t| t.to_i32().map(i64::from).unwrap_or(1))
-                .collect(),
+                .map(|t| t.to_i32().map(i64::from).map_err(|_| meta_err("tokenizer.ggml.token_type", "not integers")))
+                .collect::<Result<_>>()?,
             None => vec![1; tokens.len()],
         };
+        if token_types.len() != tokens.len() {
+            return Err(meta_err(
+                "tokenizer.ggml.token_type",
+                &format!("has {} entries for {} tokens", token_types.len(), tokens.len()),
+            ));
+        }
         let vocab: tokenizers::models::bpe::Vocab =
             tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
         let merges: Vec<(String, String)> = merges

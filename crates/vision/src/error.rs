@@ -31,7 +31,13 @@ pub enum VisionError {
     Weights(#[from] tessera_decoder::DecoderError),
 
     #[error(transparent)]
-    Candle(#[from] candle_core::Error),
+    Candle(candle_core::Error),
 }
 
 pub type Result<T> = std::result::Result<T, VisionError>;
+
+impl From<candle_core::Error> for VisionError {
+    fn from(e: candle_core::Error) -> Self {
+        Self::Candle(tessera_decoder::error::without_backtrace(e))
+    }
+}

@@ -53,14 +53,17 @@ fn inv255() -> f64 {
     1.0 / 255.0
 }
 
+/// The smallest `image_std` accepted: smaller ones blow pixel values up past what the tower's
+/// arithmetic holds (published processors use 0.2 to 0.5).
+pub const MIN_STD: f32 = 1e-6;
+
 /// The largest image side a preprocessor may produce.
 pub const MAX_SIDE: usize = 16384;
 
 impl PreprocessConfig {
     /// Refuses settings outside their domain, naming the field: sizes of 0 or over
     /// [`MAX_SIDE`], a non-finite or non-positive `rescale_factor`, `image_mean`/`image_std`
-    /// without 3 finite values or with a `std` of 0. (`resample` is checked when an image is
-    /// resized.)
+    /// without 3 finite values, a `std` under [`MIN_STD`], an unknown `resample`.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(VisionError::Config(m));
         for (name, size) in [("size", self.size), ("crop_size", self.crop_size)] {
@@ -85,10 +88,11 @@ impl PreprocessConfig {
             }
         }
         if let Some(std) = &self.image_std {
-            if std.contains(&0.0) {
-                return bad(format!("`image_std` {std:?} has a 0 (division by zero)"));
+            if std.iter().any(|&s| s < MIN_STD) {
+                return bad(format!("`image_std` {std:?} must be at least {MIN_STD} (it divides the pixels)"));
             }
         }
+        self.filter()?;
         Ok(())
     }
 

@@ -221,6 +221,41 @@ pub struct WeightRoots {
     pub connector_probe: &'static str,
 }
 
+/// Every size field of a config (at any depth: `text_config`, `vision_config`) within
+/// [`size_limit`](tessera_decoder::decoder::size_limit), before anything is sized from it.
+fn check_sizes(json: &Value, at: &str) -> std::result::Result<(), String> {
+    let Some(object) = json.as_object() else { return Ok(()) };
+    for (key, value) in object {
+        let path = if at.is_empty() { key.clone() } else { format!("{at}.{key}") };
+        if value.is_object() {
+            check_sizes(value, &path)?;
+        } else if let Some(max) = tessera_decoder::decoder::size_limit(key) {
+            match value.as_f64() {
+                Some(v) if v > max as f64 => {
+                    return Err(format!("`{path}` is {value}, beyond the {max} tessera supports"))
+                }
+                Some(v) if v < 0.0 => return Err(format!("`{path}` is {value}, a size cannot be negative")),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A config's deserialization error with the field it is about: serde loses the path inside
+/// the `model_type`-tagged enum, so the text fields (top level, or `text_config`) are read
+/// again on their own to find it.
+fn field_error(json: &Value, e: serde_json::Error) -> String {
+    for (prefix, part) in [("", Some(json)), ("text_config.", json.get("text_config"))] {
+        if let Some(Err(found)) = part.map(|p| serde_path_to_error::deserialize::<_, text::TextFields>(p.clone())) {
+            if found.path().iter().next().is_some() {
+                return format!("`{prefix}{}`: {}", found.path(), found.inner());
+            }
+        }
+    }
+    e.to_string()
+}
+
 impl ModelConfig {
     /// Reads and converts `config.json`.
     pub fn from_config_file(path: &Path) -> Result<Self> {
@@ -229,9 +264,16 @@ impl ModelConfig {
 
     /// Converts a parsed `config.json`; `path` is used in error messages.
     pub fn from_config_json(json: &Value, path: &Path) -> Result<Self> {
+        check_sizes(json, "").map_err(|reason| TesseraError::Config { path: path.to_path_buf(), reason })?;
         let checkpoint: Checkpoint = serde_json::from_value(json.clone())
-            .map_err(|e| TesseraError::Config { path: path.to_path_buf(), reason: e.to_string() })?;
+            .map_err(|e| TesseraError::Config { path: path.to_path_buf(), reason: field_error(json, e) })?;
         let cfg = checkpoint.resolve(json, path)?;
+        if cfg.vocab_size == 0 {
+            return Err(TesseraError::Config {
+                path: path.to_path_buf(),
+                reason: "`vocab_size` must be positive".into(),
+            });
+        }
         cfg.decoder.validate().map_err(|e| TesseraError::Config { path: path.to_path_buf(), reason: e.to_string() })?;
         Ok(cfg)
     }

@@ -41,6 +41,12 @@ enum ResampleName {
 impl NativeConfig {
     pub fn resolve(&self) -> Result<ModelConfig, String> {
         let text = TextFamily::Llama.resolve(&self.text, false)?;
+        if self.patch_size == 0 || self.image_size == 0 || !self.image_size.is_multiple_of(self.patch_size) {
+            return Err(format!(
+                "`image_size` {} must be a positive multiple of `patch_size` {}",
+                self.image_size, self.patch_size
+            ));
+        }
         let resample = match self.resample {
             None => 3,
             Some(Resample::Code(c)) => c,

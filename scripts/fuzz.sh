@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Fuzzes tessera's readers of untrusted input with cargo-fuzz (libFuzzer, nightly Rust):
+# gguf, safetensors, config_json, chat_template, image (fuzz/fuzz_targets/). Each corpus is
+# seeded from the files the tests already have; crashes are saved under fuzz/artifacts/<target>/.
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default: 60 s, every target)
+# Installs cargo-fuzz (cargo install) when missing. The build is a second, instrumented build of
+# the crates (nightly, sanitizer-coverage, fuzz/target).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-60}
+shift || true
+targets=${*:-gguf safetensors config_json chat_template image}
+rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+start=$SECONDS
+# No AddressSanitizer (safe Rust; ASan would slow every run): libFuzzer still catches panics,
+# aborts, timeouts and out-of-memory.
+cargo +nightly fuzz build --release -s none $targets
+echo "fuzz build: $((SECONDS - start)) s"
+python3 scripts/fuzz_seeds.py fuzz/corpus
+for t in $targets; do
+  mkdir -p "fuzz/artifacts/$t"
+  # -rss_limit_mb: every allocation is bounded by the input's size; -timeout: one input's work.
+  cargo +nightly fuzz run --release -s none "$t" "fuzz/corpus/$t" -- \
+    -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -max_len=262144 -print_final_stats=1 2>&1 \
+    | grep -E "^(stat::|#[0-9]+ +DONE|==|SUMMARY|Done)|panicked|ERROR" || true
+  if ls "fuzz/artifacts/$t"/* >/dev/null 2>&1; then
+    echo "FAIL: fuzz target $t found inputs that crash: fuzz/artifacts/$t/"
+    exit 1
+  fi
+done

@@ -1,0 +1,262 @@
+"""tessera against transformers on one GPU, side by side in one run (issue 11's figures).
+
+For each real config in tests/fixtures/real_configs (default: SmolVLM-256M-Instruct and llava-1.5-7b-hf), a
+checkpoint with random weights (seed 0) is written here by transformers in --dtype, beside the real processor
+and template files and a tokenizer (SmolVLM: the SmolLM2 vocabulary that scripts/gpu/build.sh packs into
+.gpu/smolvlm-tokenizer.json; otherwise a word-level stand-in with the config's vocabulary size and added tokens:
+speed does not depend on which ids a prompt has). Then, batch 1:
+  - prefill tok/s at each --prompt-lengths: transformers `model(input_ids)` (attn_implementation="sdpa"), tessera
+    `tessera-bench` (the same lengths);
+  - decode tok/s: --gen-tokens greedy tokens one at a time after a 64-token prompt (transformers: generate of
+    N tokens minus generate of 1, over N - 1);
+  - peak GPU memory of each engine's process (nvidia-smi, polled every 20 ms; torch's allocator peak beside it);
+  - image -> first token on SmolVLM (tests/fixtures/images/chelsea.png, scikit-image's 451x300 `chelsea`): transformers processor + generate(1), tessera
+    `generate --max-new-tokens 1 --json` prompt_s (preprocessing, tower, connector, prefill).
+Best of --reps after one warm-up. Prints a table and writes JSON (--out).
+
+On the GPU machine (scripts/gpu/device.sh bins runs it):
+    python3 scripts/gpu/bench.py --tessera-bench /tmp/tessera-gpu/tessera-bench --tessera /tmp/tessera-gpu/tessera
+Dry run on a CPU (small sizes):
+    python scripts/gpu/bench.py --device cpu --dtype f32 --models smolvlm-256m-instruct --prompt-lengths 64 \
+        --gen-tokens 8 --reps 1 --tessera-bench target/release/tessera-bench --tessera target/release/tessera
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+import transformers
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = REPO / "tests/fixtures/real_configs"
+DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+
+
+class GpuPeak:
+    """Peak memory.used of one process as nvidia-smi reports it (MiB), polled in a thread."""
+
+    def __init__(self, pid):
+        self.pid, self.peak, self.stop = pid, 0, False
+        self.thread = threading.Thread(target=self.poll, daemon=True)
+
+    def poll(self):
+        while not self.stop:
+            try:
+                out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                                     capture_output=True, text=True, timeout=5).stdout
+            except (OSError, subprocess.TimeoutExpired):
+                return
+            for line in out.splitlines():
+                pid, mib = (x.strip() for x in line.split(","))
+                if pid == str(self.pid):
+                    self.peak = max(self.peak, int(mib))
+            time.sleep(0.02)
+
+    def __enter__(self):
+        if shutil.which("nvidia-smi"):
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop = True
+        if self.thread.is_alive():
+            self.thread.join()
+
+
+def word_level_tokenizer(config, folder, dst):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tokenizers import AddedToken
+
+    text = config.get_text_config()
+    added = json.loads((folder / "added_tokens.json").read_text()) if (folder / "added_tokens.json").exists() else {}
+    vocab = {f"w{i}": i for i in range(text.vocab_size)}
+    vocab.update({"<unk>": 0})
+    for content, idx in added.items():
+        vocab.pop(f"w{idx}", None)
+    tok = Tokenizer(models.WordLevel(vocab={k: v for k, v in vocab.items() if v not in added.values()},
+                                     unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    for content, idx in sorted(added.items(), key=lambda kv: kv[1]):
+        tok.add_special_tokens([AddedToken(content, special=True)])
+    tok.save(str(dst / "tokenizer.json"))
+
+
+def checkpoint(name, dtype, device, work):
+    folder, dst = CONFIGS / name, work / name
+    config = transformers.AutoConfig.from_pretrained(folder)
+    if not (dst / "model.safetensors.index.json").exists() and not (dst / "model.safetensors").exists():
+        dst.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(0)
+        with torch.device(device):
+            model = transformers.AutoModelForImageTextToText.from_config(config, dtype=dtype)
+        model.save_pretrained(dst, safe_serialization=True)
+        del model
+        for f in folder.iterdir():
+            if f.name != "config.json" and f.suffix in (".json", ".jinja"):
+                shutil.copy(f, dst / f.name)
+        packed = REPO / ".gpu" / f"{name.split('-')[0]}-tokenizer.json"
+        if packed.exists():
+            shutil.copy(packed, dst / "tokenizer.json")
+        else:
+            word_level_tokenizer(config, folder, dst)
+    return dst
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def best(fn, reps):
+    times = []
+    for rep in range(reps + 1):
+        t0 = time.perf_counter()
+        fn()
+        if rep > 0 or reps == 0:
+            times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def transformers_side(dst, args, device):
+    model = transformers.AutoModelForImageTextToText.from_pretrained(
+        dst, dtype=DTYPES[args.dtype], attn_implementation="sdpa").to(device).eval()
+    model.generation_config.eos_token_id = None
+    vocab = model.config.get_text_config().vocab_size
+    gen = torch.Generator().manual_seed(0)
+    result = {}
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    with torch.no_grad():
+        for n in args.prompt_lengths:
+            ids = torch.randint(100, vocab - 1000, (1, n), generator=gen).to(device)
+
+            def prefill():
+                model(input_ids=ids, use_cache=True)
+                sync(device)
+            result[f"prefill_{n}_tok_s"] = n / best(prefill, args.reps)
+        ids = torch.randint(100, vocab - 1000, (1, 64), generator=gen).to(device)
+
+        def generate(k):
+            def run():
+                model.generate(input_ids=ids, do_sample=False, max_new_tokens=k, min_new_tokens=k)
+                sync(device)
+            return run
+        t_n, t_1 = best(generate(args.gen_tokens), args.reps), best(generate(1), args.reps)
+        result["decode_tok_s"] = (args.gen_tokens - 1) / (t_n - t_1)
+    if device.type == "cuda":
+        result["torch_peak_allocated_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    del model
+    return result
+
+
+def tessera_side(dst, args):
+    result = {}
+    for i, n in enumerate(args.prompt_lengths):
+        cmd = [args.tessera_bench, "--model", str(dst), "--device", args.device, "--dtype", args.dtype,
+               "--prompt-tokens", str(n), "--gen-tokens", str(args.gen_tokens), "--depth", "64" if i == 0 else "0",
+               "--reps", str(args.reps), "--json"]
+        if args.device == "cpu":
+            cmd += ["--threads", str(os.cpu_count())]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        with GpuPeak(proc.pid) as peak:
+            out, _ = proc.communicate()
+        if proc.returncode != 0:
+            raise SystemExit(f"tessera-bench failed: {' '.join(cmd)}")
+        row = json.loads(out)
+        result[f"prefill_{n}_tok_s"] = row["pp_tok_s"]
+        if i == 0:
+            result["decode_tok_s"] = row["tg_tok_s"]
+        result["peak_gpu_mib"] = max(result.get("peak_gpu_mib", 0), peak.peak)
+    return result
+
+
+def transformers_peak(dst, args):
+    """transformers' prefill + decode again in a child process, for its nvidia-smi peak."""
+    code = (f"import sys; sys.argv=['bench.py','--child',{str(dst)!r},'--device',{args.device!r},'--dtype',"
+            f"{args.dtype!r},'--prompt-lengths',{','.join(map(str, args.prompt_lengths))!r},'--gen-tokens',"
+            f"'{args.gen_tokens}','--reps','0']; sys.path.insert(0,{str(Path(__file__).parent)!r}); "
+            "import bench; bench.main()")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL)
+    with GpuPeak(proc.pid) as peak:
+        proc.wait()
+    return peak.peak
+
+
+def first_token(dst, args, device):
+    from PIL import Image
+
+    photo = REPO / "tests/fixtures/images/chelsea.png"
+    processor = transformers.AutoProcessor.from_pretrained(dst)
+    model = transformers.AutoModelForImageTextToText.from_pretrained(
+        dst, dtype=DTYPES[args.dtype], attn_implementation="sdpa").to(device).eval()
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Can you describe this image?"}]}]
+    prompt = processor.apply_chat_template(messages, add_generation_prompt=True)
+    image = Image.open(photo).convert("RGB")
+
+    def hf():
+        inputs = processor(text=prompt, images=[image], return_tensors="pt").to(device)
+        inputs["pixel_values"] = inputs["pixel_values"].to(DTYPES[args.dtype])
+        with torch.no_grad():
+            model.generate(**inputs, max_new_tokens=1, do_sample=False)
+        sync(device)
+    hf_s = best(hf, args.reps)
+    del model
+    ts = []
+    for _ in range(args.reps):
+        cmd = [args.tessera, "generate", "--model", str(dst), "--image", str(photo), "--prompt",
+               "Can you describe this image?", "--max-new-tokens", "1", "--json", "--device", args.device,
+               "--dtype", args.dtype]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        ts.append(json.loads(out.strip().splitlines()[-1])["timings"]["prompt_s"])
+    return {"transformers_s": hf_s, "tessera_s": min(ts)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=["smolvlm-256m-instruct", "llava-1.5-7b-hf"])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    ap.add_argument("--prompt-lengths", default="512,2048")
+    ap.add_argument("--gen-tokens", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--tessera-bench", default=str(REPO / "target/release/tessera-bench"))
+    ap.add_argument("--tessera", default=str(REPO / "target/release/tessera"))
+    ap.add_argument("--work", default="/tmp/tessera-gpu-models")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    args.prompt_lengths = [int(x) for x in str(args.prompt_lengths).split(",")]
+    device = torch.device(args.device)
+    if args.child:
+        transformers_side(Path(args.child), args, device)
+        return
+    report = dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else args.device,
+                  torch=torch.__version__, transformers=transformers.__version__, dtype=args.dtype, models={})
+    for name in args.models:
+        dst = checkpoint(name, DTYPES[args.dtype], device, Path(args.work))
+        row = {"transformers": transformers_side(dst, args, device), "tessera": tessera_side(dst, args)}
+        row["transformers"]["peak_gpu_mib"] = transformers_peak(dst, args)
+        if name.startswith("smolvlm"):
+            row["image_to_first_token"] = first_token(dst, args, device)
+        report["models"][name] = row
+        print(f"\n{name} ({args.dtype}, {report['device']})")
+        for key in row["transformers"]:
+            if key in row["tessera"]:
+                a, b = row["tessera"][key], row["transformers"][key]
+                print(f"  {key:24} tessera {a:10.1f}  transformers {b:10.1f}  ratio {a / b if b else float('nan'):.2f}")
+        if "image_to_first_token" in row:
+            r = row["image_to_first_token"]
+            print(f"  image -> first token (s) tessera {r['tessera_s']:.3f}  transformers {r['transformers_s']:.3f}  "
+                  f"ratio {r['tessera_s'] / r['transformers_s']:.2f}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

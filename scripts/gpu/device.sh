@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (it has CUDA, PyTorch and transformers; no Rust, no network), in the
+# repository root of the copy the device tool sends, with what scripts/gpu/build.sh packed into
+# .gpu/ carried along. Writes logs and JSON under $OUT (or ./gpu-out).
+#   scripts/gpu/device.sh suite   # bf16/f16 references by transformers on this GPU, then the parity suite
+#   scripts/gpu/device.sh bins    # the CLI on the GPU (smoke), then scripts/gpu/bench.py
+# From the machine without a GPU (device tool):
+#   run(command="bash scripts/gpu/device.sh suite && bash scripts/gpu/device.sh bins", carry=[".gpu"])
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+what=${1:?usage: $0 suite|bins}
+out=${OUT:-$PWD/gpu-out}
+bin=/tmp/tessera-gpu
+mkdir -p "$out" "$bin"
+for f in .gpu/*.xz; do
+  [ -e "$f" ] || { echo "no .gpu/*.xz: run scripts/gpu/build.sh here first and carry .gpu" >&2; exit 1; }
+  case "$f" in
+    *.json.xz) xz -dc "$f" >"${f%.xz}" ;; # data for bench.py, read from .gpu/
+    *) xz -dc "$f" >"$bin/$(basename "$f" .xz)" && chmod +x "$bin/$(basename "$f" .xz)" ;;
+  esac
+done
+# cuBLAS / cuRAND / cudart 13: the system toolkit's, or the nvidia-* wheels PyTorch brought.
+libs=$(python3 - <<'PY'
+import glob, os
+dirs = ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib"]
+try:
+    import nvidia
+    for p in nvidia.__path__:
+        dirs += glob.glob(os.path.join(p, "*", "lib")) + glob.glob(os.path.join(p, "cu13", "lib"))
+except ImportError:
+    pass
+print(":".join(d for d in dirs if os.path.isdir(d)))
+PY
+)
+export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+python3 -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__)' | tee -a "$out/gpu.txt"
+for b in "$bin"/*; do
+  missing=$(ldd "$b" | grep "not found" || true)
+  [ -z "$missing" ] || { echo "$b: $missing" >&2; exit 1; }
+done
+
+case "$what" in
+  suite)
+    python3 scripts/gpu/reference.py --device cuda --out "$out/half_refs.json" 2>"$out/reference.log"
+    set +e
+    TESSERA_TEST_DEVICE=cuda TESSERA_HALF_REFS="$out/half_refs.json" RUST_BACKTRACE=0 \
+      "$bin/device_suite" --test-threads 1 2>&1 | tee "$out/suite.log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    echo "device_suite exit $rc"
+    exit "$rc"
+    ;;
+  bins)
+    t=$bin/tessera
+    # The main command on the GPU, and the same on the CPU: the same answer.
+    q=(generate --model models/shapes-vlm --image models/shapes-vlm/examples/three_shapes.png --prompt "How many shapes are there?")
+    "$t" "${q[@]}" --device cuda --dtype f32 | tee "$out/generate_cuda_f32.txt"
+    "$t" "${q[@]}" --device cpu | tee "$out/generate_cpu_f32.txt"
+    cmp "$out/generate_cuda_f32.txt" "$out/generate_cpu_f32.txt" && echo "cuda f32 answer = cpu answer"
+    "$t" "${q[@]}" --device cuda | tee "$out/generate_cuda_bf16.txt"
+    "$t" "${q[@]}" --device cuda:7 2>&1 | tee "$out/missing_device.txt" || true
+    python3 scripts/gpu/bench.py --tessera-bench "$bin/tessera-bench" --out "$out/bench.json" 2>&1 | tee "$out/bench.log"
+    ;;
+  *) echo "usage: $0 suite|bins" >&2; exit 2 ;;
+esac
