@@ -15,7 +15,7 @@ command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 start=$SECONDS
 # No AddressSanitizer (safe Rust; ASan would slow every run): libFuzzer still catches panics,
 # aborts, timeouts and out-of-memory.
-cargo +nightly fuzz build --release -s none $targets
+cargo +nightly fuzz build --release -s none
 echo "fuzz build: $((SECONDS - start)) s"
 python3 scripts/fuzz_seeds.py fuzz/corpus
 for t in $targets; do
@@ -23,7 +23,7 @@ for t in $targets; do
   # -rss_limit_mb: every allocation is bounded by the input's size; -timeout: one input's work.
   cargo +nightly fuzz run --release -s none "$t" "fuzz/corpus/$t" -- \
     -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -max_len=262144 -print_final_stats=1 2>&1 \
-    | grep -E "^(stat::|#[0-9]+ +DONE|==|SUMMARY|Done)|panicked|ERROR" || true
+    | grep -E "^(stat::|#[0-9]+[[:space:]]+DONE|==|SUMMARY|Done)|panicked|ERROR" || true
   if ls "fuzz/artifacts/$t"/* >/dev/null 2>&1; then
     echo "FAIL: fuzz target $t found inputs that crash: fuzz/artifacts/$t/"
     exit 1

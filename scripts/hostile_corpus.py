@@ -941,6 +941,10 @@ def gen_image(c: Corpus):
     case("img-paletted", png(4, 4, 8, 3, b"".join(b"\0" + bytes([(x + y) % 4 for x in range(4)]) for y in range(4)),
                              plte=plte), "ok", [])
     case("img-wide-1000x1", png_pattern(1000, 1, 3), "ok", [])
+    # Found by fuzzing (fuzz/fuzz_targets/image.rs): a palette of 49 bytes, not whole RGB entries, made the
+    # png crate (0.18.1) panic while expanding the palette; a valid CRC carries it past the chunk checks.
+    case("img-palette-partial-entry", png(40, 30, 4, 3, b"".join(b"\0" + bytes(20) for _ in range(30)),
+                                          plte=bytes(range(49))), "error", ["img-palette-partial-entry.png", "PLTE"])
     case("img-pixel-limit-0", good, "error", ["--max-image-pixels"], extra=("--max-image-pixels", "0"))
 
 

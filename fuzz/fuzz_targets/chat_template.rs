@@ -11,7 +11,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(template) = ChatTemplate::new(source, Some("<s>".into()), Some("</s>".into())) else { return };
     let messages = [
         Message::text("system", "Be brief."),
-        Message::parts("user", vec![ContentPart::Image, ContentPart::Text("What is this?".into())]),
+        Message::parts("user", vec![ContentPart::Image, ContentPart::Text { text: "What is this?".into() }]),
         Message::text("assistant", "A cat."),
         Message::text("user", "And its colour?"),
     ];

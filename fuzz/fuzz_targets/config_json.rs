@@ -12,7 +12,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = tessera::ModelConfig::from_config_json(&json, Path::new("config.json"));
     let Ok(cfg) = serde_json::from_value::<tessera_vision::PreprocessConfig>(json) else { return };
     if cfg.validate().is_ok() {
-        let img = tessera_vision::RgbImage::new(7, 5);
+        let img = tessera_vision::RgbImage::new(7, 5, vec![128; 7 * 5 * 3]);
         let _ = tessera_vision::preprocess(&img, &cfg, &candle_core::Device::Cpu);
     }
 });

@@ -312,7 +312,8 @@ pub fn strip_generation_tags(source: &str) -> String {
     let mut out = String::with_capacity(source.len());
     let mut rest = source;
     while let Some(start) = rest.find("{%") {
-        let Some(len) = rest[start..].find("%}") else { break };
+        // The tag's end after its opening `{%` (in `{%}` they would share the `%`).
+        let Some(len) = rest[start + 2..].find("%}").map(|n| n + 2) else { break };
         let tag = &rest[start..start + len + 2];
         let inner = tag[2..tag.len() - 2].trim_matches(|c: char| c == '-' || c == '+' || c.is_whitespace());
         if inner == "generation" || inner == "endgeneration" {
@@ -481,6 +482,10 @@ mod tests {
         let s = t.render(&[Message::text("user", "q"), Message::text("assistant", "a")], false).unwrap();
         assert_eq!(s, "[q]a");
         assert_eq!(strip_generation_tags("x {%- generation -%}  y{% endgeneration %}"), "xy");
+        // Found by fuzzing (fuzz/fuzz_targets/chat_template.rs): `{%}` sliced the tag backwards.
+        assert_eq!(strip_generation_tags("a {%} b"), "a {%} b");
+        assert_eq!(strip_generation_tags("{%}generation%}x"), "{%}generation%}x");
+        assert!(ChatTemplate::new("{%}", None, None).is_err());
     }
 
     #[test]

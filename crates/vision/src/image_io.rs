@@ -84,8 +84,47 @@ fn abbreviate(src: &str) -> String {
     }
 }
 
-/// Decodes image bytes; `origin` names them in errors.
+/// Decodes image bytes; `origin` names them in errors. Decoders are third-party code: a panic
+/// in one (the `png` crate's on a palette of partial entries, found by fuzzing) becomes an
+/// error for this image, not the end of the process (a server's engine thread).
 pub fn decode_image(bytes: &[u8], origin: &Path, max_pixels: u64) -> Result<RgbImage> {
+    check_png_palette(bytes, origin)?;
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decode_checked(bytes, origin, max_pixels))).unwrap_or_else(
+        |_| {
+            Err(VisionError::Decode {
+                path: origin.into(),
+                reason: "the image decoder failed on malformed data".into(),
+            })
+        },
+    )
+}
+
+/// A PNG's palette (`PLTE`) must hold whole RGB entries, at most 256: png 0.18.1 panics on a
+/// partial one (slicing 3 bytes past its end), so it is refused here first.
+fn check_png_palette(bytes: &[u8], origin: &Path) -> Result<()> {
+    const SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
+    if !bytes.starts_with(SIGNATURE) {
+        return Ok(());
+    }
+    let mut at = SIGNATURE.len();
+    // Chunks: length (4, big-endian), type (4), data, CRC (4); the palette precedes the data.
+    while let (Some(len), Some(kind)) = (bytes.get(at..at + 4), bytes.get(at + 4..at + 8)) {
+        let len = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        match kind {
+            b"PLTE" if !len.is_multiple_of(3) || len > 3 * 256 => {
+                return Err(VisionError::Decode {
+                    path: origin.into(),
+                    reason: format!("PNG palette (PLTE) of {len} bytes is not 1 to 256 RGB entries"),
+                });
+            }
+            b"IDAT" | b"IEND" => break,
+            _ => at = at.saturating_add(12).saturating_add(len),
+        }
+    }
+    Ok(())
+}
+
+fn decode_checked(bytes: &[u8], origin: &Path, max_pixels: u64) -> Result<RgbImage> {
     let reader = || -> Result<ImageReader<Cursor<&[u8]>>> {
         let r = ImageReader::new(Cursor::new(bytes))
             .with_guessed_format()
