@@ -414,33 +414,29 @@ fn check_safetensors_file(path: &Path) -> Result<()> {
 /// [`check_safetensors_file`]'s checks over any reader of a `len`-byte file; the error says
 /// what is wrong without the file's name.
 pub fn check_safetensors_header(mut file: impl std::io::Read, len: u64) -> std::result::Result<(), String> {
-    let err = |reason: String| reason;
     let mut n = [0u8; 8];
-    file.read_exact(&mut n).map_err(|_| err(format!("too short to be safetensors ({len} bytes)")))?;
+    file.read_exact(&mut n).map_err(|_| format!("too short to be safetensors ({len} bytes)"))?;
     let header_len = u64::from_le_bytes(n);
     if header_len > len.saturating_sub(8) {
-        return Err(err(format!("header claims {header_len} bytes but the file has {len}")));
+        return Err(format!("header claims {header_len} bytes but the file has {len}"));
     }
     if header_len > MAX_SAFETENSORS_HEADER {
-        return Err(err(format!(
-            "header of {header_len} bytes is over the format's limit of {MAX_SAFETENSORS_HEADER}"
-        )));
+        return Err(format!("header of {header_len} bytes is over the format's limit of {MAX_SAFETENSORS_HEADER}"));
     }
     let mut header = vec![0u8; header_len as usize];
-    file.read_exact(&mut header).map_err(|e| err(e.to_string()))?;
-    let Entries(entries) =
-        serde_json::from_slice(&header).map_err(|e| err(format!("invalid safetensors header: {e}")))?;
+    file.read_exact(&mut header).map_err(|e| e.to_string())?;
+    let Entries(entries) = serde_json::from_slice(&header).map_err(|e| format!("invalid safetensors header: {e}"))?;
     let data_len = len - 8 - header_len;
     let mut names = std::collections::HashSet::new();
     let mut spans = Vec::new();
     for (name, entry) in &entries {
         if !names.insert(name.as_str()) {
-            return Err(err(format!("tensor `{name}` appears twice in the header")));
+            return Err(format!("tensor `{name}` appears twice in the header"));
         }
         if name == "__metadata__" {
             continue;
         }
-        let bad = |what: &str| err(format!("tensor `{name}`: {what}"));
+        let bad = |what: &str| format!("tensor `{name}`: {what}");
         let dtype = entry.get("dtype").and_then(|d| d.as_str()).ok_or_else(|| bad("no `dtype`"))?;
         let size: u64 = match dtype {
             "BOOL" | "U8" | "I8" | "F8_E4M3" | "F8_E5M2" => 1,
@@ -469,9 +465,7 @@ pub fn check_safetensors_header(mut file: impl std::io::Read, len: u64) -> std::
             return Err(bad(&format!("data_offsets [{begin}, {end}] end before they begin")));
         }
         if end > data_len {
-            return Err(err(format!(
-                "truncated: tensor `{name}` ends at data byte {end} but only {data_len} are present"
-            )));
+            return Err(format!("truncated: tensor `{name}` ends at data byte {end} but only {data_len} are present"));
         }
         if end - begin != bytes {
             return Err(bad(&format!(
@@ -484,19 +478,19 @@ pub fn check_safetensors_header(mut file: impl std::io::Read, len: u64) -> std::
     spans.sort();
     for pair in spans.windows(2) {
         if pair[1].0 < pair[0].1 {
-            return Err(err(format!("tensors `{}` and `{}` overlap in the file", pair[0].2, pair[1].2)));
+            return Err(format!("tensors `{}` and `{}` overlap in the file", pair[0].2, pair[1].2));
         }
     }
     // The format packs the tensors with nothing between them (its reader refuses gaps too).
     let mut at = 0;
     for &(begin, end, name) in &spans {
         if begin > at {
-            return Err(err(format!("data bytes {at}..{begin} before tensor `{name}` belong to no tensor")));
+            return Err(format!("data bytes {at}..{begin} before tensor `{name}` belong to no tensor"));
         }
         at = end;
     }
     if data_len > at {
-        return Err(err(format!("data bytes {at}..{data_len} after the last tensor belong to no tensor")));
+        return Err(format!("data bytes {at}..{data_len} after the last tensor belong to no tensor"));
     }
     Ok(())
 }
