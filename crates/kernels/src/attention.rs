@@ -113,6 +113,21 @@ fn one_query(
         scores.resize(keys.end, 0.0);
     }
     let sc = &mut scores[keys.clone()];
+    #[cfg(target_arch = "x86_64")]
+    if d.is_multiple_of(8)
+        && !keys.is_empty()
+        && matches!(crate::Isa::best(), crate::Isa::Avx2 | crate::Isa::Avx512Vnni)
+    {
+        let n = keys.len();
+        // The keys' and values' rows `keys`, as slices (bounds checked here, once).
+        let k = &kv.k[kv.kbase + keys.start * kv.krow..][..(n - 1) * kv.krow + d];
+        let v = &kv.v[kv.vbase + keys.start * kv.vrow..][..(n - 1) * kv.vrow + d];
+        // SAFETY: `Isa::best` names only instruction sets this CPU has; `k` and `v` hold `n`
+        // rows of `d` values at strides `krow` / `vrow`; `sc` holds `n` scores; `q` and `o`
+        // hold `d` values; `d` is a multiple of 8.
+        unsafe { x86::head(q, k, kv.krow, v, kv.vrow, scale, sc, o) };
+        return;
+    }
     crate::ops::wide(|| {
         for (j, x) in keys.clone().zip(sc.iter_mut()) {
             *x = dot(q, &kv.k[kv.kbase + j * kv.krow..][..d]);
@@ -126,6 +141,99 @@ fn one_query(
         }
         o.copy_from_slice(acc);
     });
+}
+
+/// One head's attention in AVX2 + FMA: scores four keys at a time (independent sums), the
+/// weighted sum of values in registers, 64 columns at a time.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// The sum of the eight lanes: halves, then pairs, then the last two.
+    #[inline(always)]
+    unsafe fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+    }
+
+    /// `o` ← `softmax(scale · q·kᵀ) · v` over the `sc.len()` keys in `k` (rows at stride
+    /// `krow`) and values in `v` (stride `vrow`).
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; `q.len() = o.len() = d` is a multiple of 8; `k` and `v` hold
+    /// `sc.len() ≥ 1` rows of `d` values at their strides.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn head(
+        q: &[f32],
+        k: &[f32],
+        krow: usize,
+        v: &[f32],
+        vrow: usize,
+        scale: f32,
+        sc: &mut [f32],
+        o: &mut [f32],
+    ) {
+        let (d, n) = (q.len(), sc.len());
+        let (qp, kp, sp) = (q.as_ptr(), k.as_ptr(), sc.as_mut_ptr());
+        let mut j = 0;
+        while j + 4 <= n {
+            let rows = [kp.add(j * krow), kp.add((j + 1) * krow), kp.add((j + 2) * krow), kp.add((j + 3) * krow)];
+            let mut acc = [_mm256_setzero_ps(); 4];
+            for c in (0..d).step_by(8) {
+                let qv = _mm256_loadu_ps(qp.add(c));
+                for (a, r) in acc.iter_mut().zip(rows) {
+                    *a = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r.add(c)), *a);
+                }
+            }
+            for (i, a) in acc.into_iter().enumerate() {
+                *sp.add(j + i) = hsum(a);
+            }
+            j += 4;
+        }
+        while j < n {
+            let r = kp.add(j * krow);
+            let mut a = _mm256_setzero_ps();
+            for c in (0..d).step_by(8) {
+                a = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(c)), _mm256_loadu_ps(r.add(c)), a);
+            }
+            *sp.add(j) = hsum(a);
+            j += 1;
+        }
+        super::softmax_in_place(sc, scale);
+        let mut c0 = 0;
+        while c0 < d {
+            let (vp, op) = (v.as_ptr().add(c0), o.as_mut_ptr().add(c0));
+            let w = (d - c0).min(64);
+            match w / 8 {
+                8 => weighted::<8>(sc, vp, vrow, op),
+                7 => weighted::<7>(sc, vp, vrow, op),
+                6 => weighted::<6>(sc, vp, vrow, op),
+                5 => weighted::<5>(sc, vp, vrow, op),
+                4 => weighted::<4>(sc, vp, vrow, op),
+                3 => weighted::<3>(sc, vp, vrow, op),
+                2 => weighted::<2>(sc, vp, vrow, op),
+                _ => weighted::<1>(sc, vp, vrow, op),
+            }
+            c0 += w;
+        }
+    }
+
+    /// `o[..8L]` ← `Σ_j p[j] · v_j[..8L]`, the `L` accumulators in registers.
+    #[inline(always)]
+    unsafe fn weighted<const L: usize>(p: &[f32], v: *const f32, vrow: usize, o: *mut f32) {
+        let mut acc = [_mm256_setzero_ps(); L];
+        for (j, &pj) in p.iter().enumerate() {
+            let (pv, r) = (_mm256_set1_ps(pj), v.add(j * vrow));
+            for (l, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(pv, _mm256_loadu_ps(r.add(8 * l)), *a);
+            }
+        }
+        for (l, a) in acc.into_iter().enumerate() {
+            _mm256_storeu_ps(o.add(8 * l), a);
+        }
+    }
 }
 
 /// One sequence's row of a batched decode step: its query `(heads, head_dim)` (contiguous),

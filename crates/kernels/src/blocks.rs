@@ -130,27 +130,69 @@ fn round_f16(x: f32) -> f32 {
 }
 
 /// Rounds to the nearest integer, ties to even, for |v| < 2²² (the magic-number trick ggml's
-/// `nearest_int` uses; unlike `f32::round_ties_even` it compiles to two adds, no libm call).
+/// `nearest_int` uses: adding 1.5 · 2²³ rounds v into the low mantissa bits, which are read
+/// as an integer; unlike `f32::round_ties_even` or an `as` cast, it is plain arithmetic that
+/// vectorises).
 #[inline(always)]
 fn round_even(v: f32) -> i32 {
     const MAGIC: f32 = 12582912.0; // 1.5 · 2²³
-    ((v + MAGIC) - MAGIC) as i32
+    (v + MAGIC).to_bits() as i32 - MAGIC.to_bits() as i32
+}
+
+/// [`quantize_q8`] (the same values) compiled for AVX2 when the kernels use it: the workspace
+/// is built for baseline x86-64, whose vectors are SSE2's four lanes.
+pub(crate) fn quantize_q8_wide(x: &[f32], out: &mut [Q8Block]) {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(crate::Isa::best(), crate::Isa::Avx2 | crate::Isa::Avx512Vnni) {
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2(x: &[f32], out: &mut [Q8Block]) {
+            quantize_q8(x, out)
+        }
+        // SAFETY: `Isa::best` names only instruction sets this CPU has.
+        return unsafe { avx2(x, out) };
+    }
+    quantize_q8(x, out)
+}
+
+/// [`quantize_q8k`] (the same values) compiled for AVX2 when the kernels use it.
+pub(crate) fn quantize_q8k_wide(x: &[f32], out: &mut [Q8KBlock]) {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(crate::Isa::best(), crate::Isa::Avx2 | crate::Isa::Avx512Vnni) {
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2(x: &[f32], out: &mut [Q8KBlock]) {
+            quantize_q8k(x, out)
+        }
+        // SAFETY: `Isa::best` names only instruction sets this CPU has.
+        return unsafe { avx2(x, out) };
+    }
+    quantize_q8k(x, out)
 }
 
 /// Quantizes `x` (a multiple of 32 long) into `out` (`x.len() / 32` blocks), as ggml's
 /// x86 `quantize_row_q8_1` does: `d = max|x| / 127`, round half to even, and the sum.
+#[inline(always)]
 pub fn quantize_q8(x: &[f32], out: &mut [Q8Block]) {
     debug_assert_eq!(x.len(), out.len() * 32);
     for (xs, y) in x.chunks_exact(32).zip(out.iter_mut()) {
-        let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+        // The largest magnitude over eight lanes first (max is exact in any order): loops over
+        // lanes vectorise, a fold over one accumulator does not.
+        let mut lanes = [0f32; 8];
+        for c in xs.chunks_exact(8) {
+            for (l, &v) in lanes.iter_mut().zip(c) {
+                *l = l.max(v.abs());
+            }
+        }
+        let amax = lanes.iter().fold(0f32, |m, &v| m.max(v));
         let d = amax / 127.0;
         let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
-        let mut sum = 0i32;
-        for (q, &v) in y.qs.iter_mut().zip(xs) {
-            let r = round_even(v * id);
-            *q = r as i8;
-            sum += r;
+        let mut r = [0i32; 32];
+        for (r, &v) in r.iter_mut().zip(xs) {
+            *r = round_even(v * id);
         }
+        for (q, &r) in y.qs.iter_mut().zip(&r) {
+            *q = r as i8;
+        }
+        let sum: i32 = r.iter().sum();
         y.d = round_f16(d);
         y.s = round_f16(d * sum as f32);
         y.isum = sum;
@@ -175,6 +217,7 @@ pub fn quantize_q8_0_blocks(x: &[f32], out: &mut [u8]) {
 
 /// Quantizes `x` (a multiple of 256 long) into `Q8_K` blocks, as ggml's
 /// `quantize_row_q8_K_ref`: the scale maps the value of largest magnitude to −127.
+#[inline(always)]
 pub fn quantize_q8k(x: &[f32], out: &mut [Q8KBlock]) {
     debug_assert_eq!(x.len(), out.len() * 256);
     for (xs, y) in x.chunks_exact(256).zip(out.iter_mut()) {

@@ -14,7 +14,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use crate::blocks::{dequantize, quantize_q8, quantize_q8k, ActKind, Q8Block, Q8KBlock, QType};
+use crate::blocks::{dequantize, quantize_q8_wide, quantize_q8k_wide, ActKind, Q8Block, Q8KBlock, QType};
 use crate::error::{KernelError, Result};
 #[cfg(target_arch = "x86_64")]
 use crate::igemm::{granule, Acts, Panel};
@@ -104,6 +104,37 @@ impl Isa {
 
 /// Dot of one weight row with one token's `Q8` activations.
 type RowFn = unsafe fn(&[u8], &[Q8Block]) -> f32;
+
+/// Quantizes each token (a row of `cols` values of `x`) into its blocks of `out` with
+/// `quantize`, tokens shared out among the pool's threads when there are several (each
+/// token's blocks are the same whichever thread makes them).
+fn quantize_tokens<B: Send>(
+    pool: &ThreadPool,
+    x: &[f32],
+    cols: usize,
+    out: &mut [B],
+    quantize: impl Fn(&[f32], &mut [B]) + Sync,
+) -> Result<()> {
+    let m = x.len() / cols;
+    let nb = out.len() / m.max(1);
+    if m < 2 || pool.threads() == 1 {
+        for (xr, ar) in x.chunks_exact(cols).zip(out.chunks_exact_mut(nb)) {
+            quantize(xr, ar);
+        }
+        return Ok(());
+    }
+    let per = m.div_ceil(pool.threads());
+    let dst = SendPtr(out.as_mut_ptr());
+    pool.run(&|part| {
+        let dst = &dst;
+        for t in (part * per).min(m)..((part + 1) * per).min(m) {
+            // SAFETY: token t's `nb` blocks lie inside `out` (m · nb long); only the part that
+            // owns token t writes them.
+            let ar = unsafe { std::slice::from_raw_parts_mut(dst.0.add(t * nb), nb) };
+            quantize(&x[t * cols..(t + 1) * cols], ar);
+        }
+    })
+}
 
 /// The SIMD row kernel of `t` on `isa`, if there is one.
 fn simd_row_fn(t: QType, isa: Isa) -> Option<RowFn> {
@@ -316,7 +347,14 @@ impl QMatrix {
             return Ok(());
         }
         if self.layout == Layout::Panels && isa != Isa::Avx512Vnni {
-            // Only the VNNI kernels read panels; other sets (forced in tests) use the f32 path.
+            // Only the VNNI kernels read panels; other sets (forced in tests) use the f32 path,
+            // a token at a time when rows must not depend on the batch.
+            if crate::invariant::active() {
+                for (xr, or) in x.chunks_exact(self.cols).zip(out.chunks_exact_mut(self.rows)) {
+                    self.gemm(pool, xr, 1, or)?;
+                }
+                return Ok(());
+            }
             return self.gemm(pool, x, m, out);
         }
         if m >= GEMM_MIN_TOKENS && !crate::invariant::active() {
@@ -343,7 +381,7 @@ impl QMatrix {
         let dst = SendPtr(out.as_mut_ptr());
         let t = self.qtype;
         match t.activation() {
-            ActKind::Q8 => self.with_q8_activations(x, m, |act| {
+            ActKind::Q8 => self.with_q8_activations(pool, x, m, |act| {
                 let simd = simd_row_fn(t, isa);
                 let simd4 = simd_rows4_fn(t, isa);
                 pool.run(&|part| {
@@ -375,9 +413,7 @@ impl QMatrix {
             ActKind::Q8K => ACT_Q8K.with(|cell| {
                 let mut act = cell.borrow_mut();
                 act.resize(m * nb, Q8KBlock::default());
-                for (xr, ar) in x.chunks_exact(self.cols).zip(act.chunks_exact_mut(nb)) {
-                    quantize_q8k(xr, ar);
-                }
+                quantize_tokens(pool, x, self.cols, &mut act, quantize_q8k_wide)?;
                 let act = &act[..];
                 let simd = simd_row_k_fn(t, isa);
                 pool.run(&|part| {
@@ -393,14 +429,18 @@ impl QMatrix {
 
     /// Runs `f` on `x`'s `m` tokens quantized to `Q8` blocks (as llama.cpp's `Q8_0`/`Q8_1`),
     /// in this thread's reused buffer.
-    fn with_q8_activations<R>(&self, x: &[f32], m: usize, f: impl FnOnce(&[Q8Block]) -> R) -> R {
+    fn with_q8_activations(
+        &self,
+        pool: &ThreadPool,
+        x: &[f32],
+        m: usize,
+        f: impl FnOnce(&[Q8Block]) -> Result<()>,
+    ) -> Result<()> {
         let nb = self.cols / 32;
         ACT_Q8.with(|cell| {
             let mut act = cell.borrow_mut();
             act.resize(m * nb, Q8Block::default());
-            for (xr, ar) in x.chunks_exact(self.cols).zip(act.chunks_exact_mut(nb)) {
-                quantize_q8(xr, ar);
-            }
+            quantize_tokens(pool, x, self.cols, &mut act, quantize_q8_wide)?;
             f(&act[..])
         })
     }
@@ -414,7 +454,7 @@ impl QMatrix {
         let (cb, per) = (panels::chunk_bytes(self.qtype), np.div_ceil(pool.threads()));
         let kernel = crate::x86::panel_dots_fn(self.qtype);
         let dst = SendPtr(out.as_mut_ptr());
-        self.with_q8_activations(x, m, |act| {
+        self.with_q8_activations(pool, x, m, |act| {
             pool.run(&|part| {
                 let dst = &dst;
                 for p in (part * per).min(np)..((part + 1) * per).min(np) {

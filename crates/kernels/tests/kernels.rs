@@ -201,6 +201,41 @@ fn simd_kernels_equal_the_portable_twin() {
     }
 }
 
+/// Inside `row_invariant` (the server's batched decode step) a matmul of m tokens gives every
+/// token exactly, bit for bit, what that token gets alone: on every type, layout, instruction
+/// set and thread count, at batch sizes across the kernels' token groups and the GEMM threshold.
+#[test]
+fn row_invariant_matmuls_give_each_token_what_it_gets_alone() {
+    let mut rng = StdRng::seed_from_u64(17);
+    for t in QType::ALL {
+        let (rows, cols) = (37, 3 * t.block_elems());
+        let w0 = random_matrix(t, rows, cols, &mut rng);
+        for w in in_every_layout(&w0) {
+            for m in [2usize, 4, 5, 9, tessera_kernels::GEMM_MIN_TOKENS + 3] {
+                let x = random_x(m, cols, &mut rng);
+                for isa in Isa::available() {
+                    for threads in [1usize, 2] {
+                        let pool = ThreadPool::new(threads);
+                        let mut batch = vec![0f32; m * rows];
+                        tessera_kernels::row_invariant(|| w.matmul_with(isa, &pool, &x, m, &mut batch))
+                            .expect("matmul");
+                        for tok in 0..m {
+                            let mut alone = vec![0f32; rows];
+                            w.matmul_with(isa, &pool, &x[tok * cols..(tok + 1) * cols], 1, &mut alone).expect("matmul");
+                            let got = &batch[tok * rows..(tok + 1) * rows];
+                            assert!(
+                                got.iter().zip(&alone).all(|(a, b)| a.to_bits() == b.to_bits()),
+                                "{t} {:?} {isa:?} threads={threads} m={m} token {tok}: {got:?} vs alone {alone:?}",
+                                w.layout()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn f32_gemm_path_equals_the_f32_reference() {
     let mut rng = StdRng::seed_from_u64(3);

@@ -31,6 +31,10 @@ struct Args {
     /// Tokens generated one at a time for the generation measurement.
     #[arg(long, default_value_t = 64)]
     gen_tokens: usize,
+    /// Sequences decoded together in each generation step (`Model::decode_rows`, as the server
+    /// batches its streams): tg is then the aggregate tokens/s of all of them.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    batch: u32,
     /// Tokens already in the KV cache (processed untimed) before each measurement, like
     /// llama-bench's `-d`.
     #[arg(long, default_value_t = 0)]
@@ -88,20 +92,29 @@ fn main() -> Result<()> {
         let logits = model.forward_last(&prompt, &mut cache)?;
         let _ = logits.to_vec1::<f32>()?;
         let pp_s = start.elapsed().as_secs_f64();
-        // Generation: one token at a time after `depth` cached tokens (at least one).
+        // Generation: one token at a time after `depth` cached tokens (at least one), for
+        // `batch` sequences together (a single one through `forward_last`, as the CLI runs).
         let mut cache = model.new_cache();
         let first = if context.is_empty() { &prompt[..1] } else { &context[..] };
         let logits: Vec<f32> = model.forward_last(first, &mut cache)?.to_vec1()?;
         let mut next = tessera::sampling::argmax(&logits);
+        let batch = args.batch as usize;
+        let mut caches = vec![cache; batch];
+        let mut ids = vec![next; batch];
         let start = Instant::now();
         for _ in 0..args.gen_tokens {
-            let logits: Vec<f32> = model.forward_last(&[next], &mut cache)?.to_vec1()?;
-            next = tessera::sampling::argmax(&logits);
+            if batch == 1 {
+                let logits: Vec<f32> = model.forward_last(&[next], &mut caches[0])?.to_vec1()?;
+                next = tessera::sampling::argmax(&logits);
+            } else {
+                let logits: Vec<Vec<f32>> = model.decode_rows(&ids, &mut caches)?.to_vec2()?;
+                ids = logits.iter().map(|l| tessera::sampling::argmax(l)).collect();
+            }
         }
         let tg_s = start.elapsed().as_secs_f64();
         if rep > 0 {
             pp.push(prompt.len() as f64 / pp_s);
-            tg.push(args.gen_tokens as f64 / tg_s);
+            tg.push((args.gen_tokens * batch) as f64 / tg_s);
         }
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
@@ -116,17 +129,18 @@ fn main() -> Result<()> {
             "{}",
             serde_json::json!({
                 "model": args.model, "weights": label, "threads": args.threads,
-                "prompt_tokens": prompt.len(), "gen_tokens": args.gen_tokens, "depth": args.depth,
+                "prompt_tokens": prompt.len(), "gen_tokens": args.gen_tokens, "depth": args.depth, "batch": args.batch,
                 "pp_tok_s": mean(&pp), "tg_tok_s": mean(&tg), "peak_rss_mib": peak_mib, "load_s": load_s,
             })
         );
     } else {
         println!(
-            "| tessera | {label} | {} | pp{} {:.1} | tg{} {:.1} | {} MiB |",
+            "| tessera | {label} | {} | pp{} {:.1} | tg{}{} {:.1} | {} MiB |",
             args.threads,
             prompt.len(),
             mean(&pp),
             args.gen_tokens,
+            if args.batch > 1 { format!(" ×{}", args.batch) } else { String::new() },
             mean(&tg),
             peak_mib.map(|m| format!("{m:.0}")).unwrap_or_else(|| "?".into())
         );
