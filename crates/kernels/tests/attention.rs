@@ -21,8 +21,11 @@ fn exp_is_within_2e_7_relative_on_the_softmax_range() {
 fn fused_attention_equals_the_f64_reference_for_gqa_masks_and_cache_views() {
     let mut rng = StdRng::seed_from_u64(5);
     // (heads, kv_heads, tq, tk, window): MHA, GQA, MQA; one query and several; a sliding window.
-    for (heads, kv_heads, tq, tk, window) in [(4, 4, 1, 9, None), (6, 2, 3, 11, None), (4, 1, 2, 7, Some(3))] {
-        let (b, d, cap) = (2, 16, 13); // the cache holds `cap` rows per head, `tk` of them filled
+    // Head widths: a multiple of 8 (the AVX2 path), one that is not (the portable path), and
+    // one past 64 columns (two column slabs).
+    let cases = [(4, 4, 1, 9, None, 16), (6, 2, 3, 11, None, 12), (4, 1, 2, 7, Some(3), 72)];
+    for (heads, kv_heads, tq, tk, window, d) in cases {
+        let (b, cap) = (2, 13); // the cache holds `cap` rows per head, `tk` of them filled
         let q: Vec<f32> = (0..b * heads * tq * d).map(|_| rng.random_range(-1.0..1.0)).collect();
         let k: Vec<f32> = (0..b * kv_heads * cap * d).map(|_| rng.random_range(-1.0..1.0)).collect();
         let v: Vec<f32> = (0..b * kv_heads * cap * d).map(|_| rng.random_range(-1.0..1.0)).collect();
