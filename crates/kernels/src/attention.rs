@@ -67,7 +67,10 @@ pub fn attend(
         let dst = &dst;
         let mut scores = vec![0f32; s.tk];
         let mut acc = vec![0f32; d];
-        for job in (part..jobs).step_by(n) {
+        // Consecutive jobs to each part: the query heads of one kv-head (and a row's heads) stay
+        // together, so their keys and values are read from memory once, into this core's cache.
+        let per = jobs.div_ceil(n);
+        for job in (part * per).min(jobs)..((part + 1) * per).min(jobs) {
             let (b, h) = (job / s.heads, job % s.heads);
             let kvh = h / groups;
             let kbase = kl.offset + b * kl.batch_stride + kvh * kl.head_stride;
@@ -276,7 +279,10 @@ pub fn attend_rows(
         let dst = &dst;
         let mut scores = Vec::new();
         let mut acc = vec![0f32; d];
-        for job in (part..jobs).step_by(n) {
+        // Consecutive jobs to each part: the query heads of one kv-head (and a row's heads) stay
+        // together, so their keys and values are read from memory once, into this core's cache.
+        let per = jobs.div_ceil(n);
+        for job in (part * per).min(jobs)..((part + 1) * per).min(jobs) {
             let (i, h) = (job / heads, job % heads);
             let r = &rows[i];
             let kvh = h / groups;

@@ -99,7 +99,9 @@ fn main() -> Result<()> {
         let logits: Vec<f32> = model.forward_last(first, &mut cache)?.to_vec1()?;
         let mut next = tessera::sampling::argmax(&logits);
         let batch = args.batch as usize;
-        let mut caches = vec![cache; batch];
+        // Each sequence its own copy of the cache (a clone would share the buffers), so the
+        // step reads `batch` caches from memory as a server's does.
+        let mut caches = (0..batch).map(|_| cache.copy_prefix(cache.len())).collect::<Result<Vec<_>, _>>()?;
         let mut ids = vec![next; batch];
         let start = Instant::now();
         for _ in 0..args.gen_tokens {
