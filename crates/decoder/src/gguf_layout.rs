@@ -64,12 +64,18 @@ impl<R: Read> Walker<R> {
 
     fn string(&mut self, what: &dyn Fn() -> String) -> std::result::Result<String, String> {
         let n = self.length(what)?;
-        let bytes = self.bytes(n, what)?;
+        let mut bytes = self.bytes(n, what)?;
+        // Candle's reader drops trailing NULs, so `general.alignment\0` is `general.alignment`
+        // to it: read names as it does, or a duplicate would slip past the checks below.
+        while bytes.last() == Some(&0) {
+            bytes.pop();
+        }
         String::from_utf8(bytes).map_err(|_| format!("{} is not valid UTF-8", what()))
     }
 
     /// Skips one value of type `ty`, checking strings' UTF-8; returns it when it is an
-    /// unsigned integer (for `general.alignment`).
+    /// unsigned integer of at most 32 bits (for `general.alignment`: Candle ignores a u64 one
+    /// and would read the data from another offset than the one checked here).
     fn value(&mut self, ty: u32, depth: usize, what: &dyn Fn() -> String) -> std::result::Result<Option<u64>, String> {
         let scalar = |ty: u32| -> Option<u64> {
             match ty {
@@ -115,7 +121,7 @@ impl<R: Read> Walker<R> {
                 let b = self.bytes(size, what)?;
                 let mut v = [0u8; 8];
                 v[..b.len()].copy_from_slice(&b);
-                Ok(matches!(t, 0 | 2 | 4 | 10).then(|| u64::from_le_bytes(v)))
+                Ok(matches!(t, 0 | 2 | 4).then(|| u64::from_le_bytes(v)))
             }
         }
     }
@@ -190,8 +196,9 @@ fn walk<R: Read>(w: &mut Walker<R>) -> std::result::Result<(), String> {
         let ty = w.u32(&what)?;
         let value = w.value(ty, 0, &what)?;
         if key == "general.alignment" {
-            alignment =
-                value.ok_or_else(|| format!("`general.alignment` has value type {ty}, not an unsigned integer"))?;
+            alignment = value.ok_or_else(|| {
+                format!("`general.alignment` has value type {ty}, not an unsigned integer of 8–32 bits")
+            })?;
         }
         if !keys.insert(key.clone()) {
             return Err(format!("metadata key `{key}` appears twice"));
@@ -334,6 +341,19 @@ mod tests {
             (gguf(&[(b"general.alignment", 4, u32v(0))], &[t("a", 0)], 1, 32), "`general.alignment` is 0"),
             (gguf(&[(b"general.alignment", 4, u32v(3))], &[t("a", 0)], 3, 32), "`general.alignment` is 3"),
             (gguf(&[(b"k", 4, u32v(1)), (b"k", 4, u32v(2))], &[], 32, 0), "metadata key `k` appears twice"),
+            // Found by fuzzing: Candle drops a name's trailing NULs, so this second key replaced
+            // the first alignment in its reader, and it divided by zero.
+            (
+                gguf(
+                    &[(b"general.alignment", 4, u32v(32)), (b"general.alignment\0\0", 0, vec![0])],
+                    &[t("a", 0)],
+                    32,
+                    64,
+                ),
+                "metadata key `general.alignment` appears twice",
+            ),
+            (gguf(&[(b"general.alignment", 10, 64u64.to_le_bytes().to_vec())], &[t("a", 0)], 64, 64), "value type 10"),
+            (gguf(&[], &[t("a", 0), t("a\0", 32)], 32, 64), "tensor `a` appears twice"),
             (gguf(&[], &[t("a", 0), t("a", 32)], 32, 64), "tensor `a` appears twice"),
             (gguf(&[], &[t("a", 0), t("b", 0)], 32, 64), "overlap"),
             (gguf(&[], &[t("a", 4)], 32, 64), "not a multiple of the alignment 32"),
