@@ -9,6 +9,9 @@ time. Not part of CI.
 
     python3 scripts/bench_server.py [--tessera target/release/tessera] [--model GGUF]
         [--llama-server PATH] [--threads 2] [--streams 1,4,16,64] [--max-tokens 64] [--rounds 3]
+        [--kv-cache-dtype f16]
+
+Both engines run with the same KV cache type (`--kv-cache-dtype`; f16 is llama-server's default).
 """
 
 import argparse
@@ -88,22 +91,26 @@ def main():
     ap.add_argument("--streams", default="1,4,16,64")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3, help="rounds per stream count; the median is shown")
+    ap.add_argument("--kv-cache-dtype", default="f16", choices=["f16", "f32"],
+                    help="both engines' KV cache type (f16: llama-server's default)")
     args = ap.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
     results = {}
     results["tessera"] = run_engine(
         lambda port: [args.tessera, "serve", "--model", args.model, "--port", str(port),
-                      "--threads", str(args.threads), "--max-batch", str(max(streams))],
+                      "--threads", str(args.threads), "--max-batch", str(max(streams)),
+                      "--kv-cache-dtype", args.kv_cache_dtype],
         streams, args.max_tokens, args.rounds)
     if args.llama_server:
         results["llama-server"] = {
             n: run_engine(lambda port, n=n: [args.llama_server, "-m", args.model, "--port", str(port),
-                                             "-t", str(args.threads), "--parallel", str(n), "-c", str(2048 * n)],
+                                             "-t", str(args.threads), "--parallel", str(n), "-c", str(2048 * n),
+                                             "-ctk", args.kv_cache_dtype, "-ctv", args.kv_cache_dtype],
                           [n], args.max_tokens, args.rounds)[n]
             for n in streams
         }
     print(f"model {os.path.basename(args.model)}, {args.threads} threads, max_tokens {args.max_tokens}, greedy, "
-          f"median of {args.rounds} rounds")
+          f"{args.kv_cache_dtype} KV cache, median of {args.rounds} rounds")
     print(f"{'streams':>7} | " + " | ".join(f"{e:^36}" for e in results))
     print(f"{'':>7} | " + " | ".join(f"{'agg tok/s':>10} {'ttft p50':>9} {'ttft p99':>9} {'tok':>5}" for _ in results))
     for n in streams:

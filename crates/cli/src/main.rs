@@ -241,6 +241,12 @@ struct ModelArgs {
     /// tokens, more detail.
     #[arg(long)]
     pan_and_scan: bool,
+    /// f32 or f16: the dtype the KV cache stores keys and values in. Default: the working dtype.
+    /// On the CPU under f32 activations (the default, GGUF files included), f16 halves the
+    /// cache's memory and what each decode step reads (llama.cpp's default cache type), at the
+    /// price of rounding keys and values to 16 bits (outputs may differ slightly from f32's).
+    #[arg(long, value_parser = dtype_name)]
+    kv_cache_dtype: Option<String>,
 }
 
 #[derive(Args)]
@@ -440,7 +446,13 @@ fn load(args: &ModelArgs) -> Result<(Model, f64)> {
     let start = Instant::now();
     let model = Model::load(
         &spec,
-        &LoadOptions { device, dtype, vision_q8_0: args.vision_int8, pan_and_scan: args.pan_and_scan },
+        &LoadOptions {
+            device,
+            dtype,
+            vision_q8_0: args.vision_int8,
+            pan_and_scan: args.pan_and_scan,
+            kv_cache_dtype: args.kv_cache_dtype.as_deref().map(parse_dtype).transpose()?,
+        },
     )
     .with_context(|| format!("loading model `{spec}`"))?;
     Ok((model, start.elapsed().as_secs_f64()))

@@ -224,6 +224,14 @@ fn bad_requests_fail_cleanly() {
     );
     assert_usage_error(&tessera(&["generate", "--model", &m, "--dtype", "f8", "--prompt", "x"]), &["--dtype", "f8"]);
     assert_usage_error(
+        &tessera(&["generate", "--model", &m, "--kv-cache-dtype", "f8", "--prompt", "x"]),
+        &["--kv-cache-dtype", "f8"],
+    );
+    assert_clean_failure(
+        &tessera(&["generate", "--model", &m, "--kv-cache-dtype", "bf16", "--prompt", "x"]),
+        &["bf16 KV cache", "--kv-cache-dtype", "f16 under f32"],
+    );
+    assert_usage_error(
         &tessera(&["generate", "--model", &m, "--temperature=-1", "--prompt", "x"]),
         &["--temperature", "-1"],
     );

@@ -121,8 +121,7 @@ impl candle_core::CustomOp3 for FusedAttention {
         vs: &candle_core::CpuStorage,
         vl: &candle_core::Layout,
     ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
-        use candle_core::CpuStorage::F32;
-        let (F32(k), F32(v)) = (ks, vs) else { candle_core::bail!("fused attention takes f32 tensors") };
+        use candle_core::CpuStorage::{F16, F32};
         let (b, heads, tq, d) = ql.shape().dims4()?;
         let (_, kv_heads, tk, _) = kl.shape().dims4()?;
         let shape = tessera_kernels::attention::AttentionShape { batch: b, heads, kv_heads, tq, tk, head_dim: d };
@@ -131,13 +130,24 @@ impl candle_core::CustomOp3 for FusedAttention {
         let pool = tessera_kernels::ThreadPool::global();
         let (kl, vl) = (kv_layout(kl, "k")?, kv_layout(vl, "v")?);
         let visible = |qp| mask.visible_keys(qp, tk);
+        let scale = self.scale;
         if tq <= FUSED_MAX_QUERIES {
             let q = crate::cpu_op::contiguous_f32(qs, ql, "fused attention")?;
-            tessera_kernels::attention::attend(pool, shape, q, k, kl, v, vl, self.scale, &visible, &mut out)
+            match (ks, vs) {
+                (F32(k), F32(v)) => {
+                    tessera_kernels::attention::attend(pool, shape, q, k, kl, v, vl, scale, &visible, &mut out)
+                }
+                (F16(k), F16(v)) => {
+                    tessera_kernels::attention::attend(pool, shape, q, k, kl, v, vl, scale, &visible, &mut out)
+                }
+                _ => candle_core::bail!("fused attention takes f32 queries and f32 or f16 keys and values"),
+            }
         } else {
-            let F32(q) = qs else { candle_core::bail!("fused attention takes f32 tensors") };
+            let (F32(q), F32(k), F32(v)) = (qs, ks, vs) else {
+                candle_core::bail!("fused attention over many queries takes f32 tensors")
+            };
             let ql = kv_layout(ql, "q")?;
-            tessera_kernels::dense::attend_many(pool, shape, q, ql, k, kl, v, vl, self.scale, &visible, &mut out)
+            tessera_kernels::dense::attend_many(pool, shape, q, ql, k, kl, v, vl, scale, &visible, &mut out)
         }
         .map_err(candle_core::Error::wrap)?;
         Ok((F32(out), candle_core::Shape::from((b, tq, heads * d))))
@@ -504,39 +514,41 @@ impl Attention {
         let (n, d) = (kvs.len(), self.head_dim);
         let q = q.transpose(1, 2)?.contiguous()?.flatten_all()?.to_vec1::<f32>()?; // (n, heads, d)
         let stores: Vec<_> = kvs.iter().map(|(k, v)| (k.storage_and_layout(), v.storage_and_layout())).collect();
-        fn f32s(s: &Storage) -> Result<&[f32]> {
-            match s {
-                Storage::Cpu(CpuStorage::F32(data)) => Ok(data.as_slice()),
-                _ => Err(DecoderError::Config("batched attention takes f32 CPU caches".into())),
-            }
-        }
-        let mut rows = Vec::with_capacity(n);
-        for (i, ((ks, kl), (vs, vl))) in stores.iter().enumerate() {
-            let tk = kl.dims()[2];
-            let (k, v) = (f32s(ks)?, f32s(vs)?);
-            rows.push(tessera_kernels::attention::RowAttention {
-                q: &q[i * self.num_heads * d..][..self.num_heads * d],
-                k,
-                kl: kv_layout(kl, "k")?,
-                v,
-                vl: kv_layout(vl, "v")?,
-                tk,
-                visible: mask.visible_keys(tk - 1, tk),
-            });
-        }
         let mut out = vec![0f32; n * self.num_heads * d];
         let pool = tessera_kernels::ThreadPool::global();
-        tessera_kernels::attention::attend_rows(
-            pool,
-            &rows,
-            self.num_heads,
-            self.num_kv_heads,
-            d,
-            self.scale as f32,
-            &mut out,
-        )
+        let (heads, kv_heads, scale) = (self.num_heads, self.num_kv_heads, self.scale as f32);
+        let q = &q;
+        // Each row's keys and values as `E` slices (every cache of a model holds one dtype).
+        let row = |i: usize, kl: &candle_core::Layout, vl: &candle_core::Layout| -> Result<_> {
+            let tk = kl.dims()[2];
+            Ok((
+                &q[i * heads * d..][..heads * d],
+                kv_layout(kl, "k")?,
+                kv_layout(vl, "v")?,
+                tk,
+                mask.visible_keys(tk - 1, tk),
+            ))
+        };
+        macro_rules! run {
+            ($variant:ident) => {{
+                let mut rows = Vec::with_capacity(n);
+                for (i, ((ks, kl), (vs, vl))) in stores.iter().enumerate() {
+                    let (Storage::Cpu(CpuStorage::$variant(k)), Storage::Cpu(CpuStorage::$variant(v))) = (&**ks, &**vs)
+                    else {
+                        return Err(DecoderError::Config("a batched step's caches hold different dtypes".into()));
+                    };
+                    let (q, kl, vl, tk, visible) = row(i, kl, vl)?;
+                    rows.push(tessera_kernels::attention::RowAttention { q, k, kl, v, vl, tk, visible });
+                }
+                tessera_kernels::attention::attend_rows(pool, &rows, heads, kv_heads, d, scale, &mut out)
+            }};
+        }
+        match stores.first().map(|((ks, _), _)| &**ks) {
+            Some(Storage::Cpu(CpuStorage::F16(_))) => run!(F16),
+            Some(Storage::Cpu(CpuStorage::F32(_))) | None => run!(F32),
+            Some(_) => return Err(DecoderError::Config("batched attention takes f32 or f16 CPU caches".into())),
+        }
         .map_err(|e| DecoderError::Config(format!("batched attention: {e}")))?;
-        drop(rows);
         drop(stores); // the caches' read locks
         Ok(Tensor::from_vec(out, (1, n, self.num_heads * d), &candle_core::Device::Cpu)?)
     }
@@ -561,6 +573,15 @@ impl Attention {
             return Ok((out.reshape((b, t, self.num_heads * self.head_dim))?, None));
         }
         let kv_len = k.dim(2)?;
+        // A cache stored in another dtype (f16 under f32 activations) is read as it is by the
+        // decode kernel and converted for every other path.
+        let converted;
+        let (k, v) = if k.dtype() != q.dtype() && !(fused && t <= FUSED_MAX_QUERIES) {
+            converted = (k.to_dtype(q.dtype())?, v.to_dtype(q.dtype())?);
+            (&converted.0, &converted.1)
+        } else {
+            (k, v)
+        };
         if fused {
             let op = FusedAttention { mask: mask.clone(), scale: self.scale as f32 };
             return Ok((q.apply_op3_no_bwd(k, v, &op)?, None)); // (b, t, heads·d)

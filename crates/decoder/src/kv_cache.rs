@@ -4,8 +4,12 @@
 //! are written in place (`slice_set`), and attention reads a narrowed view of the filled part,
 //! so a decode step copies only the new token's keys and values. Capacity grows by doubling
 //! up to the model's context, so short prompts do not reserve the whole context.
+//!
+//! The buffers hold the keys and values in the dtype they come in, or in the one the cache was
+//! made with ([`KvCache::with_dtype`]): an f16 cache under f32 activations (llama.cpp's default)
+//! halves the memory and what a decode step reads; the attention kernels convert on load.
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 use crate::error::{DecoderError, Result};
 
@@ -20,7 +24,11 @@ pub struct LayerKv {
 
 impl LayerKv {
     /// Appends `k`, `v`: `(b, kv_heads, t, head_dim)`, returns views over every cached position.
-    fn append(&mut self, k: &Tensor, v: &Tensor, max_len: usize) -> Result<(Tensor, Tensor)> {
+    fn append(&mut self, k: &Tensor, v: &Tensor, max_len: usize, dtype: Option<DType>) -> Result<(Tensor, Tensor)> {
+        let (k, v) = match dtype {
+            Some(dt) if dt != k.dtype() => (&k.to_dtype(dt)?, &v.to_dtype(dt)?),
+            _ => (k, v),
+        };
         let t = k.dim(2)?;
         let needed = self.len + t;
         if needed > max_len {
@@ -63,11 +71,24 @@ pub struct KvCache {
     /// RoPE position of the next token minus [`len`](Self::len): 0, except after a prompt
     /// whose M-RoPE positions advance slower than its length (Qwen2-VL's images).
     position_delta: i64,
+    /// The dtype keys and values are stored in; `None`: as they come.
+    dtype: Option<DType>,
 }
 
 impl KvCache {
     pub fn new(num_layers: usize, max_len: usize) -> Self {
-        Self { layers: vec![LayerKv::default(); num_layers], max_len, position_delta: 0 }
+        Self { layers: vec![LayerKv::default(); num_layers], max_len, position_delta: 0, dtype: None }
+    }
+
+    /// The same cache storing its keys and values as `dtype` (`None`: as they come).
+    pub fn with_dtype(mut self, dtype: Option<DType>) -> Self {
+        self.dtype = dtype;
+        self
+    }
+
+    /// The dtype keys and values are stored in, if the cache converts them.
+    pub fn dtype(&self) -> Option<DType> {
+        self.dtype
     }
 
     /// RoPE position of the next token minus the positions cached (see `set_position_delta`).
@@ -127,7 +148,7 @@ impl KvCache {
                 Ok(LayerKv { k: copy(&l.k)?, v: copy(&l.v)?, len })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(KvCache { layers, max_len: self.max_len, position_delta: self.position_delta })
+        Ok(KvCache { layers, max_len: self.max_len, position_delta: self.position_delta, dtype: self.dtype })
     }
 
     /// Bytes the buffers take (their capacity, not only the filled part).
@@ -138,9 +159,9 @@ impl KvCache {
 
     /// Appends to layer `layer`; see [`LayerKv::append`].
     pub fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
-        let max_len = self.max_len;
+        let (max_len, dtype) = (self.max_len, self.dtype);
         let l =
             self.layers.get_mut(layer).ok_or_else(|| DecoderError::Config(format!("KV cache has no layer {layer}")))?;
-        l.append(k, v, max_len)
+        l.append(k, v, max_len, dtype)
     }
 }

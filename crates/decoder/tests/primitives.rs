@@ -363,3 +363,25 @@ fn soft_capped_scores_follow_cap_tanh_and_a_huge_cap_changes_nothing() -> Result
     assert_close(&w.get(0)?.get(0)?.get(4)?.to_vec1::<f32>()?, &expected, 1e-6, "capped weights");
     Ok(())
 }
+
+/// An f16 cache stores what it is given rounded to f16 (half the bytes of an f32 one), keeps
+/// its dtype through `copy_prefix`, and returns views the attention reads as they are.
+#[test]
+fn an_f16_kv_cache_stores_rounded_keys_and_values_in_half_the_bytes() -> Result<()> {
+    use tessera_decoder::KvCache;
+    let (k, v) = (random(&[1, 2, 5, 8], 31)?, random(&[1, 2, 5, 8], 32)?);
+    let mut f32_cache = KvCache::new(1, 64);
+    let mut f16_cache = KvCache::new(1, 64).with_dtype(Some(DType::F16));
+    f32_cache.append(0, &k, &v)?;
+    let (kc, vc) = f16_cache.append(0, &k, &v)?;
+    assert_eq!((kc.dtype(), vc.dtype()), (DType::F16, DType::F16));
+    let rounded = |t: &Tensor| -> Result<Vec<f32>> {
+        Ok(t.flatten_all()?.to_vec1::<f32>()?.iter().map(|x| half::f16::from_f32(*x).to_f32()).collect())
+    };
+    assert_eq!(kc.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?, rounded(&k)?);
+    assert_eq!(vc.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?, rounded(&v)?);
+    assert_eq!(f16_cache.bytes() * 2, f32_cache.bytes());
+    let copy = f16_cache.copy_prefix(3)?;
+    assert_eq!((copy.dtype(), copy.len()), (Some(DType::F16), 3));
+    Ok(())
+}

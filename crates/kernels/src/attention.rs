@@ -1,10 +1,40 @@
 //! Fused attention for a few query rows (decode): for each head, `softmax(q·kᵀ·scale + mask)·v`
 //! in one pass over the cached keys and values, with no score tensor, no mask tensor and no
-//! allocation per step; heads are split across the pool. Plain Rust: the dot products keep 8
-//! independent partial sums so the compiler vectorises them, and `exp` is [`crate::ops::exp`].
+//! allocation per step; heads are split across the pool. AVX2 + FMA where the CPU has them;
+//! otherwise plain Rust whose dot products keep 8 independent partial sums so the compiler
+//! vectorises them, and `exp` is [`crate::ops::exp`].
+//!
+//! The cached keys and values are f32 or f16 ([`KvValue`]): an f16 cache halves the bytes a
+//! decode step reads (what bounds this kernel) and is converted on load, so the arithmetic is
+//! the f32 kernel's on the rounded values.
+
+use half::f16;
 
 use crate::error::{KernelError, Result};
 use crate::pool::{SendPtr, ThreadPool};
+
+/// The element type of a KV cache the kernels read: f32, or f16 converted to f32 on load.
+pub trait KvValue: Copy + Send + Sync + 'static {
+    /// Whether this is f16 (the SIMD loads convert it).
+    const F16: bool;
+    fn to_f32(self) -> f32;
+}
+
+impl KvValue for f32 {
+    const F16: bool = false;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+}
+
+impl KvValue for f16 {
+    const F16: bool = true;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+}
 
 /// Where each head's keys (or values) are: row `j` of kv-head `h` of batch `b` starts at
 /// `offset + b·batch_stride + h·head_stride + j·row_stride`; a row holds `d` contiguous values.
@@ -33,13 +63,13 @@ pub struct AttentionShape {
 /// (contiguous) over `k`, `v`; the query at absolute position `p` sees the keys `visible(p)`
 /// (a range: every mask rule of a decoder gives one).
 #[allow(clippy::too_many_arguments)]
-pub fn attend(
+pub fn attend<E: KvValue>(
     pool: &ThreadPool,
     s: AttentionShape,
     q: &[f32],
-    k: &[f32],
+    k: &[E],
     kl: KvLayout,
-    v: &[f32],
+    v: &[E],
     vl: KvLayout,
     scale: f32,
     visible: &(dyn Fn(usize) -> std::ops::Range<usize> + Sync),
@@ -89,11 +119,11 @@ pub fn attend(
 }
 
 /// One head's keys and values: row `j` of the keys starts at `k[kbase + j·krow]`.
-struct HeadKv<'a> {
-    k: &'a [f32],
+struct HeadKv<'a, E> {
+    k: &'a [E],
     kbase: usize,
     krow: usize,
-    v: &'a [f32],
+    v: &'a [E],
     vbase: usize,
     vrow: usize,
 }
@@ -102,9 +132,9 @@ struct HeadKv<'a> {
 /// fused attention call, written once so that a row computes the same alone
 /// ([`attend`]) or among others ([`attend_rows`]).
 #[inline(always)]
-fn one_query(
+fn one_query<E: KvValue>(
     q: &[f32],
-    kv: &HeadKv<'_>,
+    kv: &HeadKv<'_, E>,
     keys: std::ops::Range<usize>,
     scale: f32,
     scores: &mut Vec<f32>,
@@ -139,7 +169,7 @@ fn one_query(
         acc.fill(0.0);
         for (j, &p) in keys.zip(sc.iter()) {
             for (a, &x) in acc.iter_mut().zip(&kv.v[kv.vbase + j * kv.vrow..][..d]) {
-                *a += p * x;
+                *a += p * x.to_f32();
             }
         }
         o.copy_from_slice(acc);
@@ -151,6 +181,18 @@ fn one_query(
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
+
+    use super::KvValue;
+
+    /// Eight values from `p` as f32 (f16 converted by F16C).
+    #[inline(always)]
+    unsafe fn load8<E: KvValue>(p: *const E) -> __m256 {
+        if E::F16 {
+            _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
+        } else {
+            _mm256_loadu_ps(p.cast())
+        }
+    }
 
     /// The sum of the eight lanes: halves, then pairs, then the last two.
     #[inline(always)]
@@ -164,15 +206,15 @@ mod x86 {
     /// `krow`) and values in `v` (stride `vrow`).
     ///
     /// # Safety
-    /// The CPU has AVX2 and FMA; `q.len() = o.len() = d` is a multiple of 8; `k` and `v` hold
-    /// `sc.len() ≥ 1` rows of `d` values at their strides.
+    /// The CPU has AVX2, FMA and F16C; `q.len() = o.len() = d` is a multiple of 8; `k` and `v`
+    /// hold `sc.len() ≥ 1` rows of `d` values at their strides.
     #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn head(
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn head<E: KvValue>(
         q: &[f32],
-        k: &[f32],
+        k: &[E],
         krow: usize,
-        v: &[f32],
+        v: &[E],
         vrow: usize,
         scale: f32,
         sc: &mut [f32],
@@ -187,7 +229,7 @@ mod x86 {
             for c in (0..d).step_by(8) {
                 let qv = _mm256_loadu_ps(qp.add(c));
                 for (a, r) in acc.iter_mut().zip(rows) {
-                    *a = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r.add(c)), *a);
+                    *a = _mm256_fmadd_ps(qv, load8(r.add(c)), *a);
                 }
             }
             for (i, a) in acc.into_iter().enumerate() {
@@ -199,7 +241,7 @@ mod x86 {
             let r = kp.add(j * krow);
             let mut a = _mm256_setzero_ps();
             for c in (0..d).step_by(8) {
-                a = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(c)), _mm256_loadu_ps(r.add(c)), a);
+                a = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(c)), load8(r.add(c)), a);
             }
             *sp.add(j) = hsum(a);
             j += 1;
@@ -210,14 +252,14 @@ mod x86 {
             let (vp, op) = (v.as_ptr().add(c0), o.as_mut_ptr().add(c0));
             let w = (d - c0).min(64);
             match w / 8 {
-                8 => weighted::<8>(sc, vp, vrow, op),
-                7 => weighted::<7>(sc, vp, vrow, op),
-                6 => weighted::<6>(sc, vp, vrow, op),
-                5 => weighted::<5>(sc, vp, vrow, op),
-                4 => weighted::<4>(sc, vp, vrow, op),
-                3 => weighted::<3>(sc, vp, vrow, op),
-                2 => weighted::<2>(sc, vp, vrow, op),
-                _ => weighted::<1>(sc, vp, vrow, op),
+                8 => weighted::<E, 8>(sc, vp, vrow, op),
+                7 => weighted::<E, 7>(sc, vp, vrow, op),
+                6 => weighted::<E, 6>(sc, vp, vrow, op),
+                5 => weighted::<E, 5>(sc, vp, vrow, op),
+                4 => weighted::<E, 4>(sc, vp, vrow, op),
+                3 => weighted::<E, 3>(sc, vp, vrow, op),
+                2 => weighted::<E, 2>(sc, vp, vrow, op),
+                _ => weighted::<E, 1>(sc, vp, vrow, op),
             }
             c0 += w;
         }
@@ -225,12 +267,12 @@ mod x86 {
 
     /// `o[..8L]` ← `Σ_j p[j] · v_j[..8L]`, the `L` accumulators in registers.
     #[inline(always)]
-    unsafe fn weighted<const L: usize>(p: &[f32], v: *const f32, vrow: usize, o: *mut f32) {
+    unsafe fn weighted<E: KvValue, const L: usize>(p: &[f32], v: *const E, vrow: usize, o: *mut f32) {
         let mut acc = [_mm256_setzero_ps(); L];
         for (j, &pj) in p.iter().enumerate() {
             let (pv, r) = (_mm256_set1_ps(pj), v.add(j * vrow));
             for (l, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(pv, _mm256_loadu_ps(r.add(8 * l)), *a);
+                *a = _mm256_fmadd_ps(pv, load8(r.add(8 * l)), *a);
             }
         }
         for (l, a) in acc.into_iter().enumerate() {
@@ -241,11 +283,11 @@ mod x86 {
 
 /// One sequence's row of a batched decode step: its query `(heads, head_dim)` (contiguous),
 /// its own cache's keys and values (`tk` rows, batch 1) and the keys its mask lets it see.
-pub struct RowAttention<'a> {
+pub struct RowAttention<'a, E = f32> {
     pub q: &'a [f32],
-    pub k: &'a [f32],
+    pub k: &'a [E],
     pub kl: KvLayout,
-    pub v: &'a [f32],
+    pub v: &'a [E],
     pub vl: KvLayout,
     pub tk: usize,
     pub visible: std::ops::Range<usize>,
@@ -254,9 +296,9 @@ pub struct RowAttention<'a> {
 /// `out` `(rows, heads, head_dim)` ← each row's query attending over its own cache, every
 /// (row, head) pair shared out in one pool call; each row computes exactly what [`attend`]
 /// computes for it alone.
-pub fn attend_rows(
+pub fn attend_rows<E: KvValue>(
     pool: &ThreadPool,
-    rows: &[RowAttention<'_>],
+    rows: &[RowAttention<'_, E>],
     heads: usize,
     kv_heads: usize,
     d: usize,
@@ -304,13 +346,13 @@ pub fn attend_rows(
 
 /// `a · b` with 8 independent partial sums (vectorised by the compiler).
 #[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+fn dot<E: KvValue>(a: &[f32], b: &[E]) -> f32 {
     let mut s = [0f32; 8];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y).sum();
+    let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y.to_f32()).sum();
     for (x, y) in ac.zip(bc) {
         for l in 0..8 {
-            s[l] += x[l] * y[l];
+            s[l] += x[l] * y[l].to_f32();
         }
     }
     s.iter().sum::<f32>() + tail

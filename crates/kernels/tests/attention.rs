@@ -158,3 +158,73 @@ fn attend_rows_gives_each_row_what_attend_gives_it_alone() {
         }
     }
 }
+
+/// An f16 cache: `attend` and `attend_rows` over f16 keys and values give, bit for bit, what
+/// they give over f32 copies of the same (rounded) values, for head widths on the AVX2 path
+/// (16, 72) and off it (12), on 1–3 threads: the f16 loads convert, the arithmetic is the f32
+/// kernel's.
+#[test]
+fn f16_caches_attend_exactly_like_f32_caches_of_the_same_values() {
+    use half::f16;
+    use tessera_kernels::attention::{attend_rows, RowAttention};
+    let mut rng = StdRng::seed_from_u64(21);
+    for (heads, kv_heads, tq, tk, d) in [(6, 2, 1, 37, 16), (4, 4, 3, 11, 12), (9, 3, 1, 70, 72)] {
+        let (b, cap) = (2, tk + 5);
+        let q: Vec<f32> = (0..b * heads * tq * d).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let half_vals = |rng: &mut StdRng| -> Vec<f16> {
+            (0..b * kv_heads * cap * d).map(|_| f16::from_f32(rng.random_range(-2.0..2.0))).collect()
+        };
+        let (k16, v16) = (half_vals(&mut rng), half_vals(&mut rng));
+        let widen = |x: &[f16]| x.iter().map(|v| v.to_f32()).collect::<Vec<f32>>();
+        let (k32, v32) = (widen(&k16), widen(&v16));
+        let layout = KvLayout { offset: 0, batch_stride: kv_heads * cap * d, head_stride: cap * d, row_stride: d };
+        let shape = AttentionShape { batch: b, heads, kv_heads, tq, tk, head_dim: d };
+        let causal = |qp: usize| 0..qp + 1;
+        let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+        for threads in [1, 2, 3] {
+            let pool = ThreadPool::new(threads);
+            let mut from16 = vec![0f32; b * tq * heads * d];
+            let mut from32 = vec![0f32; b * tq * heads * d];
+            attend(&pool, shape, &q, &k16, layout, &v16, layout, 0.2, &causal, &mut from16).expect("attend f16");
+            attend(&pool, shape, &q, &k32, layout, &v32, layout, 0.2, &causal, &mut from32).expect("attend f32");
+            assert!(same(&from16, &from32), "attend, heads {heads}/{kv_heads}, d {d}, {threads} threads");
+            if tq == 1 {
+                // Each batch entry as a row over its own view (an offset into the buffer).
+                #[allow(clippy::too_many_arguments)]
+                fn rows<'a, E>(
+                    q: &'a [f32],
+                    k: &'a [E],
+                    v: &'a [E],
+                    l: KvLayout,
+                    b: usize,
+                    heads: usize,
+                    d: usize,
+                    tk: usize,
+                ) -> Vec<RowAttention<'a, E>> {
+                    (0..b)
+                        .map(|bi| {
+                            let view = KvLayout { offset: bi * l.batch_stride, ..l };
+                            RowAttention {
+                                q: &q[bi * heads * d..][..heads * d],
+                                k,
+                                kl: view,
+                                v,
+                                vl: view,
+                                tk,
+                                visible: 0..tk,
+                            }
+                        })
+                        .collect()
+                }
+                let mut out16 = vec![0f32; b * heads * d];
+                let mut out32 = vec![0f32; b * heads * d];
+                let r16 = rows(&q, &k16, &v16, layout, b, heads, d, tk);
+                let r32 = rows(&q, &k32, &v32, layout, b, heads, d, tk);
+                attend_rows(&pool, &r16, heads, kv_heads, d, 0.2, &mut out16).expect("rows f16");
+                attend_rows(&pool, &r32, heads, kv_heads, d, 0.2, &mut out32).expect("rows f32");
+                assert!(same(&out16, &out32), "attend_rows, d {d}, {threads} threads");
+                assert!(same(&out16, &from16), "attend_rows vs attend, d {d}, {threads} threads");
+            }
+        }
+    }
+}

@@ -35,11 +35,16 @@ pub struct LoadOptions {
     /// Gemma 3's pan-and-scan on (the image plus crops along its long side, when its aspect
     /// ratio calls for them), whatever the checkpoint's processor settings say.
     pub pan_and_scan: bool,
+    /// The dtype the KV cache stores keys and values in. `None`: the working dtype. On the CPU
+    /// under f32 activations, `Some(F16)` halves the cache's memory and the bytes each decode
+    /// step reads (llama.cpp's default cache type), at the price of rounding the keys and values
+    /// to 16 bits.
+    pub kv_cache_dtype: Option<DType>,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        Self { device: Device::Cpu, dtype: None, vision_q8_0: false, pan_and_scan: false }
+        Self { device: Device::Cpu, dtype: None, vision_q8_0: false, pan_and_scan: false, kv_cache_dtype: None }
     }
 }
 
@@ -66,8 +71,27 @@ pub struct Model {
     pub(crate) decoder: Decoder,
     pub(crate) lm_head: Linear,
     pub(crate) image_encoder: Option<ImageEncoder>,
+    /// The KV cache's dtype when it differs from the working dtype.
+    pub(crate) kv_cache_dtype: Option<DType>,
     /// Structured output's token trie, built on first use.
     pub(crate) grammars: std::sync::OnceLock<std::result::Result<std::sync::Arc<crate::structured::Grammars>, String>>,
+}
+
+/// `opts.kv_cache_dtype` when it differs from the working dtype `working`: only an f16 cache
+/// under f32 activations on the CPU (what the attention kernels read).
+fn kv_cache_dtype(opts: &LoadOptions, working: DType) -> Result<Option<DType>> {
+    match opts.kv_cache_dtype {
+        None => Ok(None),
+        Some(dt) if dt == working => Ok(None),
+        Some(DType::F16) if working == DType::F32 && opts.device.is_cpu() => Ok(Some(DType::F16)),
+        Some(dt) => Err(TesseraError::InvalidInput(format!(
+            "a {} KV cache (--kv-cache-dtype) under {} activations{} is not supported: the cache can \
+             differ from the working dtype only as f16 under f32 on the CPU",
+            dt.as_str(),
+            working.as_str(),
+            if opts.device.is_cpu() { String::new() } else { format!(" on {:?}", opts.device.location()) },
+        ))),
+    }
 }
 
 impl Model {
@@ -163,6 +187,7 @@ impl Model {
         opts: &LoadOptions,
     ) -> Result<Self> {
         let d = &config.decoder;
+        let info_dtype = info.dtype;
         let (lm, head_name) = text_roots(&vb);
         let embed_weight = lm.pp("embed_tokens").matrix(config.vocab_size, d.hidden_size, "weight")?;
         let embed = match &embed_weight {
@@ -201,6 +226,7 @@ impl Model {
             decoder,
             lm_head,
             image_encoder: None,
+            kv_cache_dtype: kv_cache_dtype(opts, info_dtype)?,
             grammars: std::sync::OnceLock::new(),
         })
     }
@@ -244,9 +270,14 @@ impl Model {
         self.config.decoder.max_position_embeddings
     }
 
-    /// A fresh KV cache for one sequence.
+    /// A fresh KV cache for one sequence (in the dtype [`LoadOptions::kv_cache_dtype`] chose).
     pub fn new_cache(&self) -> KvCache {
-        self.decoder.new_cache()
+        self.decoder.new_cache().with_dtype(self.kv_cache_dtype)
+    }
+
+    /// The dtype the KV cache stores keys and values in.
+    pub fn kv_cache_dtype(&self) -> DType {
+        self.kv_cache_dtype.unwrap_or(self.info.dtype)
     }
 
     /// Renders a conversation with the model's chat template.

@@ -76,6 +76,16 @@ fn batched_decode_rows_equal_each_sequence_alone_on_quantized_kernels() -> Resul
     batched_rows_equal_solo(&model, &text_prompts(&model, 20)?, 3)
 }
 
+/// The same with an f16 KV cache (`--kv-cache-dtype f16`): the batched kernel reads each row's
+/// f16 cache as the single-row one does.
+#[test]
+fn batched_decode_rows_equal_each_sequence_alone_with_an_f16_kv_cache() -> Result<()> {
+    let opts = tessera::LoadOptions { kv_cache_dtype: Some(tessera::DType::F16), ..common::load_options()? };
+    let model = Model::load(common::smollm2_gguf()?.to_str().unwrap(), &opts)?;
+    assert_eq!(model.kv_cache_dtype(), tessera::DType::F16);
+    batched_rows_equal_solo(&model, &text_prompts(&model, 18)?, 3)
+}
+
 #[test]
 fn batched_decode_rows_equal_each_sequence_alone_on_dense_f32_with_images() -> Result<()> {
     let model = shapes()?;

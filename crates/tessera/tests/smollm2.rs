@@ -157,15 +157,26 @@ fn gguf_chat_template_renders_like_apply_chat_template() -> Result<()> {
 /// (`TESSERA_PARITY_GGUF`, made by llama-quantize, not available in CI) against their fixtures.
 #[test]
 fn quantized_q4_1_agrees_with_llama_cpp_step_by_step() -> Result<()> {
-    const LOGIT_TOL: f32 = 1.0;
-    const MARGIN: f64 = 1.0;
     let path = match std::env::var_os("TESSERA_PARITY_GGUF") {
         Some(p) => std::path::PathBuf::from(p),
         None => common::smollm2_gguf()?,
     };
-    let model = Model::load(path.to_str().expect("utf-8 path"), &common::load_options()?)?;
     let name = path.file_stem().and_then(|s| s.to_str()).expect("file name");
     let reference = common::read_json(&common::fixtures().join(format!("llamacpp/{name}.json")))?;
+    // The f32 cache (as the reference ran) and the f16 one (`--kv-cache-dtype f16`, whose
+    // rounding is far below the activations' 8-bit noise).
+    for kv in [DType::F32, DType::F16] {
+        let opts = LoadOptions { kv_cache_dtype: Some(kv), ..common::load_options()? };
+        let model = Model::load(path.to_str().expect("utf-8 path"), &opts)?;
+        assert_eq!(model.kv_cache_dtype(), kv);
+        agrees_with_llama_cpp(&model, &reference, &format!("{name}, {} KV cache", kv.as_str()))?;
+    }
+    Ok(())
+}
+
+fn agrees_with_llama_cpp(model: &Model, reference: &serde_json::Value, name: &str) -> Result<()> {
+    const LOGIT_TOL: f32 = 1.0;
+    const MARGIN: f64 = 1.0;
     let mut worst = 0f32;
     for entry in reference["results"].as_array().expect("results") {
         let text = entry["prompt"].as_str().expect("prompt");

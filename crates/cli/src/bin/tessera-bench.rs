@@ -21,6 +21,9 @@ struct Args {
     /// f32/f16/bf16 (GGUF files are dequantized); default: as loaded (GGUF stays quantized).
     #[arg(long)]
     dtype: Option<String>,
+    /// f32 or f16: the KV cache's dtype (default: the working dtype; see `tessera generate --help`).
+    #[arg(long)]
+    kv_cache_dtype: Option<String>,
     #[arg(long, default_value_t = 1)]
     threads: usize,
     #[arg(long, default_value = "cpu")]
@@ -62,9 +65,10 @@ fn main() -> Result<()> {
     }
     let device = args.device.open()?;
     let dtype = args.dtype.as_deref().map(parse_dtype).transpose()?;
+    let kv_cache_dtype = args.kv_cache_dtype.as_deref().map(parse_dtype).transpose()?;
     let t0 = Instant::now();
-    let model =
-        Model::load(&args.model, &LoadOptions { device, dtype, ..Default::default() }).context("loading model")?;
+    let model = Model::load(&args.model, &LoadOptions { device, dtype, kv_cache_dtype, ..Default::default() })
+        .context("loading model")?;
     let load_s = t0.elapsed().as_secs_f64();
 
     // A prompt of real text, cut to the requested length.
@@ -126,13 +130,17 @@ fn main() -> Result<()> {
         (None, Some(q)) => q.clone(),
         (None, None) => format!("{:?}", model.info().dtype).to_lowercase(),
     };
+    let label = match &args.kv_cache_dtype {
+        Some(kv) => format!("{label}, {kv} KV"),
+        None => label,
+    };
     if args.json {
         println!(
             "{}",
             serde_json::json!({
                 "model": args.model, "weights": label, "threads": args.threads,
                 "prompt_tokens": prompt.len(), "gen_tokens": args.gen_tokens, "depth": args.depth, "batch": args.batch,
-                "pp_tok_s": mean(&pp), "tg_tok_s": mean(&tg), "peak_rss_mib": peak_mib, "load_s": load_s,
+                "kv_cache_dtype": model.kv_cache_dtype().as_str(), "pp_tok_s": mean(&pp), "tg_tok_s": mean(&tg), "peak_rss_mib": peak_mib, "load_s": load_s,
             })
         );
     } else {
