@@ -891,9 +891,24 @@ def gen_tokenizer(c: Corpus):
     case("tok-template-loop-1e10",
          template("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"),
          ["template"])
-    # Not here: a template that doubles a string 40 times in a namespace allocates 2^40 bytes in 40
-    # steps and aborts the process (minijinja bounds steps and tessera the output, but nothing bounds
-    # a value's size inside the engine). Open; see the hardening issue's notes.
+    # Values that double at every step: 2^40 bytes in 40 steps, past any step count or output
+    # bound; the render's memory budget (256 MiB) stops them.
+    case("tok-template-namespace-doubling",
+         template('{% set ns = namespace(s="xxxxxxxx") %}{% for i in range(40) %}'
+                  '{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}'),
+         ["template", "MiB of memory"])
+    case("tok-template-macro-doubling",
+         template('{% macro grow(s, n) %}{% if n > 0 %}{{ grow(s ~ s, n - 1) }}{% else %}{{ s|length }}'
+                  '{% endif %}{% endmacro %}{{ grow("xxxxxxxx", 40) }}'),
+         ["template", "MiB of memory"])
+    case("tok-template-replace-doubling",
+         template('{% set ns = namespace(s="x") %}{% for i in range(45) %}'
+                  '{% set ns.s = ns.s|replace("x", "xx") %}{% endfor %}{{ ns.s|length }}'),
+         ["template", "MiB of memory"])
+    case("tok-template-list-doubling",
+         template('{% set ns = namespace(l=[1, 2, 3, 4]) %}{% for i in range(40) %}'
+                  '{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}'),
+         ["template", "MiB of memory"])
     case("tok-template-syntax-error", template("{% for message in messages %}{{ message['content'] }"),
          ["template"])
     case("tok-template-raise", template("{{ raise_exception('boom') }}"), ["boom"])

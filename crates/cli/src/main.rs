@@ -27,6 +27,11 @@ macro_rules! out {
 /// ships (models/shapes-vlm, trained by scripts/shapes/train.py).
 const DEFAULT_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/shapes-vlm");
 
+/// The system allocator with per-thread budgets: chat templates (code shipped with downloaded
+/// checkpoints) render under a memory bound instead of aborting the process.
+#[global_allocator]
+static ALLOC: tessera_kernels::BudgetedAlloc = tessera_kernels::BudgetedAlloc;
+
 #[derive(Parser)]
 #[command(name = "tessera", version, about = "Multimodal (image + text) LLM inference on Candle")]
 struct Cli {

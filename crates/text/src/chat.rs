@@ -7,6 +7,8 @@
 //! training masks) has no meaning at inference; it is removed before parsing and its body kept.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use minijinja::{Environment, Error as JinjaError, ErrorKind};
 use serde::{Deserialize, Serialize};
@@ -137,10 +139,13 @@ impl Conversation {
 }
 
 pub struct ChatTemplate {
-    env: Environment<'static>,
+    env: Arc<Environment<'static>>,
     bos_token: Option<String>,
     eos_token: Option<String>,
     origin: String,
+    /// Set once a render ran out of its memory budget: later renders are refused at once
+    /// (each such render leaves its stopped thread behind).
+    exhausted: AtomicBool,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -180,7 +185,7 @@ impl ChatTemplate {
         let source = strip_generation_tags(source);
         env.add_template_owned(NAME, source)
             .map_err(|e| TextError::Template { origin: origin.clone(), reason: describe(&e) })?;
-        Ok(Self { env, bos_token, eos_token, origin })
+        Ok(Self { env: Arc::new(env), bos_token, eos_token, origin, exhausted: AtomicBool::new(false) })
     }
 
     /// Finds a model folder's template: `chat_template.jinja`, then `chat_template.json`, then
@@ -227,44 +232,79 @@ impl ChatTemplate {
     }
 
     /// Renders `messages`; `add_generation_prompt` appends the assistant turn's opening.
+    ///
+    /// The template's work is bounded in steps ([`TEMPLATE_STEPS`]), output
+    /// ([`MAX_RENDERED_BYTES`]) and memory ([`TEMPLATE_MEMORY`], on a thread of its own: a
+    /// template can build strings that double at every step, which no step count catches).
+    /// The memory bound holds where the binary installs `tessera_kernels::BudgetedAlloc`.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-        let template = self
-            .env
-            .get_template(NAME)
-            .map_err(|e| TextError::Template { origin: self.origin.clone(), reason: describe(&e) })?;
+        let exhausted = || TextError::Template {
+            origin: self.origin.clone(),
+            reason: format!(
+                "rendering took more than {} MiB of memory (a template that builds ever larger strings or lists)",
+                TEMPLATE_MEMORY >> 20
+            ),
+        };
+        if self.exhausted.load(Ordering::Relaxed) {
+            return Err(exhausted());
+        }
+        let env = self.env.clone();
         let ctx = minijinja::context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.clone().unwrap_or_default(),
             eos_token => self.eos_token.clone().unwrap_or_default(),
         };
-        let mut out = Limited { bytes: Vec::new(), max: MAX_RENDERED_BYTES };
-        match template.render_captured_to(ctx, &mut out) {
-            Ok(_) => String::from_utf8(out.bytes).map_err(|e| TextError::Template {
-                origin: self.origin.clone(),
-                reason: format!("the template wrote invalid UTF-8: {e}"),
-            }),
-            Err(e) => {
-                let reason = match e.kind() {
-                    ErrorKind::OutOfFuel => {
-                        format!("rendering ran past {TEMPLATE_STEPS} steps (a loop far longer than any chat needs)")
-                    }
-                    ErrorKind::WriteFailure if out.bytes.len() >= out.max => {
-                        format!("the rendered prompt passed {} MiB", MAX_RENDERED_BYTES >> 20)
-                    }
-                    _ => describe(&e),
-                };
-                Err(TextError::Template { origin: self.origin.clone(), reason })
+        let origin = self.origin.clone();
+        match tessera_kernels::with_memory_budget(TEMPLATE_MEMORY, move || render_in(&env, ctx, &origin)) {
+            Ok(out) => out,
+            Err(tessera_kernels::BudgetError::Exhausted) => {
+                self.exhausted.store(true, Ordering::Relaxed);
+                Err(exhausted())
             }
+            Err(tessera_kernels::BudgetError::Failed) => Err(TextError::Template {
+                origin: self.origin.clone(),
+                reason: "rendering failed (its thread could not start or panicked)".into(),
+            }),
         }
     }
 }
 
+/// Renders the template `NAME` of `env` with `ctx`, at most [`MAX_RENDERED_BYTES`] of output
+/// and [`TEMPLATE_STEPS`] steps.
+fn render_in(env: &Environment<'static>, ctx: minijinja::Value, origin: &str) -> Result<String> {
+    let template =
+        env.get_template(NAME).map_err(|e| TextError::Template { origin: origin.to_string(), reason: describe(&e) })?;
+    let mut out = Limited { bytes: Vec::new(), max: MAX_RENDERED_BYTES };
+    match template.render_captured_to(ctx, &mut out) {
+        Ok(_) => String::from_utf8(out.bytes).map_err(|e| TextError::Template {
+            origin: origin.to_string(),
+            reason: format!("the template wrote invalid UTF-8: {e}"),
+        }),
+        Err(e) => {
+            let reason = match e.kind() {
+                ErrorKind::OutOfFuel => {
+                    format!("rendering ran past {TEMPLATE_STEPS} steps (a loop far longer than any chat needs)")
+                }
+                ErrorKind::WriteFailure if out.bytes.len() >= out.max => {
+                    format!("the rendered prompt passed {} MiB", MAX_RENDERED_BYTES >> 20)
+                }
+                _ => describe(&e),
+            };
+            Err(TextError::Template { origin: origin.to_string(), reason })
+        }
+    }
+}
+
+/// Heap a template may hold while it renders (far past any real chat template's needs: the
+/// rendered prompt itself is at most [`MAX_RENDERED_BYTES`]).
+pub const TEMPLATE_MEMORY: usize = 256 << 20;
+
 /// Steps (minijinja's fuel: one per instruction) a template may take to render a chat.
-const TEMPLATE_STEPS: u64 = 20_000_000;
+pub const TEMPLATE_STEPS: u64 = 20_000_000;
 
 /// Bytes a rendered prompt may take (far past any model's context).
-const MAX_RENDERED_BYTES: usize = 16 << 20;
+pub const MAX_RENDERED_BYTES: usize = 16 << 20;
 
 /// A writer that refuses to grow past `max` bytes.
 struct Limited {
