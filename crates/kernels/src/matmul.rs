@@ -233,6 +233,9 @@ impl std::fmt::Debug for QMatrix {
 
 thread_local! {
     static ACT_Q8: RefCell<Vec<Q8Block>> = const { RefCell::new(Vec::new()) };
+    /// The values `ACT_Q8` holds quantized (so the projections that share an input, q/k/v and
+    /// gate/up, quantize it once).
+    static ACT_Q8_OF: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     static ACT_Q8K: RefCell<Vec<Q8KBlock>> = const { RefCell::new(Vec::new()) };
     static TILE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     #[cfg(target_arch = "x86_64")]
@@ -439,8 +442,23 @@ impl QMatrix {
         let nb = self.cols / 32;
         ACT_Q8.with(|cell| {
             let mut act = cell.borrow_mut();
-            act.resize(m * nb, Q8Block::default());
-            quantize_tokens(pool, x, self.cols, &mut act, quantize_q8_wide)?;
+            ACT_Q8_OF.with(|of| -> Result<()> {
+                let mut of = of.borrow_mut();
+                // The same bits as last time: the blocks already hold them (quantizing is a
+                // function of the values alone).
+                let bits = |v: &[f32]| -> &[u8] {
+                    // SAFETY: f32 has no padding; the bytes of `v` are initialised.
+                    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+                };
+                if act.len() == m * nb && bits(&of) == bits(x) {
+                    return Ok(());
+                }
+                of.clear();
+                act.resize(m * nb, Q8Block::default());
+                quantize_tokens(pool, x, self.cols, &mut act, quantize_q8_wide)?;
+                of.extend_from_slice(x);
+                Ok(())
+            })?;
             f(&act[..])
         })
     }

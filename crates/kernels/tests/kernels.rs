@@ -386,3 +386,40 @@ fn weights_quantized_to_q8_0_round_to_the_nearest_step() {
         }
     }
 }
+
+/// Matrices that share an input (q/k/v, gate/up) quantize it once: a matmul right after another
+/// on the same values reuses the quantized blocks, and one on the same buffer changed in place
+/// (one value, or ±0) quantizes again — each result bit for bit what a fresh thread computes.
+#[test]
+fn reused_activation_blocks_are_the_inputs_own() {
+    let mut rng = StdRng::seed_from_u64(23);
+    let (rows, cols, m) = (21, 96, 3);
+    let a = random_matrix(QType::Q4_1, rows, cols, &mut rng);
+    let b = random_matrix(QType::Q8_0, rows + 5, cols, &mut rng);
+    let pool = ThreadPool::new(2);
+    let fresh = |w: &QMatrix, x: Vec<f32>| -> Vec<f32> {
+        let w = w.clone();
+        std::thread::spawn(move || {
+            let mut out = vec![0f32; m * w.rows()];
+            w.matmul_with(Isa::best(), &ThreadPool::new(2), &x, m, &mut out).expect("matmul");
+            out
+        })
+        .join()
+        .expect("thread")
+    };
+    let mut x = random_x(m, cols, &mut rng);
+    for step in 0..4 {
+        match step {
+            1 => x[cols + 7] += 0.5,
+            2 => x[5] = -0.0,
+            3 => x[5] = 0.0,
+            _ => {}
+        }
+        for w in [&a, &b, &a] {
+            let mut out = vec![0f32; m * w.rows()];
+            w.matmul_with(Isa::best(), &pool, &x, m, &mut out).expect("matmul");
+            let want = fresh(w, x.clone());
+            assert!(out.iter().zip(&want).all(|(p, q)| p.to_bits() == q.to_bits()), "step {step}, {}", w.qtype());
+        }
+    }
+}
