@@ -35,11 +35,18 @@ thread_local! {
     static EXHAUSTED: Cell<*const AtomicBool> = const { Cell::new(std::ptr::null()) };
 }
 
+/// Set by the first allocation through [`BudgetedAlloc`]: whether budgets are enforced in this
+/// process (if not, [`with_memory_budget`] runs its work inline).
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
 /// Takes `n` bytes from this thread's budget; a thread that runs out stops here for good
 /// (it is a [`with_memory_budget`] thread: its caller sees the flag and returns an error).
 /// Failing the allocation instead would abort the process.
 #[inline]
 fn charge(n: usize) {
+    if !INSTALLED.load(Ordering::Relaxed) {
+        INSTALLED.store(true, Ordering::Relaxed);
+    }
     let left = LEFT.with(Cell::get);
     if left == usize::MAX {
         return;
@@ -109,11 +116,15 @@ pub enum BudgetError {
 /// Runs `work` on a thread of its own that may hold at most `bytes` of heap at once (when
 /// [`BudgetedAlloc`] is the global allocator) and returns its result. Past the budget the
 /// thread stops inside the allocation that would pass it, and this returns
-/// [`BudgetError::Exhausted`] instead of the process dying of an allocation failure.
+/// [`BudgetError::Exhausted`] instead of the process dying of an allocation failure. Where
+/// another allocator is installed nothing can be enforced, and `work` runs on this thread.
 pub fn with_memory_budget<T: Send + 'static>(
     bytes: usize,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> std::result::Result<T, BudgetError> {
+    if !budgets_enforced() {
+        return std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).map_err(|_| BudgetError::Failed);
+    }
     let exhausted = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::sync_channel(1);
     let flag = exhausted.clone();
@@ -140,4 +151,11 @@ pub fn with_memory_budget<T: Send + 'static>(
             }
         }
     }
+}
+
+/// Whether [`BudgetedAlloc`] is this process's global allocator (it has served an allocation;
+/// the one made here settles it).
+pub fn budgets_enforced() -> bool {
+    drop(std::hint::black_box(Box::new(0u64)));
+    INSTALLED.load(Ordering::Relaxed)
 }

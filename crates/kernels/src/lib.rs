@@ -36,7 +36,7 @@ mod pool;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub use alloc::{keep_freed_memory, with_memory_budget, BudgetError, BudgetedAlloc};
+pub use alloc::{budgets_enforced, keep_freed_memory, with_memory_budget, BudgetError, BudgetedAlloc};
 pub use blocks::{ActKind, Q8Block, Q8KBlock, QType};
 pub use error::{KernelError, Result};
 pub use invariant::row_invariant;

@@ -26,3 +26,8 @@ fn work_within_its_budget_returns_and_work_past_it_is_stopped() {
     let big = std::hint::black_box(vec![0u8; 128 << 20]);
     assert_eq!(big.len(), 128 << 20);
 }
+
+#[test]
+fn the_budgeted_allocator_knows_it_is_installed() {
+    assert!(tessera_kernels::budgets_enforced());
+}

@@ -423,3 +423,14 @@ fn reused_activation_blocks_are_the_inputs_own() {
         }
     }
 }
+
+/// Without `BudgetedAlloc` as the global allocator nothing can be enforced: the work runs on the
+/// calling thread (no thread per call), and its panic is reported.
+#[test]
+fn without_the_budgeted_allocator_budgeted_work_runs_inline() {
+    use tessera_kernels::{budgets_enforced, with_memory_budget, BudgetError};
+    assert!(!budgets_enforced());
+    let caller = std::thread::current().id();
+    assert_eq!(with_memory_budget(1, move || std::thread::current().id() == caller), Ok(true));
+    assert_eq!(with_memory_budget(1, || -> u8 { panic!("the work panics") }), Err(BudgetError::Failed));
+}

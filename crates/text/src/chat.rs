@@ -234,9 +234,10 @@ impl ChatTemplate {
     /// Renders `messages`; `add_generation_prompt` appends the assistant turn's opening.
     ///
     /// The template's work is bounded in steps ([`TEMPLATE_STEPS`]), output
-    /// ([`MAX_RENDERED_BYTES`]) and memory ([`TEMPLATE_MEMORY`], on a thread of its own: a
-    /// template can build strings that double at every step, which no step count catches).
-    /// The memory bound holds where the binary installs `tessera_kernels::BudgetedAlloc`.
+    /// ([`MAX_RENDERED_BYTES`]) and memory ([`TEMPLATE_MEMORY`]: a template can build strings
+    /// that double at every step, which no step count catches). The memory bound holds where
+    /// the binary installs `tessera_kernels::BudgetedAlloc` (the render then runs on a thread
+    /// of its own); elsewhere the template renders on the calling thread without it.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
         let exhausted = || TextError::Template {
             origin: self.origin.clone(),
