@@ -185,6 +185,14 @@ pub fn view(img: &RgbImage, cfg: &PreprocessConfig) -> Result<RgbImage> {
     if cfg.do_resize {
         let size = cfg.size.ok_or_else(|| VisionError::Config("do_resize is set but `size` is missing".into()))?;
         let (h, w) = output_size(img.height, img.width, size);
+        // `size` is bounded, but a shortest edge scales the long side by the image's aspect
+        // ratio: a 1×1000 image at 16384 would be 16M pixels wide.
+        if h == 0 || w == 0 || h > MAX_SIDE || w > MAX_SIDE {
+            return Err(VisionError::Config(format!(
+                "resizing the {}×{} image to `size` {size:?} gives {w}×{h} pixels, outside 1..={MAX_SIDE} a side",
+                img.width, img.height
+            )));
+        }
         img = resize(&img, h, w, cfg.filter()?);
     }
     if cfg.do_center_crop {

@@ -181,5 +181,14 @@ fn preprocessor_settings_outside_their_domain_are_refused() -> Result<()> {
         // The pipeline checks too, before allocating anything from the sizes.
         assert!(preprocess(&img, &cfg, &Device::Cpu).is_err(), "{needle}");
     }
+    // A shortest edge within bounds scales the long side by the aspect ratio: 15845 on a 7×5
+    // image would be 22183×15845 (found by the config_json fuzz target: 2.5 GB, 19 s).
+    let cfg: PreprocessConfig = serde_json::from_value(serde_json::json!({
+        "size": {"shortest_edge": 15845}, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]
+    }))?;
+    cfg.validate()?;
+    let small = tessera_vision::RgbImage::new(7, 5, vec![128; 7 * 5 * 3]);
+    let err = preprocess(&small, &cfg, &Device::Cpu).unwrap_err().to_string();
+    assert!(err.contains("7×5") && err.contains("22183×15845") && err.contains("16384"), "{err}");
     Ok(())
 }
