@@ -238,7 +238,7 @@ impl Model {
     /// # Ok::<(), tessera::TesseraError>(())
     /// ```
     pub fn image_patch_features(&self, image: &RgbImage) -> Result<Tensor> {
-        Ok(self.vision()?.tower_features(image, self.device())?.to_dtype(DType::F32)?)
+        Ok(self.vision_for(image)?.tower_features(image, self.device())?.to_dtype(DType::F32)?)
     }
 
     /// The single token a word stands for: `" word"` (its in-sentence form) or `"word"`.

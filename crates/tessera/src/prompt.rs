@@ -300,7 +300,18 @@ impl Model {
                 chunks
             }
         };
-        Ok(Prompt { ids, images: images.to_vec(), chunks })
+        let prompt = Prompt { ids, images: images.to_vec(), chunks };
+        // Before any image is encoded: the images' token counts come from their sizes alone.
+        if prompt.len() > self.max_positions() {
+            let extra = prompt.image_tokens();
+            return Err(TesseraError::InvalidInput(format!(
+                "the prompt takes {} positions ({} of them image tokens) but the model's context is {} tokens",
+                prompt.len(),
+                extra,
+                self.max_positions()
+            )));
+        }
+        Ok(prompt)
     }
 
     /// The prompt's input embeddings `(1, t, hidden)`: each image encoded once, its tokens
@@ -320,7 +331,7 @@ impl Model {
     /// An image's tokens `(1, n, hidden)` and its DeepStack features (Qwen3-VL; empty for the
     /// others), as [`prompt_inputs`](Self::prompt_inputs) places them.
     pub fn encode_image_with_deepstack(&self, img: &RgbImage) -> Result<ImageFeatures> {
-        self.vision()?.encode_with_deepstack(img, &self.device)
+        self.vision_for(img)?.encode_with_deepstack(img, &self.device)
     }
 
     /// [`prompt_inputs`](Self::prompt_inputs) with each image's features from `encode` (a

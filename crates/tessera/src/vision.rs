@@ -761,17 +761,34 @@ impl crate::model::Model {
     /// The preprocessed pixel values the model sees for `image`: `(3, H, W)` for the native
     /// model, `(views, 3, H, W)` for the Hugging Face families (Idefics3: tiles + global view).
     pub fn pixel_values(&self, image: &RgbImage) -> Result<Tensor> {
-        self.vision()?.pixel_values(image, &self.device)
+        self.vision_for(image)?.pixel_values(image, &self.device)
     }
 
     /// The image as the model sees it (resized, not normalized) and its patch grid `(rows, cols)`.
     pub fn model_view(&self, image: &RgbImage) -> Result<(RgbImage, usize, usize)> {
-        self.vision()?.model_view(image)
+        self.vision_for(image)?.model_view(image)
     }
 
     /// Image tokens `(1, N, hidden)` for `image`, in the decoder's width.
     pub fn encode_image(&self, image: &RgbImage) -> Result<Tensor> {
-        self.vision()?.encode(image, &self.device)
+        self.vision_for(image)?.encode(image, &self.device)
+    }
+
+    /// The image encoder, once `image` is known to fit the model's context: an image's views
+    /// are counted from its size alone, so one that could never be in a prompt (a thin strip
+    /// that pan-and-scan cuts into thousands of crops, say) is refused before any pixel work.
+    pub(crate) fn vision_for(&self, image: &RgbImage) -> Result<&ImageEncoder> {
+        let vision = self.vision()?;
+        let tokens = vision.tokens_for(image)?;
+        if tokens > self.max_positions() {
+            return Err(TesseraError::InvalidInput(format!(
+                "the {}×{} image takes {tokens} image tokens, more than the model's context of {} tokens",
+                image.width,
+                image.height,
+                self.max_positions()
+            )));
+        }
+        Ok(vision)
     }
 
     pub(crate) fn vision(&self) -> Result<&ImageEncoder> {

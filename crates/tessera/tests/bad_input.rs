@@ -244,7 +244,12 @@ fn gguf_metadata_out_of_domain_or_disagreeing_with_the_tensors_is_refused() -> R
 fn prompt_longer_than_the_context() -> Result<()> {
     let dir = common::fixtures().join("tiny/llama-gqa");
     let model = Model::load(dir.to_str().expect("utf-8"), &LoadOptions::default())?;
-    let prompt = model.prompt(vec![5u32; model.max_positions() + 3], &[])?;
+    // A prompt past the context is refused as it is built; one that fills it leaves no
+    // position to generate into.
+    let n = model.max_positions() + 3;
+    let err = model.prompt(vec![5u32; n], &[]).unwrap_err().to_string();
+    assert!(err.contains(&format!("{n} positions")) && err.contains("context"), "{err}");
+    let prompt = model.prompt(vec![5u32; model.max_positions()], &[])?;
     let err = model.generate(&prompt, &GenerateParams::default(), &mut |_| {}).unwrap_err().to_string();
     assert!(err.contains(&format!("{} tokens", prompt.len())) && err.contains("context"), "{err}");
     // Generation that runs into the end of the context stops cleanly.
@@ -284,5 +289,39 @@ fn non_finite_logits_stop_generation_and_name_the_layer() -> Result<()> {
     let params = GenerateParams { max_new_tokens: 4, ignore_eos: true, ..Default::default() };
     let err = model.generate(&prompt, &params, &mut |_| {}).unwrap_err().to_string();
     assert!(err.contains("step 0") && err.contains("after decoder layer 1") && err.contains("NaN"), "{err}");
+    Ok(())
+}
+
+/// A processor that lets pan-and-scan cut a thin strip into thousands of crops: the image's
+/// views are counted from its size, so it is refused, naming the context, before any crop is
+/// made (the embedding path once preprocessed 20000 crops, 29 s and 1.9 GB, before finding out).
+#[test]
+fn an_image_past_the_context_is_refused_before_its_pixels_are_touched() -> Result<()> {
+    let dir = common::scratch("gemma3-many-crops")?;
+    common::copy_dir(&common::fixtures().join("vlm/gemma3-tiny"), &dir)?;
+    let path = dir.join("processor_config.json");
+    let mut cfg = common::read_json(&path)?;
+    cfg["image_processor"]["pan_and_scan_max_num_crops"] = serde_json::json!(100_000_000);
+    cfg["image_processor"]["pan_and_scan_min_crop_size"] = serde_json::json!(1);
+    std::fs::write(&path, serde_json::to_string_pretty(&cfg)?)?;
+    let opts = LoadOptions { pan_and_scan: true, ..LoadOptions::default() };
+    let model = Model::load(dir.to_str().expect("utf-8"), &opts)?;
+    let strip = tessera::RgbImage::new(40_000, 2, vec![90; 40_000 * 2 * 3]);
+    let tokens = model.image_tokens(&strip)?;
+    assert!(tokens > model.max_positions(), "{tokens} image tokens");
+    let context = format!("context of {} tokens", model.max_positions());
+    for err in [
+        model.image_patch_features(&strip).unwrap_err(),
+        model.encode_image(&strip).unwrap_err(),
+        model.pixel_values(&strip).unwrap_err(),
+        model.encode_prompt("what is this?", None, false, std::slice::from_ref(&strip)).unwrap_err(),
+    ] {
+        let err = err.to_string();
+        assert!(err.contains("context") && err.contains(&tokens.to_string()), "{err}");
+        assert!(err.contains(&context) || err.contains("context is"), "{err}");
+    }
+    // An ordinary image still goes through.
+    let square = tessera::RgbImage::new(40, 40, vec![90; 40 * 40 * 3]);
+    assert_eq!(model.image_patch_features(&square)?.dim(0)?, 1);
     Ok(())
 }
