@@ -463,10 +463,12 @@ impl Attention {
             Ok(if copy { y.contiguous()? } else { y })
         };
         let copy_q = !fused || input.rope.is_some() || t <= FUSED_MAX_QUERIES;
-        let copy_kv = !fused || input.rope.is_some() || input.cache.is_some();
+        // The kernels and the cache's CPU write read strided keys and values; RoPE takes
+        // contiguous ones.
+        let copy_k = !fused || input.rope.is_some();
         let q = heads(self.q_proj.forward(x)?, self.num_heads, copy_q)?;
-        let k = heads(self.k_proj.forward(x)?, self.num_kv_heads, copy_kv)?;
-        let v = heads(self.v_proj.forward(x)?, self.num_kv_heads, copy_kv)?;
+        let k = heads(self.k_proj.forward(x)?, self.num_kv_heads, copy_k)?;
+        let v = heads(self.v_proj.forward(x)?, self.num_kv_heads, !fused)?;
         let (q, k) = match &self.qk_norm {
             Some((qn, kn)) => (qn.forward(&q.contiguous()?)?, kn.forward(&k.contiguous()?)?),
             None => (q, k),

@@ -25,10 +25,7 @@ pub struct LayerKv {
 impl LayerKv {
     /// Appends `k`, `v`: `(b, kv_heads, t, head_dim)`, returns views over every cached position.
     fn append(&mut self, k: &Tensor, v: &Tensor, max_len: usize, dtype: Option<DType>) -> Result<(Tensor, Tensor)> {
-        let (k, v) = match dtype {
-            Some(dt) if dt != k.dtype() => (&k.to_dtype(dt)?, &v.to_dtype(dt)?),
-            _ => (k, v),
-        };
+        let store = dtype.unwrap_or(k.dtype());
         let t = k.dim(2)?;
         let needed = self.len + t;
         if needed > max_len {
@@ -37,30 +34,122 @@ impl LayerKv {
         let capacity = self.k.as_ref().map(|b| b.dim(2)).transpose()?.unwrap_or(0);
         if needed > capacity {
             let new_cap = needed.max(capacity * 2).max(INITIAL_CAPACITY.min(max_len)).min(max_len);
-            self.k = Some(grow(self.k.take(), k, new_cap, self.len)?);
-            self.v = Some(grow(self.v.take(), v, new_cap, self.len)?);
+            self.k = Some(grow(self.k.take(), k, store, new_cap, self.len)?);
+            self.v = Some(grow(self.v.take(), v, store, new_cap, self.len)?);
         }
         let (kb, vb) = match (&self.k, &self.v) {
             (Some(kb), Some(vb)) => (kb, vb),
             _ => return Err(DecoderError::Config("KV cache buffers missing after growth".into())),
         };
-        kb.slice_set(&k.contiguous()?, 2, self.len)?;
-        vb.slice_set(&v.contiguous()?, 2, self.len)?;
+        write_at(kb, k, self.len)?;
+        write_at(vb, v, self.len)?;
         self.len = needed;
         Ok((kb.narrow(2, 0, self.len)?, vb.narrow(2, 0, self.len)?))
     }
 }
 
-/// Allocates a buffer with room for `capacity` positions, keeping the first `len` of `old`.
-fn grow(old: Option<Tensor>, like: &Tensor, capacity: usize, len: usize) -> Result<Tensor> {
+/// Allocates a `dtype` buffer with room for `capacity` positions, keeping the first `len` of `old`.
+fn grow(old: Option<Tensor>, like: &Tensor, dtype: DType, capacity: usize, len: usize) -> Result<Tensor> {
     let (b, h, _, d) = like.dims4()?;
-    let buf = Tensor::zeros((b, h, capacity, d), like.dtype(), like.device())?;
+    let buf = Tensor::zeros((b, h, capacity, d), dtype, like.device())?;
     if let Some(old) = old {
         if len > 0 {
             buf.slice_set(&old.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
         }
     }
     Ok(buf)
+}
+
+/// Writes `src` `(b, h, t, d)` into `buf` `(b, h, capacity, d)` from position `at` (dim 2), in
+/// `buf`'s dtype. On the CPU one pass reads `src` in whatever strides it has and rounds as
+/// `to_dtype` does; elsewhere Candle converts, copies and `slice_set`s.
+fn write_at(buf: &Tensor, src: &Tensor, at: usize) -> Result<()> {
+    if buf.device().is_cpu() && WriteAt::converts(src.dtype(), buf.dtype()) {
+        return Ok(buf.inplace_op2(src, &WriteAt { at })?);
+    }
+    let src = if src.dtype() == buf.dtype() { src.clone() } else { src.to_dtype(buf.dtype())? };
+    Ok(buf.slice_set(&src.contiguous()?, 2, at)?)
+}
+
+/// The CPU write of [`write_at`]: one op per tensor instead of a conversion, a copy to
+/// contiguous and a `slice_set` (a batched decode step appends every row of every layer).
+struct WriteAt {
+    at: usize,
+}
+
+impl WriteAt {
+    fn converts(from: DType, to: DType) -> bool {
+        matches!((from, to), (DType::F32 | DType::F16, DType::F16) | (DType::F32, DType::F32 | DType::BF16))
+            || (from == DType::BF16 && to == DType::BF16)
+    }
+}
+
+impl candle_core::InplaceOp2 for WriteAt {
+    fn name(&self) -> &'static str {
+        "kv-cache-write"
+    }
+
+    fn cpu_fwd(
+        &self,
+        dst: &mut candle_core::CpuStorage,
+        dl: &candle_core::Layout,
+        src: &candle_core::CpuStorage,
+        sl: &candle_core::Layout,
+    ) -> candle_core::Result<()> {
+        use candle_core::CpuStorage as S;
+        use half::{bf16, f16};
+        let at = self.at;
+        match (dst, src) {
+            (S::F32(d), S::F32(s)) => copy_rows(d, dl, s, sl, at, |x| x),
+            (S::F16(d), S::F32(s)) => copy_rows(d, dl, s, sl, at, f16::from_f32),
+            (S::F16(d), S::F16(s)) => copy_rows(d, dl, s, sl, at, |x| x),
+            (S::BF16(d), S::F32(s)) => copy_rows(d, dl, s, sl, at, bf16::from_f32),
+            (S::BF16(d), S::BF16(s)) => copy_rows(d, dl, s, sl, at, |x| x),
+            _ => Err(candle_core::Error::Msg("a KV cache write between dtypes it does not convert".into())),
+        }
+    }
+}
+
+/// `dst[b, h, at + t, :] = conv(src[b, h, t, :])` for a contiguous `dst` `(b, h, cap, d)` and
+/// a `src` `(b, h, t, d)` of any strides.
+fn copy_rows<S: Copy, D>(
+    dst: &mut [D],
+    dl: &candle_core::Layout,
+    src: &[S],
+    sl: &candle_core::Layout,
+    at: usize,
+    conv: impl Fn(S) -> D,
+) -> candle_core::Result<()> {
+    let (b, h, t, d) = sl.shape().dims4()?;
+    let (db, dh, cap, dd) = dl.shape().dims4()?;
+    if (db, dh, dd) != (b, h, d) || at + t > cap || !dl.is_contiguous() {
+        return Err(candle_core::Error::Msg(format!(
+            "cannot write {:?} keys or values at position {at} of a {:?} cache buffer",
+            sl.dims(),
+            dl.dims()
+        )));
+    }
+    let ss = sl.stride();
+    let short = || candle_core::Error::Msg("a KV cache write ran past its storage".into());
+    for bi in 0..b {
+        for hi in 0..h {
+            for ti in 0..t {
+                let so = sl.start_offset() + bi * ss[0] + hi * ss[1] + ti * ss[2];
+                let o = dl.start_offset() + ((bi * h + hi) * cap + at + ti) * d;
+                let out = dst.get_mut(o..o + d).ok_or_else(short)?;
+                if ss[3] == 1 {
+                    for (y, &x) in out.iter_mut().zip(src.get(so..so + d).ok_or_else(short)?) {
+                        *y = conv(x);
+                    }
+                } else {
+                    for (j, y) in out.iter_mut().enumerate() {
+                        *y = conv(*src.get(so + j * ss[3]).ok_or_else(short)?);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The cache of every layer of one sequence (or one batch of equal-length sequences).
@@ -142,7 +231,7 @@ impl KvCache {
             .iter()
             .map(|l| {
                 let copy = |b: &Option<Tensor>| match b {
-                    Some(b) if len > 0 => Ok::<_, DecoderError>(Some(grow(Some(b.clone()), b, len, len)?)),
+                    Some(b) if len > 0 => Ok::<_, DecoderError>(Some(grow(Some(b.clone()), b, b.dtype(), len, len)?)),
                     _ => Ok(None),
                 };
                 Ok(LayerKv { k: copy(&l.k)?, v: copy(&l.v)?, len })

@@ -385,3 +385,37 @@ fn an_f16_kv_cache_stores_rounded_keys_and_values_in_half_the_bytes() -> Result<
     assert_eq!((copy.dtype(), copy.len()), (Some(DType::F16), 3));
     Ok(())
 }
+
+/// Appends read keys and values in whatever strides they come (a transposed projection, one
+/// row of a batch, an offset view) and land where a contiguous copy would, across the buffer's
+/// growth, in each stored dtype: the cache holds exactly `cat(appended).to_dtype(stored)`.
+#[test]
+fn kv_cache_appends_take_strided_inputs_across_growth_in_every_dtype() -> Result<()> {
+    use tessera_decoder::KvCache;
+    for stored in [None, Some(DType::F16), Some(DType::BF16)] {
+        let mut cache = KvCache::new(2, 600).with_dtype(stored);
+        let (mut ks, mut vs) = (Vec::new(), Vec::new());
+        // 5 + 1 + 300 crosses the first capacity (256); 300 + … the second.
+        for (step, t) in [5usize, 1, 300, 1, 2].into_iter().enumerate() {
+            let seed = 40 + step as u64;
+            // (1, t, heads, d) seen as (1, heads, t, d); an offset, narrowed view.
+            let k = random(&[1, t, 2, 8], seed)?.transpose(1, 2)?;
+            let v = random(&[1, 2, t + 3, 8], seed + 10)?.narrow(2, 3, t)?;
+            assert!(t == 1 || (!k.is_contiguous() && !v.is_contiguous()));
+            cache.append(0, &k.contiguous()?, &v.contiguous()?)?;
+            let (kc, vc) = cache.append(1, &k, &v)?;
+            ks.push(k);
+            vs.push(v);
+            let dtype = stored.unwrap_or(DType::F32);
+            for (got, sent, what) in [(&kc, &ks, "keys"), (&vc, &vs, "values")] {
+                let want = Tensor::cat(sent, 2)?.to_dtype(dtype)?;
+                assert_eq!(got.dtype(), dtype, "{what}");
+                assert_eq!(got.dims(), want.dims(), "{what}");
+                let bits = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?) };
+                assert_eq!(bits(got)?, bits(&want)?, "{what}, {stored:?}, step {step}");
+            }
+        }
+        assert_eq!(cache.len(), 309);
+    }
+    Ok(())
+}
