@@ -195,6 +195,72 @@ impl RotaryEmbedding {
     }
 }
 
+/// Up to this many positions a CPU f32 rotation runs on the calling thread (a decode step, a
+/// batched step's rows): Candle's op hands more than one position to rayon, whose threads
+/// wake for microseconds of work and then spin beside the kernels' pool.
+const SERIAL_MAX_ROWS: usize = 64;
+
+/// Candle's CPU `rope`/`rope_i` for `(b, h, t, d)` f32 and `(t, d/2)` angles, element for
+/// element the same arithmetic, in one thread.
+struct SerialRope {
+    style: RopeStyle,
+}
+
+impl candle_core::CustomOp3 for SerialRope {
+    fn name(&self) -> &'static str {
+        "serial-rope"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &candle_core::CpuStorage,
+        l1: &candle_core::Layout,
+        s2: &candle_core::CpuStorage,
+        l2: &candle_core::Layout,
+        s3: &candle_core::CpuStorage,
+        l3: &candle_core::Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        use candle_core::CpuStorage::F32;
+        let (src, cos, sin) = (f32_slice(s1, l1, "input")?, f32_slice(s2, l2, "cos")?, f32_slice(s3, l3, "sin")?);
+        let (b, h, t, d) = l1.shape().dims4()?;
+        let half = d / 2;
+        if l2.dims() != [t, half] || l3.dims() != [t, half] || src.len() != b * h * t * d {
+            return Err(candle_core::Error::Msg(format!("rope: angles {:?} for input {:?}", l2.dims(), l1.dims())));
+        }
+        let mut dst = vec![0f32; src.len()];
+        for (x, y) in src.chunks_exact(t * d).zip(dst.chunks_exact_mut(t * d)) {
+            for i_t in 0..t {
+                let (x, y) = (&x[i_t * d..][..d], &mut y[i_t * d..][..d]);
+                let (c, s) = (&cos[i_t * half..][..half], &sin[i_t * half..][..half]);
+                for i in 0..half {
+                    // Candle's pairing and its exact expressions (no fused multiply-add).
+                    let (a, b) = match self.style {
+                        RopeStyle::Half => (i, i + half),
+                        RopeStyle::Interleaved => (2 * i, 2 * i + 1),
+                    };
+                    y[a] = x[a] * c[i] - x[b] * s[i];
+                    y[b] = x[a] * s[i] + x[b] * c[i];
+                }
+            }
+        }
+        Ok((F32(dst), l1.shape().clone()))
+    }
+}
+
+/// The contiguous f32 values a CPU storage holds under `layout`.
+fn f32_slice<'a>(
+    storage: &'a candle_core::CpuStorage,
+    layout: &candle_core::Layout,
+    what: &str,
+) -> candle_core::Result<&'a [f32]> {
+    match (storage, layout.contiguous_offsets()) {
+        (candle_core::CpuStorage::F32(v), Some((a, b))) => {
+            v.get(a..b).ok_or_else(|| candle_core::Error::Msg(format!("rope: the {what} is short of its layout")))
+        }
+        _ => Err(candle_core::Error::Msg(format!("rope: the {what} must be contiguous f32"))),
+    }
+}
+
 /// The `cos`/`sin` of one forward's positions, `(t, head_dim/2)`.
 #[derive(Clone, Debug)]
 pub struct RopeAngles {
@@ -228,6 +294,9 @@ impl RopeAngles {
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
         let (cos, sin) = self.check(x)?;
         let x = x.contiguous()?;
+        if x.device().is_cpu() && x.dtype() == DType::F32 && x.dims()[2] <= SERIAL_MAX_ROWS {
+            return Ok(x.apply_op3_no_bwd(&cos, &sin, &SerialRope { style: self.style })?);
+        }
         Ok(match self.style {
             RopeStyle::Half => candle_nn::rotary_emb::rope(&x, &cos, &sin)?,
             RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&x, &cos, &sin)?,

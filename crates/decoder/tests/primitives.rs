@@ -226,6 +226,31 @@ fn rope_kernels_match_their_slow_twins() -> Result<()> {
     Ok(())
 }
 
+/// The CPU rotation of a few positions (decode, a batched step's rows) runs on the calling
+/// thread; it computes, bit for bit, what Candle's rayon op computes, up to and past the
+/// switch-over.
+#[test]
+fn few_position_rope_is_candles_rope_bit_for_bit() -> Result<()> {
+    use tessera_decoder::rope::RopeAngles;
+    for style in [RopeStyle::Half, RopeStyle::Interleaved] {
+        for t in [1usize, 5, 16, 64, 65] {
+            let angles = (random(&[t, 4], 60 + t as u64)? * 40.0)?;
+            let at = RopeAngles::from_angles(&angles, style, 8, DType::F32)?;
+            let x = random(&[1, 3, t, 8], 70 + t as u64)?;
+            let (cos, sin) = (angles.cos()?, angles.sin()?);
+            let candle = match style {
+                RopeStyle::Half => candle_nn::rotary_emb::rope(&x, &cos, &sin)?,
+                RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&x, &cos, &sin)?,
+            };
+            let bits = |t: &Tensor| -> Result<Vec<u32>> {
+                Ok(t.flatten_all()?.to_vec1::<f32>()?.iter().map(|v| v.to_bits()).collect())
+            };
+            assert_eq!(bits(&at.apply(&x)?)?, bits(&candle)?, "{style:?}, {t} positions");
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn rope_scores_depend_only_on_relative_offset() -> Result<()> {
     let scaling = RopeScaling::Llama3 {
