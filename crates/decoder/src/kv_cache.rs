@@ -78,9 +78,10 @@ struct WriteAt {
 }
 
 impl WriteAt {
+    /// The `(from, to)` pairs [`cpu_fwd`](candle_core::InplaceOp2::cpu_fwd) has arms for.
     fn converts(from: DType, to: DType) -> bool {
-        matches!((from, to), (DType::F32 | DType::F16, DType::F16) | (DType::F32, DType::F32 | DType::BF16))
-            || (from == DType::BF16 && to == DType::BF16)
+        use DType::{BF16, F16, F32};
+        matches!((from, to), (F32, F32 | F16 | BF16) | (F16, F16) | (BF16, BF16))
     }
 }
 

@@ -228,6 +228,9 @@ impl candle_core::CustomOp3 for SerialRope {
             return Err(candle_core::Error::Msg(format!("rope: angles {:?} for input {:?}", l2.dims(), l1.dims())));
         }
         let mut dst = vec![0f32; src.len()];
+        if dst.is_empty() {
+            return Ok((F32(dst), l1.shape().clone())); // no positions (chunks of 0 would panic)
+        }
         for (x, y) in src.chunks_exact(t * d).zip(dst.chunks_exact_mut(t * d)) {
             for i_t in 0..t {
                 let (x, y) = (&x[i_t * d..][..d], &mut y[i_t * d..][..d]);

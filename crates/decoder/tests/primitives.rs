@@ -247,6 +247,9 @@ fn few_position_rope_is_candles_rope_bit_for_bit() -> Result<()> {
             };
             assert_eq!(bits(&at.apply(&x)?)?, bits(&candle)?, "{style:?}, {t} positions");
         }
+        // No positions: nothing to rotate (Candle's op would split its input into chunks of 0).
+        let none = RopeAngles::from_angles(&Tensor::zeros((0, 4), DType::F32, &Device::Cpu)?, style, 8, DType::F32)?;
+        assert_eq!(none.apply(&Tensor::zeros((1, 3, 0, 8), DType::F32, &Device::Cpu)?)?.dims(), &[1, 3, 0, 8]);
     }
     Ok(())
 }

@@ -154,8 +154,12 @@ pub fn with_memory_budget<T: Send + 'static>(
 }
 
 /// Whether [`BudgetedAlloc`] is this process's global allocator (it has served an allocation;
-/// the one made here settles it).
+/// the one probe allocation made by the first call settles it: the global allocator never
+/// changes, so the answer is kept).
 pub fn budgets_enforced() -> bool {
-    drop(std::hint::black_box(Box::new(0u64)));
-    INSTALLED.load(Ordering::Relaxed)
+    static ENFORCED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENFORCED.get_or_init(|| {
+        drop(std::hint::black_box(Box::new(0u64)));
+        INSTALLED.load(Ordering::Relaxed)
+    })
 }

@@ -303,11 +303,10 @@ impl Model {
         let prompt = Prompt { ids, images: images.to_vec(), chunks };
         // Before any image is encoded: the images' token counts come from their sizes alone.
         if prompt.len() > self.max_positions() {
-            let extra = prompt.image_tokens();
             return Err(TesseraError::InvalidInput(format!(
                 "the prompt takes {} positions ({} of them image tokens) but the model's context is {} tokens",
                 prompt.len(),
-                extra,
+                prompt.image_tokens(),
                 self.max_positions()
             )));
         }
