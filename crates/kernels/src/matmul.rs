@@ -11,6 +11,7 @@
 //!   weight block is read once per prompt, not once per token.
 
 use std::cell::RefCell;
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
@@ -331,30 +332,58 @@ impl QMatrix {
         self.matmul_with(Isa::best(), ThreadPool::global(), x, m, out)
     }
 
+    /// [`matmul`](Self::matmul) into an output that need not be initialised (a fresh
+    /// `Vec::with_capacity`'s spare capacity): every element is written, none read, so a
+    /// caller skips zeroing a buffer the kernels overwrite. On `Ok`, all of `out` is
+    /// initialised.
+    pub fn matmul_uninit(&self, x: &[f32], m: usize, out: &mut [MaybeUninit<f32>]) -> Result<()> {
+        let (isa, pool) = (Isa::best(), ThreadPool::global());
+        self.check(isa, x, m, out.len())?;
+        // SAFETY: `out` holds m · rows elements (checked); every path below writes each of them
+        // through the pointer and reads none.
+        unsafe { self.matmul_to(isa, pool, x, m, out.as_mut_ptr().cast::<f32>()) }
+    }
+
     /// [`matmul`](Self::matmul) with a chosen instruction set (which this CPU must have)
     /// and pool.
     pub fn matmul_with(&self, isa: Isa, pool: &ThreadPool, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
-        if x.len() != m * self.cols || out.len() != m * self.rows {
+        self.check(isa, x, m, out.len())?;
+        // SAFETY: `out` holds m · rows elements (checked).
+        unsafe { self.matmul_to(isa, pool, x, m, out.as_mut_ptr()) }
+    }
+
+    fn check(&self, isa: Isa, x: &[f32], m: usize, out_len: usize) -> Result<()> {
+        if x.len() != m * self.cols || out_len != m * self.rows {
             return Err(KernelError::Shape(format!(
-                "matmul of {m} tokens: x has {} values (expected {}), out {} (expected {})",
+                "matmul of {m} tokens: x has {} values (expected {}), out {out_len} (expected {})",
                 x.len(),
                 m * self.cols,
-                out.len(),
                 m * self.rows
             )));
         }
         if !Isa::detected().contains(&isa) {
             return Err(KernelError::Shape(format!("this CPU lacks the {} instructions", isa.name())));
         }
+        Ok(())
+    }
+
+    /// Writes `out (m, rows)`, each element once, reading none; every path below does.
+    ///
+    /// # Safety
+    /// `out` is valid for writes of m · rows f32 that nothing else accesses meanwhile; `x`
+    /// holds m · cols values and `isa` is one this CPU has (see [`check`](Self::check)).
+    unsafe fn matmul_to(&self, isa: Isa, pool: &ThreadPool, x: &[f32], m: usize, out: *mut f32) -> Result<()> {
         if m == 0 {
             return Ok(());
         }
+        let (cols, rows) = (self.cols, self.rows);
         if self.layout == Layout::Panels && isa != Isa::Avx512Vnni {
             // Only the VNNI kernels read panels; other sets (forced in tests) use the f32 path,
             // a token at a time when rows must not depend on the batch.
             if crate::invariant::active() {
-                for (xr, or) in x.chunks_exact(self.cols).zip(out.chunks_exact_mut(self.rows)) {
-                    self.gemm(pool, xr, 1, or)?;
+                for (t, xr) in x.chunks_exact(cols).enumerate() {
+                    // SAFETY: token t's output row lies inside `out`.
+                    self.gemm(pool, xr, 1, unsafe { out.add(t * rows) })?;
                 }
                 return Ok(());
             }
@@ -362,8 +391,9 @@ impl QMatrix {
         }
         if m >= GEMM_MIN_TOKENS && !crate::invariant::active() {
             if isa == Isa::Avx512Vnni {
-                for (xc, oc) in x.chunks(IGEMM_CHUNK * self.cols).zip(out.chunks_mut(IGEMM_CHUNK * self.rows)) {
-                    self.igemm(pool, xc, xc.len() / self.cols, oc)?;
+                for (c, xc) in x.chunks(IGEMM_CHUNK * cols).enumerate() {
+                    // SAFETY: chunk c's output rows lie inside `out`.
+                    self.igemm(pool, xc, xc.len() / cols, unsafe { out.add(c * IGEMM_CHUNK * rows) })?;
                 }
                 return Ok(());
             }
@@ -374,14 +404,14 @@ impl QMatrix {
     }
 
     /// The few-token path: quantized activations, integer dot products.
-    fn dots(&self, isa: Isa, pool: &ThreadPool, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+    fn dots(&self, isa: Isa, pool: &ThreadPool, x: &[f32], m: usize, out: *mut f32) -> Result<()> {
         if self.layout == Layout::Panels {
             return self.panel_dots(pool, x, m, out);
         }
         let nb = self.cols / self.qtype.block_elems();
         let (rows, n) = (self.rows, pool.threads());
         let per = rows.div_ceil(n);
-        let dst = SendPtr(out.as_mut_ptr());
+        let dst = SendPtr(out);
         let t = self.qtype;
         match t.activation() {
             ActKind::Q8 => self.with_q8_activations(pool, x, m, |act| {
@@ -466,12 +496,12 @@ impl QMatrix {
     /// The few-token path over panels (AVX-512 VNNI only): `Q8` activations, panels split
     /// into one contiguous range per pool thread.
     #[cfg(target_arch = "x86_64")]
-    fn panel_dots(&self, pool: &ThreadPool, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+    fn panel_dots(&self, pool: &ThreadPool, x: &[f32], m: usize, out: *mut f32) -> Result<()> {
         let (rows, nb) = (self.rows, self.cols / 32);
         let np = rows.div_ceil(PANEL_ROWS);
         let (cb, per) = (panels::chunk_bytes(self.qtype), np.div_ceil(pool.threads()));
         let kernel = crate::x86::panel_dots_fn(self.qtype);
-        let dst = SendPtr(out.as_mut_ptr());
+        let dst = SendPtr(out);
         self.with_q8_activations(pool, x, m, |act| {
             pool.run(&|part| {
                 let dst = &dst;
@@ -497,7 +527,7 @@ impl QMatrix {
     }
 
     #[cfg(not(target_arch = "x86_64"))]
-    fn panel_dots(&self, pool: &ThreadPool, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+    fn panel_dots(&self, pool: &ThreadPool, x: &[f32], m: usize, out: *mut f32) -> Result<()> {
         self.gemm(pool, x, m, out)
     }
 
@@ -524,7 +554,7 @@ impl QMatrix {
     /// panel of 16 weight rows (shared out among the pool's threads) the panel loaded (or, for
     /// the k-quants, repacked) and multiplied with every token by the int8 micro-kernel.
     #[cfg(target_arch = "x86_64")]
-    fn igemm(&self, pool: &ThreadPool, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+    fn igemm(&self, pool: &ThreadPool, x: &[f32], m: usize, out: *mut f32) -> Result<()> {
         use crate::x86::{igemm_tile, IGEMM_MR};
         let (rows, cols, t) = (self.rows, self.cols, self.qtype);
         let g = granule(t);
@@ -534,7 +564,7 @@ impl QMatrix {
             let acts = &*acts;
             let panels = rows.div_ceil(PANEL_ROWS);
             let next = AtomicUsize::new(0);
-            let dst = SendPtr(out.as_mut_ptr());
+            let dst = SendPtr(out);
             let rb = self.row_bytes();
             pool.run(&|_part| {
                 let dst = &dst;
@@ -572,7 +602,7 @@ impl QMatrix {
     }
 
     #[cfg(not(target_arch = "x86_64"))]
-    fn igemm(&self, pool: &ThreadPool, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+    fn igemm(&self, pool: &ThreadPool, x: &[f32], m: usize, out: *mut f32) -> Result<()> {
         self.gemm(pool, x, m, out)
     }
 
@@ -582,12 +612,12 @@ impl QMatrix {
     }
 
     /// The many-token path: dequantized tiles × f32 GEMM.
-    fn gemm(&self, pool: &ThreadPool, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+    fn gemm(&self, pool: &ThreadPool, x: &[f32], m: usize, out: *mut f32) -> Result<()> {
         let (rows, cols) = (self.rows, self.cols);
         let tr = self.tile_rows();
         let tiles = rows.div_ceil(tr);
         let next = AtomicUsize::new(0);
-        let dst = SendPtr(out.as_mut_ptr());
+        let dst = SendPtr(out);
         pool.run(&|_part| {
             let dst = &dst;
             TILE.with(|cell| {
