@@ -107,11 +107,16 @@ impl Sampler {
         if logits.is_empty() {
             return Err(TesseraError::InvalidInput("empty logits".into()));
         }
+        let (freq, pres) = (self.params.frequency_penalty as f32, self.params.presence_penalty as f32);
+        let penalised = self.params.repetition_penalty.is_some() || freq != 0.0 || pres != 0.0;
+        if self.params.is_greedy() && !penalised {
+            // A server's batched step samples every row: no copy of a vocabulary-sized row.
+            return Ok(argmax(logits));
+        }
         let mut scores = logits.to_vec();
         if let Some(penalty) = self.params.repetition_penalty {
             apply_repetition_penalty(&mut scores, history, penalty as f32);
         }
-        let (freq, pres) = (self.params.frequency_penalty as f32, self.params.presence_penalty as f32);
         if freq != 0.0 || pres != 0.0 {
             let mut counts = std::collections::BTreeMap::<u32, u32>::new();
             for &id in &history[history.len().saturating_sub(generated)..] {
@@ -145,14 +150,29 @@ impl Sampler {
 }
 
 /// Index of the largest value (the first one on ties, like `torch.argmax`).
+/// The index of the largest value, the first where several are equal: what a scan from
+/// index 0 keeping the best so far under `>` gives, NaN included (never chosen over a number,
+/// and a NaN at index 0 is never replaced). Computed as the maximum over 16 lanes (the
+/// compiler's vector max) and then the first index holding it, a few times faster than the
+/// scan, whose every step waits on the last comparison.
 pub fn argmax(xs: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, x) in xs.iter().enumerate() {
-        if *x > xs[best] {
-            best = i;
+    const LANES: usize = 16;
+    match xs.first() {
+        Some(x) if !x.is_nan() => {}
+        _ => return 0,
+    }
+    let chunks = xs.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    for c in chunks {
+        for (m, &x) in lanes.iter_mut().zip(c) {
+            if x > *m {
+                *m = x;
+            }
         }
     }
-    best as u32
+    let max = lanes.iter().chain(tail).fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+    xs.iter().position(|&x| x == max).unwrap_or(0) as u32
 }
 
 pub fn softmax(xs: &[f32]) -> Vec<f32> {
@@ -221,6 +241,39 @@ fn apply_min_p(scores: &mut [f32], p: f32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::Rng;
+
+    /// The scan `argmax` must agree with.
+    fn scan_argmax(xs: &[f32]) -> u32 {
+        let mut best = 0;
+        for (i, x) in xs.iter().enumerate() {
+            if *x > xs[best] {
+                best = i;
+            }
+        }
+        best as u32
+    }
+
+    #[test]
+    fn argmax_is_the_scans_answer_with_ties_nans_infinities_and_signed_zeros() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1.0, 1.0];
+        for len in [0, 1, 2, 15, 16, 17, 33, 100, 1000] {
+            for _ in 0..200 {
+                let xs: Vec<f32> = (0..len)
+                    .map(|_| match rng.random_range(0..10) {
+                        0 => specials[rng.random_range(0..specials.len())],
+                        // Few distinct values: ties are common.
+                        1..=4 => rng.random_range(-3..3) as f32,
+                        _ => rng.random_range(-10.0..10.0),
+                    })
+                    .collect();
+                assert_eq!(argmax(&xs), scan_argmax(&xs), "{xs:?}");
+            }
+        }
+        assert_eq!(argmax(&[f32::NAN; 40]), 0);
+        assert_eq!(argmax(&[f32::NEG_INFINITY; 40]), 0);
+    }
 
     fn params(temperature: f64) -> SamplingParams {
         SamplingParams { temperature, ..Default::default() }
