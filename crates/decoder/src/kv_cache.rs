@@ -98,28 +98,34 @@ impl candle_core::InplaceOp2 for WriteAt {
         sl: &candle_core::Layout,
     ) -> candle_core::Result<()> {
         use candle_core::CpuStorage as S;
-        use half::{bf16, f16};
+        use half::slice::HalfFloatSliceExt;
         let at = self.at;
+        fn copy<T: Copy>(y: &mut [T], x: &[T]) {
+            y.copy_from_slice(x)
+        }
+        // Whole rows at a time: half's slice conversion runs F16C over 8 values where the CPU
+        // has it, rounding as its one-value `from_f32` (and Candle's `to_dtype`) does; one
+        // call per value cost 7 ns in a batched step's profile.
         match (dst, src) {
-            (S::F32(d), S::F32(s)) => copy_rows(d, dl, s, sl, at, |x| x),
-            (S::F16(d), S::F32(s)) => copy_rows(d, dl, s, sl, at, f16::from_f32),
-            (S::F16(d), S::F16(s)) => copy_rows(d, dl, s, sl, at, |x| x),
-            (S::BF16(d), S::F32(s)) => copy_rows(d, dl, s, sl, at, bf16::from_f32),
-            (S::BF16(d), S::BF16(s)) => copy_rows(d, dl, s, sl, at, |x| x),
+            (S::F32(d), S::F32(s)) => copy_rows(d, dl, s, sl, at, copy),
+            (S::F16(d), S::F32(s)) => copy_rows(d, dl, s, sl, at, |y, x| y.convert_from_f32_slice(x)),
+            (S::F16(d), S::F16(s)) => copy_rows(d, dl, s, sl, at, copy),
+            (S::BF16(d), S::F32(s)) => copy_rows(d, dl, s, sl, at, |y, x| y.convert_from_f32_slice(x)),
+            (S::BF16(d), S::BF16(s)) => copy_rows(d, dl, s, sl, at, copy),
             _ => Err(candle_core::Error::Msg("a KV cache write between dtypes it does not convert".into())),
         }
     }
 }
 
-/// `dst[b, h, at + t, :] = conv(src[b, h, t, :])` for a contiguous `dst` `(b, h, cap, d)` and
-/// a `src` `(b, h, t, d)` of any strides.
+/// `dst[b, h, at + t, :] = conv(src[b, h, t, :])` (`conv` writes a row converted) for a
+/// contiguous `dst` `(b, h, cap, d)` and a `src` `(b, h, t, d)` of any strides.
 fn copy_rows<S: Copy, D>(
     dst: &mut [D],
     dl: &candle_core::Layout,
     src: &[S],
     sl: &candle_core::Layout,
     at: usize,
-    conv: impl Fn(S) -> D,
+    conv: impl Fn(&mut [D], &[S]),
 ) -> candle_core::Result<()> {
     let (b, h, t, d) = sl.shape().dims4()?;
     let (db, dh, cap, dd) = dl.shape().dims4()?;
@@ -132,6 +138,8 @@ fn copy_rows<S: Copy, D>(
     }
     let ss = sl.stride();
     let short = || candle_core::Error::Msg("a KV cache write ran past its storage".into());
+    // A row of a strided `src` is gathered here first.
+    let mut row = Vec::new();
     for bi in 0..b {
         for hi in 0..h {
             for ti in 0..t {
@@ -139,13 +147,13 @@ fn copy_rows<S: Copy, D>(
                 let o = dl.start_offset() + ((bi * h + hi) * cap + at + ti) * d;
                 let out = dst.get_mut(o..o + d).ok_or_else(short)?;
                 if ss[3] == 1 {
-                    for (y, &x) in out.iter_mut().zip(src.get(so..so + d).ok_or_else(short)?) {
-                        *y = conv(x);
-                    }
+                    conv(out, src.get(so..so + d).ok_or_else(short)?);
                 } else {
-                    for (j, y) in out.iter_mut().enumerate() {
-                        *y = conv(*src.get(so + j * ss[3]).ok_or_else(short)?);
+                    row.clear();
+                    for j in 0..d {
+                        row.push(*src.get(so + j * ss[3]).ok_or_else(short)?);
                     }
+                    conv(out, &row);
                 }
             }
         }

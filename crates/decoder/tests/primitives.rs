@@ -426,9 +426,10 @@ fn kv_cache_appends_take_strided_inputs_across_growth_in_every_dtype() -> Result
         // 5 + 1 + 300 crosses the first capacity (256); 300 + … the second.
         for (step, t) in [5usize, 1, 300, 1, 2].into_iter().enumerate() {
             let seed = 40 + step as u64;
-            // (1, t, heads, d) seen as (1, heads, t, d); an offset, narrowed view.
-            let k = random(&[1, t, 2, 8], seed)?.transpose(1, 2)?;
-            let v = random(&[1, 2, t + 3, 8], seed + 10)?.narrow(2, 3, t)?;
+            // (1, t, heads, d) seen as (1, heads, t, d); an offset, narrowed view. 13 values a
+            // row: the F16C conversion's 8 lanes and a tail.
+            let k = random(&[1, t, 2, 13], seed)?.transpose(1, 2)?;
+            let v = random(&[1, 2, t + 3, 13], seed + 10)?.narrow(2, 3, t)?;
             assert!(t == 1 || (!k.is_contiguous() && !v.is_contiguous()));
             cache.append(0, &k.contiguous()?, &v.contiguous()?)?;
             let (kc, vc) = cache.append(1, &k, &v)?;
