@@ -236,6 +236,47 @@ fn row_invariant_matmuls_give_each_token_what_it_gets_alone() {
     }
 }
 
+/// `matmul_uninit` writes every output element (a NaN left in the buffer would show) with the
+/// values `matmul` gives, on every type and layout, alone, batched, row-invariant and through
+/// the GEMM paths.
+#[test]
+fn matmul_into_an_uninitialised_buffer_writes_every_element() {
+    use std::mem::MaybeUninit;
+    let mut rng = StdRng::seed_from_u64(23);
+    for t in QType::ALL {
+        let (rows, cols) = (37, 3 * t.block_elems());
+        let w0 = random_matrix(t, rows, cols, &mut rng);
+        for w in in_every_layout(&w0) {
+            for m in [1usize, 5, tessera_kernels::GEMM_MIN_TOKENS + 3] {
+                let x = random_x(m, cols, &mut rng);
+                for invariant in [false, true] {
+                    let mut want = vec![0f32; m * rows];
+                    let mut got = vec![MaybeUninit::new(f32::NAN); m * rows];
+                    let mut run = || {
+                        w.matmul(&x, m, &mut want).expect("matmul");
+                        w.matmul_uninit(&x, m, &mut got).expect("matmul_uninit");
+                    };
+                    if invariant {
+                        tessera_kernels::row_invariant(&mut run);
+                    } else {
+                        run();
+                    }
+                    // SAFETY: the buffer was initialised (to NaN) before the call.
+                    let got: Vec<f32> = got.iter().map(|v| unsafe { v.assume_init() }).collect();
+                    assert!(
+                        got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{t} {:?} m={m} invariant={invariant}: {got:?} vs {want:?}",
+                        w.layout()
+                    );
+                }
+            }
+        }
+    }
+    let w = random_matrix(QType::Q8_0, 2, 32, &mut rng);
+    let mut short = vec![MaybeUninit::uninit(); 1];
+    assert!(w.matmul_uninit(&[0.0; 32], 1, &mut short).is_err(), "an output too short is an error");
+}
+
 #[test]
 fn f32_gemm_path_equals_the_f32_reference() {
     let mut rng = StdRng::seed_from_u64(3);
