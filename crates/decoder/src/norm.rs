@@ -1,7 +1,7 @@
 //! RMSNorm (Zhang & Sennrich 2019), as in transformers' `LlamaRMSNorm`: normalise in f32,
 //! scale by the weight. Gemma stores the weight as an offset from one (`x̂·(1+w)`).
 
-use candle_core::{DType, Tensor};
+use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 
 use crate::error::Result;
 use crate::weights::Weights;
@@ -39,6 +39,10 @@ impl RmsNorm {
 
     /// `x`: `(..., dim)` → same shape and dtype.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let f32_cpu = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32;
+        if f32_cpu(x) && f32_cpu(&self.weight) && self.weight.dims() == [x.dim(candle_core::D::Minus1)?] {
+            return Ok(x.contiguous()?.apply_op2_no_bwd(&self.weight, &CpuRmsNorm { eps: self.eps })?);
+        }
         Ok(candle_nn::ops::rms_norm(x, &self.weight, self.eps)?)
     }
 
@@ -49,6 +53,42 @@ impl RmsNorm {
         let var = x.sqr()?.mean_keepdim(candle_core::D::Minus1)?;
         let x = x.broadcast_div(&(var + self.eps as f64)?.sqrt()?)?;
         Ok(x.to_dtype(dtype)?.broadcast_mul(&self.weight)?)
+    }
+}
+
+/// Candle's `rms_norm` on the CPU in f32, bit for bit, by `tessera_kernels::ops::rms_norm`:
+/// rows on the kernels' pool (Candle's own runs up to 32 rows on the calling thread, while the
+/// pool waits, and more on rayon's threads), and the output not zeroed first.
+struct CpuRmsNorm {
+    eps: f32,
+}
+
+impl CustomOp2 for CpuRmsNorm {
+    fn name(&self) -> &'static str {
+        "tessera-rms-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = crate::cpu_op::contiguous_f32(s1, l1, "rms_norm input")?;
+        let alpha = crate::cpu_op::contiguous_f32(s2, l2, "rms_norm weight")?;
+        let mut out = Vec::with_capacity(x.len());
+        tessera_kernels::ops::rms_norm(
+            tessera_kernels::ThreadPool::global(),
+            x,
+            alpha,
+            self.eps,
+            &mut out.spare_capacity_mut()[..x.len()],
+        )
+        .map_err(candle_core::Error::wrap)?;
+        // SAFETY: `rms_norm` returned Ok, so it wrote all `x.len()` elements.
+        unsafe { out.set_len(x.len()) };
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 }
 

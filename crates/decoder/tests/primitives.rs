@@ -326,6 +326,26 @@ fn rms_norm_matches_slow_twin() -> Result<()> {
     Ok(())
 }
 
+/// The CPU f32 RMSNorm (rows on the kernels' pool) gives Candle's `rms_norm` bit for bit: a
+/// row alone, the rows a batched decode step has (on the calling thread in Candle, split
+/// across the pool here), past the 32 rows where Candle goes to rayon, strided input, odd widths.
+#[test]
+fn rms_norm_is_candles_bit_for_bit() -> Result<()> {
+    for (rows, dim) in [(1, 576), (3, 7), (16, 576), (33, 64), (100, 13)] {
+        let w = random(&[dim], 30 + dim as u64)?;
+        let n = RmsNorm::new(w.clone(), 1e-5, NormStyle::Plain)?;
+        let x = random(&[rows, dim], 40 + rows as u64)?;
+        let bits = |t: &Tensor| -> Result<Vec<u32>> {
+            Ok(t.flatten_all()?.to_vec1::<f32>()?.into_iter().map(f32::to_bits).collect())
+        };
+        assert_eq!(bits(&n.forward(&x)?)?, bits(&candle_nn::ops::rms_norm(&x, &w, 1e-5)?)?, "{rows}×{dim}");
+        let xt = random(&[dim, rows], 50)?.t()?;
+        let want = candle_nn::ops::rms_norm(&xt.contiguous()?, &w, 1e-5)?;
+        assert_eq!(bits(&n.forward(&xt)?)?, bits(&want)?, "{rows}×{dim}, strided");
+    }
+    Ok(())
+}
+
 /// M-RoPE against transformers (scripts/reference_mrope.py → tests/fixtures/mrope_reference.json):
 /// Qwen2-VL's sectioned and Qwen3-VL's interleaved layouts, on positions of text, a 2×3 image
 /// grid and text continuing after it.
