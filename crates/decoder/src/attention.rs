@@ -107,6 +107,30 @@ fn kv_layout(l: &candle_core::Layout, name: &str) -> candle_core::Result<tessera
     })
 }
 
+/// A KV cache element type the kernels read (f32, f16), taken out of Candle's CPU storage.
+trait CpuKv: tessera_kernels::attention::KvValue {
+    /// The storage's values when it is a CPU storage of this type.
+    fn values(s: &candle_core::Storage) -> Option<&[Self]>;
+}
+
+impl CpuKv for f32 {
+    fn values(s: &candle_core::Storage) -> Option<&[f32]> {
+        match s {
+            candle_core::Storage::Cpu(candle_core::CpuStorage::F32(v)) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+impl CpuKv for half::f16 {
+    fn values(s: &candle_core::Storage) -> Option<&[half::f16]> {
+        match s {
+            candle_core::Storage::Cpu(candle_core::CpuStorage::F16(v)) => Some(v),
+            _ => None,
+        }
+    }
+}
+
 impl candle_core::CustomOp3 for FusedAttention {
     fn name(&self) -> &'static str {
         "tessera-fused-attention"
@@ -508,51 +532,56 @@ impl Attention {
     }
 
     /// A batched decode step's attention on the CPU: row `i` of `q` `(1, heads, n, d)` over
-    /// its own cache `kvs[i]` (`(1, kv_heads, len_i, d)` f32 views), all rows in one kernel
+    /// its own cache `kvs[i]` (`(1, kv_heads, len_i, d)`, f32 or f16), all rows in one kernel
     /// call (one pool fork/join per layer, not one per row) → `(1, n, heads·d)`. Each row
     /// computes what the fused kernel computes for it alone.
     fn attend_rows(&self, q: &Tensor, kvs: &[(Tensor, Tensor)], mask: &AttentionMask) -> Result<Tensor> {
         use candle_core::{CpuStorage, Storage};
         let (n, d) = (kvs.len(), self.head_dim);
         let q = q.transpose(1, 2)?.contiguous()?.flatten_all()?.to_vec1::<f32>()?; // (n, heads, d)
-        let stores: Vec<_> = kvs.iter().map(|(k, v)| (k.storage_and_layout(), v.storage_and_layout())).collect();
+        let guards: Vec<_> = kvs.iter().map(|(k, v)| (k.storage_and_layout(), v.storage_and_layout())).collect();
+        let stores: Vec<_> = guards.iter().map(|((ks, kl), (vs, vl))| ((&**ks, *kl), (&**vs, *vl))).collect();
         let mut out = vec![0f32; n * self.num_heads * d];
-        let pool = tessera_kernels::ThreadPool::global();
-        let (heads, kv_heads, scale) = (self.num_heads, self.num_kv_heads, self.scale as f32);
-        let q = &q;
-        // Each row's keys and values as `E` slices (every cache of a model holds one dtype).
-        let row = |i: usize, kl: &candle_core::Layout, vl: &candle_core::Layout| -> Result<_> {
-            let tk = kl.dims()[2];
-            Ok((
-                &q[i * heads * d..][..heads * d],
-                kv_layout(kl, "k")?,
-                kv_layout(vl, "v")?,
-                tk,
-                mask.visible_keys(tk - 1, tk),
-            ))
-        };
-        macro_rules! run {
-            ($variant:ident) => {{
-                let mut rows = Vec::with_capacity(n);
-                for (i, ((ks, kl), (vs, vl))) in stores.iter().enumerate() {
-                    let (Storage::Cpu(CpuStorage::$variant(k)), Storage::Cpu(CpuStorage::$variant(v))) = (&**ks, &**vs)
-                    else {
-                        return Err(DecoderError::Config("a batched step's caches hold different dtypes".into()));
-                    };
-                    let (q, kl, vl, tk, visible) = row(i, kl, vl)?;
-                    rows.push(tessera_kernels::attention::RowAttention { q, k, kl, v, vl, tk, visible });
-                }
-                tessera_kernels::attention::attend_rows(pool, &rows, heads, kv_heads, d, scale, &mut out)
-            }};
-        }
-        match stores.first().map(|((ks, _), _)| &**ks) {
-            Some(Storage::Cpu(CpuStorage::F16(_))) => run!(F16),
-            Some(Storage::Cpu(CpuStorage::F32(_))) | None => run!(F32),
-            Some(_) => return Err(DecoderError::Config("batched attention takes f32 or f16 CPU caches".into())),
-        }
-        .map_err(|e| DecoderError::Config(format!("batched attention: {e}")))?;
-        drop(stores); // the caches' read locks
+        match stores.first().map(|((ks, _), _)| ks) {
+            Some(Storage::Cpu(CpuStorage::F16(_))) => self.attend_rows_in::<half::f16>(&q, &stores, mask, &mut out),
+            Some(Storage::Cpu(CpuStorage::F32(_))) | None => self.attend_rows_in::<f32>(&q, &stores, mask, &mut out),
+            Some(_) => Err(DecoderError::Config("batched attention takes f32 or f16 CPU caches".into())),
+        }?;
+        drop(stores);
+        drop(guards); // the caches' read locks
         Ok(Tensor::from_vec(out, (1, n, self.num_heads * d), &candle_core::Device::Cpu)?)
+    }
+
+    /// [`attend_rows`](Self::attend_rows) over caches whose values are `E` (every cache of a
+    /// model holds one dtype): `q` `(n, heads, d)`, each row's key and value storage.
+    #[allow(clippy::type_complexity)]
+    fn attend_rows_in<E: CpuKv>(
+        &self,
+        q: &[f32],
+        stores: &[((&candle_core::Storage, &candle_core::Layout), (&candle_core::Storage, &candle_core::Layout))],
+        mask: &AttentionMask,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let (heads, d) = (self.num_heads, self.head_dim);
+        let mut rows = Vec::with_capacity(stores.len());
+        for (i, ((ks, kl), (vs, vl))) in stores.iter().enumerate() {
+            let (Some(k), Some(v)) = (E::values(ks), E::values(vs)) else {
+                return Err(DecoderError::Config("a batched step's caches hold different dtypes".into()));
+            };
+            let tk = kl.dims()[2];
+            rows.push(tessera_kernels::attention::RowAttention {
+                q: &q[i * heads * d..][..heads * d],
+                k,
+                kl: kv_layout(kl, "k")?,
+                v,
+                vl: kv_layout(vl, "v")?,
+                tk,
+                visible: mask.visible_keys(tk - 1, tk),
+            });
+        }
+        let pool = tessera_kernels::ThreadPool::global();
+        tessera_kernels::attention::attend_rows(pool, &rows, heads, self.num_kv_heads, d, self.scale as f32, out)
+            .map_err(|e| DecoderError::Config(format!("batched attention: {e}")))
     }
 
     /// `softmax(q kᵀ · scale + mask) v` for `q` `(b, heads, tq, d)` over `k`/`v`
