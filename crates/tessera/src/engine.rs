@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use candle_core::{DType, Tensor};
 use tessera_decoder::{KvCache, Trace};
 use tessera_vision::RgbImage;
 
@@ -147,10 +148,10 @@ impl ImageCache {
         (img.width, img.height, hash(0), hash(1))
     }
 
-    /// `img`'s features, from the cache or encoded by `model` (and kept when they fit).
-    fn features(&mut self, model: &Model, img: &RgbImage, stats: &EngineStats) -> Result<ImageFeatures> {
+    /// `img`'s features (`key`: its [`key`](Self::key)), from the cache or encoded by `model`
+    /// (and kept when they fit).
+    fn features(&mut self, model: &Model, img: &RgbImage, key: ImageKey, stats: &EngineStats) -> Result<ImageFeatures> {
         self.clock += 1;
-        let key = Self::key(img);
         if let Some(hit) = self.entries.get_mut(&key) {
             hit.used = self.clock;
             stats.image_cache_hits.fetch_add(1, Ordering::Relaxed);
@@ -179,9 +180,9 @@ impl ImageCache {
 
 /// Each position's identity for prefix matching: a text token's id, or (top bit set) a hash
 /// of an image's content and the token's index in it.
-fn position_keys(prompt: &Prompt) -> Vec<u64> {
+/// `images`: the prompt's images' [`ImageCache::key`]s.
+fn position_keys(prompt: &Prompt, images: &[ImageKey]) -> Vec<u64> {
     use std::hash::{Hash, Hasher};
-    let images: Vec<ImageKey> = prompt.images().iter().map(ImageCache::key).collect();
     let mut keys = Vec::with_capacity(prompt.len());
     for chunk in prompt.chunks() {
         match chunk {
@@ -383,11 +384,27 @@ struct Active<'m> {
     decode_start: Instant,
 }
 
+/// Calls `f` on `t`'s values: borrowed from a contiguous f32 CPU tensor, copied from any other.
+fn with_f32_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
+    {
+        let (storage, layout) = t.storage_and_layout();
+        if let (candle_core::Storage::Cpu(candle_core::CpuStorage::F32(v)), Some((a, b))) =
+            (&*storage, layout.contiguous_offsets())
+        {
+            return Ok(f(&v[a..b]));
+        }
+    }
+    Ok(f(&t.flatten_all()?.to_vec1::<f32>()?))
+}
+
 /// A sequence whose prompt is still being prefilled, block by block.
 struct Prefilling<'m> {
     seq: Sequence<'m>,
     job: Job,
     keys: Vec<u64>,
+    /// The prompt's images' [`ImageCache::key`]s, hashed once for prefix matching and the
+    /// image cache.
+    image_keys: Vec<ImageKey>,
     ends: Vec<usize>,
     cache: KvCache,
     /// Time spent on its blocks so far.
@@ -468,12 +485,15 @@ impl<'a> Scheduler<'a> {
         let started = (|| -> Result<_> {
             let seq = Sequence::new(model, &job.prompt, &job.params)?;
             let ends = model.prefill_blocks(&job.prompt);
-            let keys = if prefixes.max_bytes > 0 { position_keys(&job.prompt) } else { Vec::new() };
+            let image_keys: Vec<ImageKey> = job.prompt.images().iter().map(ImageCache::key).collect();
+            let keys = if prefixes.max_bytes > 0 { position_keys(&job.prompt, &image_keys) } else { Vec::new() };
             let cached = if keys.is_empty() { None } else { prefixes.lookup(&keys, &ends, stats)? };
-            Ok((seq, ends, keys, cached.unwrap_or_else(|| model.new_cache())))
+            Ok((seq, ends, keys, image_keys, cached.unwrap_or_else(|| model.new_cache())))
         })();
         match started {
-            Ok((seq, ends, keys, cache)) => Some(Prefilling { seq, job, keys, ends, cache, prompt_s: 0.0 }),
+            Ok((seq, ends, keys, image_keys, cache)) => {
+                Some(Prefilling { seq, job, keys, image_keys, ends, cache, prompt_s: 0.0 })
+            }
             Err(e) => {
                 self.fail(&mut job.sink, e);
                 None
@@ -490,7 +510,12 @@ impl<'a> Scheduler<'a> {
         let end = p.ends.iter().copied().find(|&e| e > done).unwrap_or(p.job.prompt.len());
         let images = &mut self.images;
         let stats = self.stats;
-        let mut encode = |img: &RgbImage| images.features(model, img, stats);
+        let (all, image_keys) = (p.job.prompt.images(), &p.image_keys);
+        let mut encode = |img: &RgbImage| {
+            // The prompt hands out its own images: find this one's key by identity.
+            let key = all.iter().zip(image_keys).find(|(i, _)| std::ptr::eq(*i, img)).map(|(_, &k)| k);
+            images.features(model, img, key.unwrap_or_else(|| ImageCache::key(img)), stats)
+        };
         let hidden =
             model.forward_prompt_in(&p.job.prompt, done..end, &mut p.cache, &mut Trace::default(), &mut encode)?;
         self.stats.prefilled_positions.fetch_add((end - done) as u64, Ordering::Relaxed);
@@ -504,7 +529,7 @@ impl<'a> Scheduler<'a> {
 
     /// Takes the first token of a prefilled prompt (`row`: its last position's logits).
     fn first_token(&mut self, p: Prefilling<'a>, row: Vec<f32>) -> Option<Active<'a>> {
-        let Prefilling { mut seq, job, keys, ends, cache, prompt_s } = p;
+        let Prefilling { mut seq, job, keys, ends, cache, prompt_s, .. } = p;
         self.stats.prompt_tokens.fetch_add(job.prompt.len() as u64, Ordering::Relaxed);
         let ttft = job.submitted.elapsed().as_micros() as u64;
         self.stats.time_to_first_token_us.fetch_add(ttft, Ordering::Relaxed);
@@ -531,12 +556,12 @@ impl<'a> Scheduler<'a> {
         let ids: Vec<u32> = active.iter().map(|a| a.next).collect();
         let mut caches: Vec<KvCache> =
             active.iter_mut().map(|a| std::mem::replace(&mut a.cache, KvCache::new(0, 0))).collect();
-        let result = self.model.decode_rows(&ids, &mut caches).and_then(|l| Ok(l.to_vec2::<f32>()?));
+        let result = self.model.decode_rows(&ids, &mut caches).and_then(|l| Ok((l.to_dtype(DType::F32)?, l.dim(1)?)));
         for (a, c) in active.iter_mut().zip(caches) {
             a.cache = c;
         }
-        let rows = match result {
-            Ok(rows) => rows,
+        let (logits, width) = match result {
+            Ok(l) => l,
             Err(e) => {
                 let msg = e.to_string();
                 for mut a in active.drain(..) {
@@ -552,10 +577,19 @@ impl<'a> Scheduler<'a> {
         self.stats.decode_rows.fetch_add(ids.len() as u64, Ordering::Relaxed);
         let model = self.model;
         let mut keep = Vec::with_capacity(active.len());
-        for (mut a, row) in active.drain(..).zip(rows) {
-            let mut text = String::new();
-            let next = a.seq.accept(model, &a.prompt, &row, None, &mut |t| text.push_str(t));
-            keep.extend(self.after_token(a, next, text));
+        // Each row read where it lies (a step's logits are 3 MB at 16 rows of a 49k vocabulary).
+        let sampled = with_f32_values(&logits, |all| {
+            for (mut a, row) in active.drain(..).zip(all.chunks_exact(width.max(1))) {
+                let mut text = String::new();
+                let next = a.seq.accept(model, &a.prompt, row, None, &mut |t| text.push_str(t));
+                keep.extend(self.after_token(a, next, text));
+            }
+        });
+        if let Err(e) = sampled {
+            let msg = e.to_string();
+            for mut a in active.drain(..) {
+                self.fail(&mut a.sink, TesseraError::InvalidInput(format!("the batched decode step failed: {msg}")));
+            }
         }
         *active = keep;
     }
