@@ -510,11 +510,10 @@ impl<'a> Scheduler<'a> {
         let end = p.ends.iter().copied().find(|&e| e > done).unwrap_or(p.job.prompt.len());
         let images = &mut self.images;
         let stats = self.stats;
-        let (all, image_keys) = (p.job.prompt.images(), &p.image_keys);
-        let mut encode = |img: &RgbImage| {
-            // The prompt hands out its own images: find this one's key by identity.
-            let key = all.iter().zip(image_keys).find(|(i, _)| std::ptr::eq(*i, img)).map(|(_, &k)| k);
-            images.features(model, img, key.unwrap_or_else(|| ImageCache::key(img)), stats)
+        let image_keys = &p.image_keys;
+        let mut encode = |i: usize, img: &RgbImage| {
+            let key = image_keys.get(i).copied().unwrap_or_else(|| ImageCache::key(img));
+            images.features(model, img, key, stats)
         };
         let hidden =
             model.forward_prompt_in(&p.job.prompt, done..end, &mut p.cache, &mut Trace::default(), &mut encode)?;

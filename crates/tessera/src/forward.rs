@@ -129,7 +129,7 @@ impl Model {
     /// grid positions for the images of Qwen2-VL); the cache then remembers where the next
     /// token's position is.
     pub fn forward_prompt(&self, prompt: &Prompt, cache: &mut KvCache, trace: &mut Trace) -> Result<Tensor> {
-        self.forward_prompt_with(prompt, cache, trace, &mut |img| self.encode_image_with_deepstack(img))
+        self.forward_prompt_with(prompt, cache, trace, &mut |_, img| self.encode_image_with_deepstack(img))
     }
 
     /// [`forward_prompt`](Self::forward_prompt) with each image's features from `encode` (see
@@ -139,7 +139,7 @@ impl Model {
         prompt: &Prompt,
         cache: &mut KvCache,
         trace: &mut Trace,
-        encode: &mut dyn FnMut(&RgbImage) -> Result<ImageFeatures>,
+        encode: &mut dyn FnMut(usize, &RgbImage) -> Result<ImageFeatures>,
     ) -> Result<Tensor> {
         let (embeds, additions) = self.prompt_inputs_with(prompt, encode)?;
         let (positions, delta) = self.prompt_positions(prompt, cache)?;
@@ -196,7 +196,7 @@ impl Model {
         range: Range<usize>,
         cache: &mut KvCache,
         trace: &mut Trace,
-        encode: &mut dyn FnMut(&RgbImage) -> Result<ImageFeatures>,
+        encode: &mut dyn FnMut(usize, &RgbImage) -> Result<ImageFeatures>,
     ) -> Result<Tensor> {
         if cache.len() != range.start || range.start >= range.end || range.end > prompt.len() {
             return Err(TesseraError::InvalidInput(format!(
@@ -228,7 +228,7 @@ impl Model {
         prompt: &Prompt,
         cache: &mut KvCache,
         trace: &mut Trace,
-        encode: &mut dyn FnMut(&RgbImage) -> Result<ImageFeatures>,
+        encode: &mut dyn FnMut(usize, &RgbImage) -> Result<ImageFeatures>,
     ) -> Result<Tensor> {
         let ends = self.prefill_blocks(prompt);
         let mut hidden = None;

@@ -444,7 +444,7 @@ impl Model {
         let mut trace = Trace { attention_layers: layers, ..Default::default() };
         let hidden = match input {
             StepInput::Prompt(p) => {
-                self.prefill(p, cache, &mut trace, &mut |img| self.encode_image_with_deepstack(img))?
+                self.prefill(p, cache, &mut trace, &mut |_, img| self.encode_image_with_deepstack(img))?
             }
             StepInput::Token(id) => self.forward_hidden(&self.embed_ids(&[id])?, cache, &mut trace)?,
         };

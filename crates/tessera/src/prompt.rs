@@ -324,7 +324,7 @@ impl Model {
     /// one `(1, t, hidden)` tensor per early decoder layer, the images' DeepStack features at
     /// their positions and zeros elsewhere (each image encoded once for both).
     pub fn prompt_inputs(&self, prompt: &Prompt) -> Result<(Tensor, Vec<Tensor>)> {
-        self.prompt_inputs_with(prompt, &mut |img| self.encode_image_with_deepstack(img))
+        self.prompt_inputs_with(prompt, &mut |_, img| self.encode_image_with_deepstack(img))
     }
 
     /// An image's tokens `(1, n, hidden)` and its DeepStack features (Qwen3-VL; empty for the
@@ -333,12 +333,13 @@ impl Model {
         self.vision_for(img)?.encode_with_deepstack(img, &self.device)
     }
 
-    /// [`prompt_inputs`](Self::prompt_inputs) with each image's features from `encode` (a
-    /// server's cache of encoded images, or [`encode_image_with_deepstack`](Self::encode_image_with_deepstack)).
+    /// [`prompt_inputs`](Self::prompt_inputs) with each image's features from `encode(i,
+    /// image)`, `i` its index in the prompt's images (a server's cache of encoded images, keyed
+    /// by what it knows of image `i`, or [`encode_image_with_deepstack`](Self::encode_image_with_deepstack)).
     pub fn prompt_inputs_with(
         &self,
         prompt: &Prompt,
-        encode: &mut dyn FnMut(&RgbImage) -> Result<ImageFeatures>,
+        encode: &mut dyn FnMut(usize, &RgbImage) -> Result<ImageFeatures>,
     ) -> Result<(Tensor, Vec<Tensor>)> {
         self.prompt_inputs_in(prompt, 0..prompt.len(), encode)
     }
@@ -349,7 +350,7 @@ impl Model {
         &self,
         prompt: &Prompt,
         range: Range<usize>,
-        encode: &mut dyn FnMut(&RgbImage) -> Result<ImageFeatures>,
+        encode: &mut dyn FnMut(usize, &RgbImage) -> Result<ImageFeatures>,
     ) -> Result<(Tensor, Vec<Tensor>)> {
         let chunks = prompt.chunks_in(range);
         let image_id = self.image_encoder.as_ref().and_then(|e| e.image_token_id());
@@ -386,7 +387,7 @@ impl Model {
         for c in &chunks {
             if let Chunk::Image { image, .. } = c {
                 if feats[*image].is_none() {
-                    let (tokens, stack) = encode(&prompt.images[*image])?;
+                    let (tokens, stack) = encode(*image, &prompt.images[*image])?;
                     feats[*image] = Some(cast(tokens)?);
                     deep[*image] = stack.into_iter().map(cast).collect::<Result<_>>()?;
                 }

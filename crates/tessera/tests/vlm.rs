@@ -729,7 +729,7 @@ fn prompts_prefilled_in_blocks_match_one_forward_on_every_family() -> Result<()>
         let mut whole = model.new_cache();
         let one = model.last_logits(&model.forward_prompt(&prompt, &mut whole, &mut Default::default())?)?;
         let mut blocked = model.new_cache();
-        let mut encode = |img: &RgbImage| model.encode_image_with_deepstack(img);
+        let mut encode = |_: usize, img: &RgbImage| model.encode_image_with_deepstack(img);
         let hidden = model.prefill(&prompt, &mut blocked, &mut Default::default(), &mut encode)?;
         let diff = max_abs_diff(&model.last_logits(&hidden)?, &one, name)?;
         ensure!(diff < 1e-4, "{name}: blocked prefill moves the last logits by {diff}");
