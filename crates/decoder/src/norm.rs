@@ -77,17 +77,11 @@ impl CustomOp2 for CpuRmsNorm {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let x = crate::cpu_op::contiguous_f32(s1, l1, "rms_norm input")?;
         let alpha = crate::cpu_op::contiguous_f32(s2, l2, "rms_norm weight")?;
-        let mut out = Vec::with_capacity(x.len());
-        tessera_kernels::ops::rms_norm(
-            tessera_kernels::ThreadPool::global(),
-            x,
-            alpha,
-            self.eps,
-            &mut out.spare_capacity_mut()[..x.len()],
-        )
-        .map_err(candle_core::Error::wrap)?;
-        // SAFETY: `rms_norm` returned Ok, so it wrote all `x.len()` elements.
-        unsafe { out.set_len(x.len()) };
+        let pool = tessera_kernels::ThreadPool::global();
+        // SAFETY: `rms_norm` writes every element of its output when it returns Ok.
+        let out = unsafe {
+            crate::cpu_op::written_by(x.len(), |o| tessera_kernels::ops::rms_norm(pool, x, alpha, self.eps, o))?
+        };
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 }
