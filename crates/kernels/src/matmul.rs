@@ -118,23 +118,7 @@ fn quantize_tokens<B: Send>(
 ) -> Result<()> {
     let m = x.len() / cols;
     let nb = out.len() / m.max(1);
-    if m < 2 || pool.threads() == 1 {
-        for (xr, ar) in x.chunks_exact(cols).zip(out.chunks_exact_mut(nb)) {
-            quantize(xr, ar);
-        }
-        return Ok(());
-    }
-    let per = m.div_ceil(pool.threads());
-    let dst = SendPtr(out.as_mut_ptr());
-    pool.run(&|part| {
-        let dst = &dst;
-        for t in (part * per).min(m)..((part + 1) * per).min(m) {
-            // SAFETY: token t's `nb` blocks lie inside `out` (m · nb long); only the part that
-            // owns token t writes them.
-            let ar = unsafe { std::slice::from_raw_parts_mut(dst.0.add(t * nb), nb) };
-            quantize(&x[t * cols..(t + 1) * cols], ar);
-        }
-    })
+    crate::pool::for_each_row(pool, &mut out[..m * nb], nb, 2, &|t, ar| quantize(&x[t * cols..(t + 1) * cols], ar))
 }
 
 /// The SIMD row kernel of `t` on `isa`, if there is one.

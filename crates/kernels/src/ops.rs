@@ -91,7 +91,6 @@ pub fn rms_norm(pool: &ThreadPool, x: &[f32], alpha: &[f32], eps: f32, out: &mut
             out.len()
         )));
     }
-    let rows = x.len() / dim;
     let row = |r: usize, o: &mut [MaybeUninit<f32>]| {
         let src = &x[r * dim..][..dim];
         let sum2 = src.iter().map(|&v| v * v).sum::<f32>();
@@ -100,21 +99,7 @@ pub fn rms_norm(pool: &ThreadPool, x: &[f32], alpha: &[f32], eps: f32, out: &mut
             d.write(s / m * a);
         }
     };
-    if rows < RMS_NORM_PAR_ROWS || pool.threads() == 1 {
-        for (r, o) in out.chunks_exact_mut(dim).enumerate() {
-            row(r, o);
-        }
-        return Ok(());
-    }
-    let per = rows.div_ceil(pool.threads());
-    let dst = SendPtr(out.as_mut_ptr());
-    pool.run(&|p| {
-        let dst = &dst;
-        for r in (p * per).min(rows)..((p + 1) * per).min(rows) {
-            // SAFETY: row r's `dim` values lie inside `out`; only part p writes them.
-            row(r, unsafe { std::slice::from_raw_parts_mut(dst.0.add(r * dim), dim) });
-        }
-    })
+    crate::pool::for_each_row(pool, out, dim, RMS_NORM_PAR_ROWS, &row)
 }
 
 /// The tanh approximation of GELU (`gelu_pytorch_tanh`), `½x(1 + tanh(√(2/π)(x + 0.044715x³)))`,

@@ -38,6 +38,38 @@ pub(crate) struct SendPtr<T>(pub(crate) *mut T);
 unsafe impl<T> Sync for SendPtr<T> {}
 unsafe impl<T> Send for SendPtr<T> {}
 
+/// Runs `f(r, row r of out)` for each `width`-wide row of `out`: on the calling thread when
+/// there are fewer than `min_rows` rows (or one thread), else in one run of contiguous rows
+/// per pool thread.
+pub(crate) fn for_each_row<T: Send>(
+    pool: &ThreadPool,
+    out: &mut [T],
+    width: usize,
+    min_rows: usize,
+    f: &(dyn Fn(usize, &mut [T]) + Sync),
+) -> Result<()> {
+    if width == 0 {
+        return Ok(());
+    }
+    let rows = out.len() / width;
+    if rows < min_rows.max(2) || pool.threads() == 1 {
+        for (r, o) in out.chunks_exact_mut(width).enumerate() {
+            f(r, o);
+        }
+        return Ok(());
+    }
+    let per = rows.div_ceil(pool.threads());
+    let dst = SendPtr(out.as_mut_ptr());
+    pool.run(&|part| {
+        let dst = &dst;
+        for r in (part * per).min(rows)..((part + 1) * per).min(rows) {
+            // SAFETY: row r's `width` elements lie inside `out` (at least rows · width long);
+            // only the part that owns row r makes a slice of them.
+            f(r, unsafe { std::slice::from_raw_parts_mut(dst.0.add(r * width), width) });
+        }
+    })
+}
+
 /// The pool. [`ThreadPool::global`] is the one the matmuls use.
 pub struct ThreadPool {
     n: usize,
