@@ -149,10 +149,9 @@ impl Sampler {
     }
 }
 
-/// Index of the largest value (the first one on ties, like `torch.argmax`).
-/// The index of the largest value, the first where several are equal: what a scan from
-/// index 0 keeping the best so far under `>` gives, NaN included (never chosen over a number,
-/// and a NaN at index 0 is never replaced). Computed as the maximum over 16 lanes (the
+/// The index of the largest value, the first where several are equal (like `torch.argmax`):
+/// what a scan from index 0 keeping the best so far under `>` gives, NaN included (never
+/// chosen over a number, and a NaN at index 0 is never replaced). Computed as the maximum over 16 lanes (the
 /// compiler's vector max) and then the first index holding it, a few times faster than the
 /// scan, whose every step waits on the last comparison.
 pub fn argmax(xs: &[f32]) -> u32 {
