@@ -100,17 +100,23 @@ impl candle_core::InplaceOp2 for WriteAt {
         use candle_core::CpuStorage as S;
         use half::slice::HalfFloatSliceExt;
         let at = self.at;
-        fn copy<T: Copy>(y: &mut [T], x: &[T]) {
-            y.copy_from_slice(x)
+        fn copy<T: Copy>(y: &mut [T], x: &[T]) -> candle_core::Result<()> {
+            y.copy_from_slice(x);
+            Ok(())
         }
-        // Whole rows at a time: half's slice conversion runs F16C over 8 values where the CPU
-        // has it, rounding as its one-value `from_f32` (and Candle's `to_dtype`) does; one
-        // call per value cost 7 ns in a batched step's profile.
+        // Whole rows at a time, with F16C where the CPU has it, rounding as half's one-value
+        // `from_f32` (and Candle's `to_dtype`) does; one call per value cost 7 ns in a batched
+        // step's profile, half's slice conversion about half as much.
         match (dst, src) {
             (S::F32(d), S::F32(s)) => copy_rows(d, dl, s, sl, at, copy),
-            (S::F16(d), S::F32(s)) => copy_rows(d, dl, s, sl, at, |y, x| y.convert_from_f32_slice(x)),
+            (S::F16(d), S::F32(s)) => copy_rows(d, dl, s, sl, at, |y, x| {
+                tessera_kernels::ops::f32_to_f16(x, y).map_err(|e| candle_core::Error::Msg(e.to_string()))
+            }),
             (S::F16(d), S::F16(s)) => copy_rows(d, dl, s, sl, at, copy),
-            (S::BF16(d), S::F32(s)) => copy_rows(d, dl, s, sl, at, |y, x| y.convert_from_f32_slice(x)),
+            (S::BF16(d), S::F32(s)) => copy_rows(d, dl, s, sl, at, |y, x| {
+                y.convert_from_f32_slice(x);
+                Ok(())
+            }),
             (S::BF16(d), S::BF16(s)) => copy_rows(d, dl, s, sl, at, copy),
             _ => Err(candle_core::Error::Msg("a KV cache write between dtypes it does not convert".into())),
         }
@@ -125,7 +131,7 @@ fn copy_rows<S: Copy, D>(
     src: &[S],
     sl: &candle_core::Layout,
     at: usize,
-    conv: impl Fn(&mut [D], &[S]),
+    conv: impl Fn(&mut [D], &[S]) -> candle_core::Result<()>,
 ) -> candle_core::Result<()> {
     let (b, h, t, d) = sl.shape().dims4()?;
     let (db, dh, cap, dd) = dl.shape().dims4()?;
@@ -147,13 +153,13 @@ fn copy_rows<S: Copy, D>(
                 let o = dl.start_offset() + ((bi * h + hi) * cap + at + ti) * d;
                 let out = dst.get_mut(o..o + d).ok_or_else(short)?;
                 if ss[3] == 1 {
-                    conv(out, src.get(so..so + d).ok_or_else(short)?);
+                    conv(out, src.get(so..so + d).ok_or_else(short)?)?;
                 } else {
                     row.clear();
                     for j in 0..d {
                         row.push(*src.get(so + j * ss[3]).ok_or_else(short)?);
                     }
-                    conv(out, &row);
+                    conv(out, &row)?;
                 }
             }
         }

@@ -1,8 +1,9 @@
 //! Fused attention for a few query rows (decode): for each head, `softmax(q·kᵀ·scale + mask)·v`
 //! in one pass over the cached keys and values, with no score tensor, no mask tensor and no
-//! allocation per step; heads are split across the pool. AVX2 + FMA where the CPU has them;
-//! otherwise plain Rust whose dot products keep 8 independent partial sums so the compiler
-//! vectorises them, and `exp` is [`crate::ops::exp`].
+//! allocation per step. The query heads that share a kv head are computed together (each
+//! cached key and value loaded once for them); the groups are split across the pool. AVX2 +
+//! FMA where the CPU has them; otherwise plain Rust whose dot products keep 8 independent
+//! partial sums so the compiler vectorises them, and `exp` is [`crate::ops::exp`].
 //!
 //! The cached keys and values are f32 or f16 ([`KvValue`]): an f16 cache halves the bytes a
 //! decode step reads (what bounds this kernel) and is converted on load, so the arithmetic is
@@ -89,33 +90,52 @@ pub fn attend<E: KvValue>(
         return Err(KernelError::Shape(format!("attention buffers too small for {s:?}")));
     }
     let groups = s.heads / s.kv_heads;
-    let jobs = s.batch * s.heads;
+    // One job per (batch, kv head, query row): the query heads of a group share each key and
+    // value as they are loaded. Jobs are dealt out in turn, so the rows of a causal mask
+    // (later ones see more keys) spread evenly over the threads.
+    let jobs = s.batch * s.kv_heads * s.tq;
     let n = pool.threads();
     let dst = SendPtr(out.as_mut_ptr());
     let first_q = s.tk - s.tq;
     pool.run(&|part| {
         let dst = &dst;
-        let mut scores = vec![0f32; s.tk];
-        let mut acc = vec![0f32; d];
-        // Consecutive jobs to each part: the query heads of one kv-head (and a row's heads) stay
-        // together, so their keys and values are read from memory once, into this core's cache.
-        let per = jobs.div_ceil(n);
-        for job in (part * per).min(jobs)..((part + 1) * per).min(jobs) {
-            let (b, h) = (job / s.heads, job % s.heads);
-            let kvh = h / groups;
-            let kbase = kl.offset + b * kl.batch_stride + kvh * kl.head_stride;
-            let vbase = vl.offset + b * vl.batch_stride + kvh * vl.head_stride;
-            for i in 0..s.tq {
-                let qrow = &q[((b * s.heads + h) * s.tq + i) * d..][..d];
-                let keys = visible(first_q + i);
-                let (lo, hi) = (keys.start.min(s.tk), keys.end.min(s.tk).max(keys.start.min(s.tk)));
-                // SAFETY: (b, i, h) is this job's row of the output; in bounds (checked above).
-                let o = unsafe { std::slice::from_raw_parts_mut(dst.0.add(((b * s.tq + i) * s.heads + h) * d), d) };
-                let kv = HeadKv { k, kbase, krow: kl.row_stride, v, vbase, vrow: vl.row_stride };
-                one_query(qrow, &kv, lo..hi, scale, &mut scores, &mut acc, o);
-            }
+        let mut scores = Vec::new();
+        for job in (part..jobs).step_by(n) {
+            let (b, kvh, i) = (job / (s.kv_heads * s.tq), job / s.tq % s.kv_heads, job % s.tq);
+            let h0 = kvh * groups;
+            let keys = visible(first_q + i);
+            let (lo, hi) = (keys.start.min(s.tk), keys.end.min(s.tk).max(keys.start.min(s.tk)));
+            // SAFETY: heads h0 .. h0 + groups of (b, i) are this job's part of the output; in
+            // bounds (checked above).
+            let o =
+                unsafe { std::slice::from_raw_parts_mut(dst.0.add(((b * s.tq + i) * s.heads + h0) * d), groups * d) };
+            let kv = HeadKv {
+                k,
+                kbase: kl.offset + b * kl.batch_stride + kvh * kl.head_stride,
+                krow: kl.row_stride,
+                v,
+                vbase: vl.offset + b * vl.batch_stride + kvh * vl.head_stride,
+                vrow: vl.row_stride,
+            };
+            let qs = Queries { q, first: ((b * s.heads + h0) * s.tq + i) * d, stride: s.tq * d, heads: groups, d };
+            one_group(&qs, &kv, lo..hi, scale, &mut scores, o);
         }
     })
+}
+
+/// The query heads of one group (those sharing a kv head): head `h` is `q[first + h·stride ..][..d]`.
+struct Queries<'a> {
+    q: &'a [f32],
+    first: usize,
+    stride: usize,
+    heads: usize,
+    d: usize,
+}
+
+impl Queries<'_> {
+    fn head(&self, h: usize) -> &[f32] {
+        &self.q[self.first + h * self.stride..][..self.d]
+    }
 }
 
 /// One head's keys and values: row `j` of the keys starts at `k[kbase + j·krow]`.
@@ -128,56 +148,65 @@ struct HeadKv<'a, E> {
     vrow: usize,
 }
 
-/// `o` ← one query's attention over the keys `keys` of one head: the arithmetic of every
-/// fused attention call, written once so that a row computes the same alone
-/// ([`attend`]) or among others ([`attend_rows`]).
+/// `o` `(heads, d)` ← the attention of a group's query heads `qs` over the keys `keys` of
+/// their kv head: the arithmetic of every fused attention call, written once so that a row
+/// computes the same alone ([`attend`]) or among others ([`attend_rows`]). A head's result
+/// does not depend on the other heads of its group.
 #[inline(always)]
-fn one_query<E: KvValue>(
-    q: &[f32],
+fn one_group<E: KvValue>(
+    qs: &Queries<'_>,
     kv: &HeadKv<'_, E>,
     keys: std::ops::Range<usize>,
     scale: f32,
     scores: &mut Vec<f32>,
-    acc: &mut [f32],
     o: &mut [f32],
 ) {
-    let d = q.len();
-    if scores.len() < keys.end {
-        scores.resize(keys.end, 0.0);
+    let (d, heads, n) = (qs.d, qs.heads, keys.len());
+    if scores.len() < heads * n {
+        scores.resize(heads * n, 0.0);
     }
-    let sc = &mut scores[keys.clone()];
+    let sc = &mut scores[..heads * n];
+    if heads == 0 {
+        return;
+    }
+    if n == 0 {
+        o.fill(0.0);
+        return;
+    }
+    // The keys' and values' rows `keys`, as slices (bounds checked here, once).
+    let k = &kv.k[kv.kbase + keys.start * kv.krow..][..(n - 1) * kv.krow + d];
+    let v = &kv.v[kv.vbase + keys.start * kv.vrow..][..(n - 1) * kv.vrow + d];
     #[cfg(target_arch = "x86_64")]
-    if d.is_multiple_of(8)
-        && !keys.is_empty()
-        && matches!(crate::Isa::best(), crate::Isa::Avx2 | crate::Isa::Avx512Vnni)
-    {
-        let n = keys.len();
-        // The keys' and values' rows `keys`, as slices (bounds checked here, once).
-        let k = &kv.k[kv.kbase + keys.start * kv.krow..][..(n - 1) * kv.krow + d];
-        let v = &kv.v[kv.vbase + keys.start * kv.vrow..][..(n - 1) * kv.vrow + d];
-        // SAFETY: `Isa::best` names only instruction sets this CPU has; `k` and `v` hold `n`
-        // rows of `d` values at strides `krow` / `vrow`; `sc` holds `n` scores; `q` and `o`
-        // hold `d` values; `d` is a multiple of 8.
-        unsafe { x86::head(q, k, kv.krow, v, kv.vrow, scale, sc, o) };
+    if d.is_multiple_of(8) && matches!(crate::Isa::best(), crate::Isa::Avx2 | crate::Isa::Avx512Vnni) {
+        // The last head's bounds (the loop below reads the heads through a raw pointer).
+        let _ = qs.head(heads - 1);
+        // SAFETY: `Isa::best` names only instruction sets this CPU has; the heads' queries lie
+        // inside `qs.q` (checked just above, the first ones below it); `k` and `v` hold `n`
+        // rows of `d` values at strides `krow` / `vrow`; `sc` holds `heads · n` scores; `o`
+        // holds `heads · d` values; `d` is a multiple of 8.
+        unsafe { x86::group(qs.q[qs.first..].as_ptr(), qs.stride, heads, d, k, kv.krow, v, kv.vrow, scale, sc, o) };
         return;
     }
     crate::ops::wide(|| {
-        for (j, x) in keys.clone().zip(sc.iter_mut()) {
-            *x = dot(q, &kv.k[kv.kbase + j * kv.krow..][..d]);
-        }
-        softmax_in_place(sc, scale);
-        acc.fill(0.0);
-        for (j, &p) in keys.zip(sc.iter()) {
-            for (a, &x) in acc.iter_mut().zip(&kv.v[kv.vbase + j * kv.vrow..][..d]) {
-                *a += p * x.to_f32();
+        for ((h, sc), o) in sc.chunks_exact_mut(n).enumerate().zip(o.chunks_exact_mut(d)) {
+            let q = qs.head(h);
+            for (j, x) in sc.iter_mut().enumerate() {
+                *x = dot(q, &k[j * kv.krow..][..d]);
+            }
+            softmax_in_place(sc, scale);
+            o.fill(0.0);
+            for (j, &p) in sc.iter().enumerate() {
+                for (a, &x) in o.iter_mut().zip(&v[j * kv.vrow..][..d]) {
+                    *a += p * x.to_f32();
+                }
             }
         }
-        o.copy_from_slice(acc);
     });
 }
 
-/// One head's attention in AVX2 + FMA: scores four keys at a time (independent sums), the
-/// weighted sum of values in registers, 64 columns at a time.
+/// A group's attention in AVX2 + FMA: the scores of up to four query heads against four keys
+/// at a time (each key loaded once for the heads), then the weighted sum of values in
+/// registers, each value loaded once for the heads.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
@@ -194,24 +223,28 @@ mod x86 {
         }
     }
 
-    /// The sum of the eight lanes: halves, then pairs, then the last two.
+    /// The lane sums of `a[0..4]`: per vector, lanes 0–3 and 4–7 summed pairwise, then the
+    /// two halves added.
     #[inline(always)]
-    unsafe fn hsum(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+    unsafe fn sum4(a: [__m256; 4]) -> __m128 {
+        let h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+        _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h))
     }
 
-    /// `o` ← `softmax(scale · q·kᵀ) · v` over the `sc.len()` keys in `k` (rows at stride
-    /// `krow`) and values in `v` (stride `vrow`).
+    /// `o` `(heads, d)` ← `softmax(scale · q_h·kᵀ) · v` for each of the `heads` queries at
+    /// `q + h·qstride`, over the `n = sc.len() / heads` keys in `k` (rows at stride `krow`) and
+    /// values in `v` (stride `vrow`); `sc` `(heads, n)` holds the scores meanwhile.
     ///
     /// # Safety
-    /// The CPU has AVX2, FMA and F16C; `q.len() = o.len() = d` is a multiple of 8; `k` and `v`
-    /// hold `sc.len() ≥ 1` rows of `d` values at their strides.
+    /// The CPU has AVX2, FMA and F16C; `q + h·qstride` holds `d` values for every head; `d`
+    /// is a multiple of 8; `k` and `v` hold `n ≥ 1` rows of `d` values at their strides;
+    /// `o` holds `heads · d` values.
     #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn head<E: KvValue>(
-        q: &[f32],
+    pub(super) unsafe fn group<E: KvValue>(
+        q: *const f32,
+        qstride: usize,
+        heads: usize,
+        d: usize,
         k: &[E],
         krow: usize,
         v: &[E],
@@ -220,63 +253,220 @@ mod x86 {
         sc: &mut [f32],
         o: &mut [f32],
     ) {
-        let (d, n) = (q.len(), sc.len());
-        let (qp, kp, sp) = (q.as_ptr(), k.as_ptr(), sc.as_mut_ptr());
-        let mut j = 0;
-        while j + 4 <= n {
-            let rows = [kp.add(j * krow), kp.add((j + 1) * krow), kp.add((j + 2) * krow), kp.add((j + 3) * krow)];
-            let mut acc = [_mm256_setzero_ps(); 4];
-            for c in (0..d).step_by(8) {
-                let qv = _mm256_loadu_ps(qp.add(c));
-                for (a, r) in acc.iter_mut().zip(rows) {
-                    *a = _mm256_fmadd_ps(qv, load8(r.add(c)), *a);
-                }
-            }
-            for (i, a) in acc.into_iter().enumerate() {
-                *sp.add(j + i) = hsum(a);
-            }
-            j += 4;
-        }
-        while j < n {
-            let r = kp.add(j * krow);
-            let mut a = _mm256_setzero_ps();
-            for c in (0..d).step_by(8) {
-                a = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(c)), load8(r.add(c)), a);
-            }
-            *sp.add(j) = hsum(a);
-            j += 1;
-        }
-        super::softmax_in_place(sc, scale);
-        let mut c0 = 0;
-        while c0 < d {
-            let (vp, op) = (v.as_ptr().add(c0), o.as_mut_ptr().add(c0));
-            let w = (d - c0).min(64);
-            match w / 8 {
-                8 => weighted::<E, 8>(sc, vp, vrow, op),
-                7 => weighted::<E, 7>(sc, vp, vrow, op),
-                6 => weighted::<E, 6>(sc, vp, vrow, op),
-                5 => weighted::<E, 5>(sc, vp, vrow, op),
-                4 => weighted::<E, 4>(sc, vp, vrow, op),
-                3 => weighted::<E, 3>(sc, vp, vrow, op),
-                2 => weighted::<E, 2>(sc, vp, vrow, op),
-                _ => weighted::<E, 1>(sc, vp, vrow, op),
-            }
-            c0 += w;
+        // The same instructions either way: AVX-512VL only lends the compiler 32 vector
+        // registers for the accumulators instead of 16.
+        if crate::Isa::best() == crate::Isa::Avx512Vnni {
+            group_avx512(q, qstride, heads, d, k, krow, v, vrow, scale, sc, o)
+        } else {
+            group_avx2(q, qstride, heads, d, k, krow, v, vrow, scale, sc, o)
         }
     }
 
-    /// `o[..8L]` ← `Σ_j p[j] · v_j[..8L]`, the `L` accumulators in registers.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn group_avx2<E: KvValue>(
+        q: *const f32,
+        qstride: usize,
+        heads: usize,
+        d: usize,
+        k: &[E],
+        krow: usize,
+        v: &[E],
+        vrow: usize,
+        scale: f32,
+        sc: &mut [f32],
+        o: &mut [f32],
+    ) {
+        group_body(q, qstride, heads, d, k, krow, v, vrow, scale, sc, o)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+    unsafe fn group_avx512<E: KvValue>(
+        q: *const f32,
+        qstride: usize,
+        heads: usize,
+        d: usize,
+        k: &[E],
+        krow: usize,
+        v: &[E],
+        vrow: usize,
+        scale: f32,
+        sc: &mut [f32],
+        o: &mut [f32],
+    ) {
+        group_body(q, qstride, heads, d, k, krow, v, vrow, scale, sc, o)
+    }
+
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    unsafe fn weighted<E: KvValue, const L: usize>(p: &[f32], v: *const E, vrow: usize, o: *mut f32) {
-        let mut acc = [_mm256_setzero_ps(); L];
-        for (j, &pj) in p.iter().enumerate() {
-            let (pv, r) = (_mm256_set1_ps(pj), v.add(j * vrow));
-            for (l, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(pv, load8(r.add(8 * l)), *a);
+    unsafe fn group_body<E: KvValue>(
+        q: *const f32,
+        qstride: usize,
+        heads: usize,
+        d: usize,
+        k: &[E],
+        krow: usize,
+        v: &[E],
+        vrow: usize,
+        scale: f32,
+        sc: &mut [f32],
+        o: &mut [f32],
+    ) {
+        let n = sc.len() / heads;
+        let mut h0 = 0;
+        while h0 < heads {
+            let (q, sc, o) = (q.add(h0 * qstride), sc.as_mut_ptr().add(h0 * n), o.as_mut_ptr().add(h0 * d));
+            let hs = (heads - h0).min(4);
+            // Values are fetched during the first pass only (a later pass finds them cached).
+            let vp = if h0 == 0 { Some((v.as_ptr(), vrow)) } else { None };
+            match hs {
+                4 => scores::<E, 4>(q, qstride, d, k.as_ptr(), krow, vp, n, sc),
+                3 => scores::<E, 3>(q, qstride, d, k.as_ptr(), krow, vp, n, sc),
+                2 => scores::<E, 2>(q, qstride, d, k.as_ptr(), krow, vp, n, sc),
+                _ => scores::<E, 1>(q, qstride, d, k.as_ptr(), krow, vp, n, sc),
+            }
+            for h in 0..hs {
+                super::softmax_in_place(std::slice::from_raw_parts_mut(sc.add(h * n), n), scale);
+            }
+            // Columns in strips whose accumulators (heads × strip) fit in the registers; a
+            // column's sum runs over the keys in order whatever the strip, so the strip
+            // widths do not change the result.
+            let most = [8, 4, 4, 2][hs - 1];
+            let mut c0 = 0;
+            while c0 < d {
+                let l = ((d - c0) / 8).min(most);
+                let (vp, op) = (v.as_ptr().add(c0), o.add(c0));
+                match hs {
+                    4 => strip::<E, 4>(l, sc, n, vp, vrow, op, d),
+                    3 => strip::<E, 3>(l, sc, n, vp, vrow, op, d),
+                    2 => strip::<E, 2>(l, sc, n, vp, vrow, op, d),
+                    _ => strip::<E, 1>(l, sc, n, vp, vrow, op, d),
+                }
+                c0 += 8 * l;
+            }
+            h0 += hs;
+        }
+    }
+
+    /// How many keys ahead of the one being scored [`scores`] prefetches: a cache's rows come
+    /// from memory (a batched step reads megabytes of them), in runs too short for the
+    /// hardware prefetcher to get ahead.
+    const KEYS_AHEAD: usize = 8;
+
+    /// Prefetches the `d` values of row `j` (clamped to the last of `n`) at `p` into L1.
+    #[inline(always)]
+    unsafe fn prefetch_row<E>(p: *const E, row: usize, j: usize, n: usize, d: usize) {
+        let start = p.add(j.min(n - 1) * row) as *const i8;
+        for line in (0..d * std::mem::size_of::<E>()).step_by(64) {
+            _mm_prefetch::<_MM_HINT_T0>(start.add(line));
+        }
+    }
+
+    /// `sc[h·n + j]` ← `q_h · k_j` for the `H` heads at `q + h·qstride` and the `n` keys at
+    /// `k + j·krow`, four keys at a time (the last block repeats its last key for the missing
+    /// ones, so every key's sum is formed the same way). Prefetches the keys
+    /// [`KEYS_AHEAD`] on, and with `v` (values at `v.0 + j·v.1`) the values of the keys
+    /// scored, for the weighted sum that follows.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    unsafe fn scores<E: KvValue, const H: usize>(
+        q: *const f32,
+        qstride: usize,
+        d: usize,
+        k: *const E,
+        krow: usize,
+        v: Option<(*const E, usize)>,
+        n: usize,
+        sc: *mut f32,
+    ) {
+        for j in 0..KEYS_AHEAD.min(n) {
+            prefetch_row(k, krow, j, n, d);
+        }
+        let mut j = 0;
+        while j < n {
+            for i in 0..4 {
+                prefetch_row(k, krow, j + KEYS_AHEAD + i, n, d);
+                if let Some((v, vrow)) = v {
+                    prefetch_row(v, vrow, j + i, n, d);
+                }
+            }
+            let rows: [*const E; 4] = std::array::from_fn(|i| k.add((j + i).min(n - 1) * krow));
+            let mut acc = [[_mm256_setzero_ps(); 4]; H];
+            for c in (0..d).step_by(8) {
+                let kv: [__m256; 4] = std::array::from_fn(|i| load8(rows[i].add(c)));
+                for (h, acc) in acc.iter_mut().enumerate() {
+                    let qv = _mm256_loadu_ps(q.add(h * qstride + c));
+                    for (a, kv) in acc.iter_mut().zip(kv) {
+                        *a = _mm256_fmadd_ps(qv, kv, *a);
+                    }
+                }
+            }
+            let m = (n - j).min(4);
+            for (h, acc) in acc.into_iter().enumerate() {
+                let s = sum4(acc);
+                let dst = sc.add(h * n + j);
+                if m == 4 {
+                    _mm_storeu_ps(dst, s);
+                } else {
+                    let mut t = [0f32; 4];
+                    _mm_storeu_ps(t.as_mut_ptr(), s);
+                    std::ptr::copy_nonoverlapping(t.as_ptr(), dst, m);
+                }
+            }
+            j += 4;
+        }
+    }
+
+    /// [`weighted`] over a strip of `8l` columns (`1 ≤ l ≤ 8`).
+    #[inline(always)]
+    unsafe fn strip<E: KvValue, const H: usize>(
+        l: usize,
+        sc: *const f32,
+        n: usize,
+        v: *const E,
+        vrow: usize,
+        o: *mut f32,
+        d: usize,
+    ) {
+        match l {
+            1 => weighted::<E, H, 1>(sc, n, v, vrow, o, d),
+            2 => weighted::<E, H, 2>(sc, n, v, vrow, o, d),
+            3 => weighted::<E, H, 3>(sc, n, v, vrow, o, d),
+            4 => weighted::<E, H, 4>(sc, n, v, vrow, o, d),
+            5 => weighted::<E, H, 5>(sc, n, v, vrow, o, d),
+            6 => weighted::<E, H, 6>(sc, n, v, vrow, o, d),
+            7 => weighted::<E, H, 7>(sc, n, v, vrow, o, d),
+            _ => weighted::<E, H, 8>(sc, n, v, vrow, o, d),
+        }
+    }
+
+    /// `o[h·d ..][..8L]` ← `Σ_j p_h[j] · v_j[..8L]` for the `H` heads (`p_h` = `sc[h·n ..][..n]`),
+    /// the `H · L` accumulators in registers.
+    #[inline(always)]
+    unsafe fn weighted<E: KvValue, const H: usize, const L: usize>(
+        sc: *const f32,
+        n: usize,
+        v: *const E,
+        vrow: usize,
+        o: *mut f32,
+        d: usize,
+    ) {
+        let mut acc = [[_mm256_setzero_ps(); L]; H];
+        for j in 0..n {
+            let r = v.add(j * vrow);
+            let p: [__m256; H] = std::array::from_fn(|h| _mm256_set1_ps(*sc.add(h * n + j)));
+            let x: [__m256; L] = std::array::from_fn(|l| load8(r.add(8 * l)));
+            for (acc, p) in acc.iter_mut().zip(p) {
+                for (a, x) in acc.iter_mut().zip(x) {
+                    *a = _mm256_fmadd_ps(p, x, *a);
+                }
             }
         }
-        for (l, a) in acc.into_iter().enumerate() {
-            _mm256_storeu_ps(o.add(8 * l), a);
+        for (h, acc) in acc.into_iter().enumerate() {
+            for (l, a) in acc.into_iter().enumerate() {
+                _mm256_storeu_ps(o.add(h * d + 8 * l), a);
+            }
         }
     }
 }
@@ -315,19 +505,21 @@ pub fn attend_rows<E: KvValue>(
         }
     }
     let groups = heads / kv_heads;
-    let (jobs, n) = (rows.len() * heads, pool.threads());
+    let jobs = rows.len() * kv_heads;
     let dst = SendPtr(out.as_mut_ptr());
-    pool.run(&|part| {
+    // Jobs are taken one at a time from a shared counter: rows' caches differ in length, and
+    // a thread that starts late takes fewer.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    pool.run(&|_part| {
         let dst = &dst;
         let mut scores = Vec::new();
-        let mut acc = vec![0f32; d];
-        // Consecutive jobs to each part: the query heads of one kv-head (and a row's heads) stay
-        // together, so their keys and values are read from memory once, into this core's cache.
-        let per = jobs.div_ceil(n);
-        for job in (part * per).min(jobs)..((part + 1) * per).min(jobs) {
-            let (i, h) = (job / heads, job % heads);
+        loop {
+            let job = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if job >= jobs {
+                break;
+            }
+            let (i, kvh) = (job / kv_heads, job % kv_heads);
             let r = &rows[i];
-            let kvh = h / groups;
             let kv = HeadKv {
                 k: r.k,
                 kbase: r.kl.offset + kvh * r.kl.head_stride,
@@ -337,9 +529,12 @@ pub fn attend_rows<E: KvValue>(
                 vrow: r.vl.row_stride,
             };
             let (lo, hi) = (r.visible.start.min(r.tk), r.visible.end.min(r.tk).max(r.visible.start.min(r.tk)));
-            // SAFETY: (i, h) is this job's row of the output, in bounds (checked above).
-            let o = unsafe { std::slice::from_raw_parts_mut(dst.0.add((i * heads + h) * d), d) };
-            one_query(&r.q[h * d..][..d], &kv, lo..hi, scale, &mut scores, &mut acc, o);
+            let h0 = kvh * groups;
+            // SAFETY: heads h0 .. h0 + groups of row i are this job's part of the output, in
+            // bounds (checked above).
+            let o = unsafe { std::slice::from_raw_parts_mut(dst.0.add((i * heads + h0) * d), groups * d) };
+            let qs = Queries { q: r.q, first: h0 * d, stride: d, heads: groups, d };
+            one_group(&qs, &kv, lo..hi, scale, &mut scores, o);
         }
     })
 }

@@ -139,17 +139,14 @@ fn round_even(v: f32) -> i32 {
     (v + MAGIC).to_bits() as i32 - MAGIC.to_bits() as i32
 }
 
-/// [`quantize_q8`] (the same values) compiled for AVX2 when the kernels use it: the workspace
-/// is built for baseline x86-64, whose vectors are SSE2's four lanes.
+/// [`quantize_q8`] (the same values) in AVX2 intrinsics when the kernels use them (the loops
+/// compiled for AVX2 still summed and maxed one lane at a time).
 pub(crate) fn quantize_q8_wide(x: &[f32], out: &mut [Q8Block]) {
     #[cfg(target_arch = "x86_64")]
-    if matches!(crate::Isa::best(), crate::Isa::Avx2 | crate::Isa::Avx512Vnni) {
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn avx2(x: &[f32], out: &mut [Q8Block]) {
-            quantize_q8(x, out)
-        }
-        // SAFETY: `Isa::best` names only instruction sets this CPU has.
-        return unsafe { avx2(x, out) };
+    if matches!(crate::Isa::best(), crate::Isa::Avx2 | crate::Isa::Avx512Vnni) && x.len() == 32 * out.len() {
+        // SAFETY: `Isa::best` names only instruction sets this CPU has (F16C with AVX2 here);
+        // the lengths match.
+        return unsafe { crate::x86::quantize_q8_avx2(x, out) };
     }
     quantize_q8(x, out)
 }
@@ -392,6 +389,31 @@ pub fn dequantize(t: QType, bytes: &[u8], out: &mut [f32]) {
                 let s = j / u.sub;
                 *y = u.d * u.scales[s] as f32 * u.q[j] as f32 - u.dmin * u.mins[s] as f32;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The SIMD activation quantizer gives the portable one's bits: blocks of mixed signs and
+    /// scales, ties at .5 after scaling, an all-zero block, a block whose largest magnitude is
+    /// negative, values that round to f16 subnormals and past f16's range.
+    #[test]
+    fn wide_q8_quantizer_equals_the_portable_one() {
+        let mut x: Vec<f32> = (0..32 * 64).map(|i| ((i as f32) * 0.731).sin() * (1.0 + (i % 97) as f32)).collect();
+        x[32..64].fill(0.0);
+        x[64..96].iter_mut().enumerate().for_each(|(i, v)| *v = i as f32 - 31.0);
+        x[96..128].iter_mut().enumerate().for_each(|(i, v)| *v = (i as f32 - 16.0) * 0.5 * 127.0 / 8.0);
+        x[128..160].iter_mut().enumerate().for_each(|(i, v)| *v = (i as f32 - 3.0) * 1e-6);
+        x[160..192].iter_mut().enumerate().for_each(|(i, v)| *v = (i as f32 - 20.0) * 1e5);
+        let (mut a, mut b) = (vec![Q8Block::default(); 64], vec![Q8Block::default(); 64]);
+        quantize_q8(&x, &mut a);
+        quantize_q8_wide(&x, &mut b);
+        for (i, (a, b)) in a.iter().zip(&b).enumerate() {
+            assert_eq!(a.qs, b.qs, "block {i}");
+            assert_eq!((a.d.to_bits(), a.s.to_bits(), a.isum), (b.d.to_bits(), b.s.to_bits(), b.isum), "block {i}");
         }
     }
 }

@@ -32,9 +32,17 @@ pub fn exp(x: f32) -> f32 {
     }
 }
 
+/// Whether the elementwise loops run eight lanes wide (AVX2 + FMA; see [`wide`]).
+#[cfg(target_arch = "x86_64")]
+fn has_avx2() -> bool {
+    matches!(crate::Isa::best(), crate::Isa::Avx2 | crate::Isa::Avx512Vnni)
+}
+
 /// Runs `f` compiled for AVX2 + FMA when the kernels use them (the workspace is built for
 /// baseline x86-64, whose vectors are SSE2's four lanes): elementwise loops inlined into `f`
-/// then vectorise eight lanes wide.
+/// then vectorise eight lanes wide — when the compiler inlines `f`'s body, which it need not
+/// (`silu_mul`'s loop stayed a function of its own, four lanes wide, until it got its own
+/// `#[target_feature]` function with an `#[inline(always)]` body).
 #[inline(always)]
 pub(crate) fn wide<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
@@ -49,6 +57,36 @@ pub(crate) fn wide<R>(f: impl FnOnce() -> R) -> R {
         }
     }
     f()
+}
+
+/// `dst[i] = f16(src[i])`, rounded to nearest even as `half` rounds (F16C eight at a time where
+/// the kernels use AVX2: `half`'s slice conversion spends about as long per call checking the
+/// CPU and looping over 8-value helper calls as converting, and a KV cache write converts a
+/// few dozen values per call).
+pub fn f32_to_f16(src: &[f32], dst: &mut [half::f16]) -> Result<()> {
+    if src.len() != dst.len() {
+        return Err(KernelError::Shape(format!("f16 conversion of {} values into {}", src.len(), dst.len())));
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        #[target_feature(enable = "avx2,f16c")]
+        unsafe fn f16c(src: &[f32], dst: &mut [half::f16]) {
+            use std::arch::x86_64::*;
+            let (mut s8, mut d8) = (src.chunks_exact(8), dst.chunks_exact_mut(8));
+            for (s, d) in (&mut s8).zip(&mut d8) {
+                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(s.as_ptr()));
+                _mm_storeu_si128(d.as_mut_ptr() as *mut __m128i, h);
+            }
+            for (s, d) in s8.remainder().iter().zip(d8.into_remainder()) {
+                *d = half::f16::from_f32(*s);
+            }
+        }
+        // SAFETY: the CPU has AVX2 and F16C (`has_avx2`); the lengths match.
+        unsafe { f16c(src, dst) };
+        return Ok(());
+    }
+    dst.iter_mut().zip(src).for_each(|(d, &s)| *d = half::f16::from_f32(s));
+    Ok(())
 }
 
 /// `σ(z)` with the polynomial `exp`: `1 / (1 + e⁻ᶻ)` for z ≥ 0, `eᶻ / (1 + eᶻ)` below, so
@@ -67,9 +105,23 @@ pub fn silu_mul(pool: &ThreadPool, gate: &[f32], up: &[f32], out: &mut [f32]) ->
         return Err(KernelError::Shape(format!("silu_mul of {} × {} into {}", gate.len(), up.len(), out.len())));
     }
     par_chunks(pool, out, &|a, o| {
-        for ((o, &g), &u) in o.iter_mut().zip(&gate[a..]).zip(&up[a..]) {
-            *o = g * sigmoid(g) * u;
+        #[inline(always)]
+        fn body(gate: &[f32], up: &[f32], out: &mut [f32]) {
+            for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+                *o = g * sigmoid(g) * u;
+            }
         }
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn body_avx2(gate: &[f32], up: &[f32], out: &mut [f32]) {
+            body(gate, up, out)
+        }
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() {
+            // SAFETY: the CPU has AVX2 and FMA.
+            return unsafe { body_avx2(&gate[a..], &up[a..], o) };
+        }
+        body(&gate[a..], &up[a..], o)
     })
 }
 
@@ -110,9 +162,23 @@ pub fn gelu_tanh(pool: &ThreadPool, x: &[f32], out: &mut [f32]) -> Result<()> {
         return Err(KernelError::Shape(format!("gelu of {} values into {}", x.len(), out.len())));
     }
     par_chunks(pool, out, &|a, o| {
-        for (o, &v) in o.iter_mut().zip(&x[a..]) {
-            *o = gelu_tanh_one(v);
+        #[inline(always)]
+        fn body(x: &[f32], out: &mut [f32]) {
+            for (o, &v) in out.iter_mut().zip(x) {
+                *o = gelu_tanh_one(v);
+            }
         }
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn body_avx2(x: &[f32], out: &mut [f32]) {
+            body(x, out)
+        }
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() {
+            // SAFETY: the CPU has AVX2 and FMA.
+            return unsafe { body_avx2(&x[a..], o) };
+        }
+        body(&x[a..], o)
     })
 }
 
@@ -124,12 +190,12 @@ pub(crate) fn gelu_tanh_one(v: f32) -> f32 {
 }
 
 /// Runs `body(start, out[start..end])` over `out` in one chunk per pool thread when it is
-/// large (one chunk otherwise), each chunk compiled eight lanes wide ([`wide`]).
+/// large (one chunk otherwise).
 fn par_chunks<F: Fn(usize, &mut [f32]) + Sync>(pool: &ThreadPool, out: &mut [f32], body: &F) -> Result<()> {
     let n = out.len();
     let parts = pool.threads();
     if n < 1 << 14 || parts == 1 {
-        wide(|| body(0, out));
+        body(0, out);
         return Ok(());
     }
     let per = n.div_ceil(parts);
@@ -139,6 +205,6 @@ fn par_chunks<F: Fn(usize, &mut [f32]) + Sync>(pool: &ThreadPool, out: &mut [f32
         let (a, b) = ((p * per).min(n), ((p + 1) * per).min(n));
         // SAFETY: part p writes out[a..b] only.
         let o = unsafe { std::slice::from_raw_parts_mut(dst.0.add(a), b - a) };
-        wide(|| body(a, o));
+        body(a, o);
     })
 }

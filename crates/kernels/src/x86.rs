@@ -498,7 +498,7 @@ pub(crate) unsafe fn igemm_tile(
 const PANEL_PREFETCH: usize = 4;
 
 /// Tokens per pass over a panel: each chunk's values are unpacked once for all of them.
-const PANEL_MR: usize = 8;
+const PANEL_MR: usize = 16;
 
 /// 16 rows (one panel, `nb` chunks at `panel`) × `MR` tokens (`act`, `nb` blocks each) into
 /// `out[t · ldo + r]` for the first `nvalid` rows. Each token's lane gets the same operations
@@ -611,9 +611,10 @@ unsafe fn panel_dots_tokens<const T: u8>(
             5 => panel_dots_vnni::<T, 5>(panel, nb, a, o, ldo, nvalid),
             6 => panel_dots_vnni::<T, 6>(panel, nb, a, o, ldo, nvalid),
             7 => panel_dots_vnni::<T, 7>(panel, nb, a, o, ldo, nvalid),
+            8..16 => panel_dots_vnni::<T, 8>(panel, nb, a, o, ldo, nvalid),
             _ => panel_dots_vnni::<T, PANEL_MR>(panel, nb, a, o, ldo, nvalid),
         }
-        t0 += PANEL_MR;
+        t0 += if m - t0 >= PANEL_MR { PANEL_MR } else { (m - t0).min(8) };
     }
 }
 
@@ -625,5 +626,43 @@ pub(crate) fn panel_dots_fn(t: QType) -> unsafe fn(*const u8, usize, &[Q8Block],
         Q5_0 => panel_dots_tokens::<Q5_0>,
         Q5_1 => panel_dots_tokens::<Q5_1>,
         _ => panel_dots_tokens::<Q8_0>,
+    }
+}
+
+// ---- Activations to `Q8` blocks.
+
+/// [`crate::blocks::quantize_q8`] in AVX2 + F16C, the same bits for finite inputs: the largest
+/// magnitude by vector max (exact in any order), `round(x · 127 / amax)` ties to even by the
+/// conversion instruction (the scalar code's magic-number rounding gives the same for
+/// |v| ≤ 127), the integer sum, and `d`, `s` rounded through f16 by F16C (IEEE rounding, as
+/// `half` does it).
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C; `x.len() = 32 · out.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn quantize_q8_avx2(x: &[f32], out: &mut [Q8Block]) {
+    let sign = _mm256_set1_ps(-0.0);
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let round_f16 = |v: f32| _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(v))));
+    for (xs, y) in x.chunks_exact(32).zip(out.iter_mut()) {
+        let p = xs.as_ptr();
+        let v = [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)), _mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))];
+        let a = v.map(|v| _mm256_andnot_ps(sign, v));
+        let m = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+        let d = amax / 127.0;
+        let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+        let r = v.map(|v| _mm256_cvtps_epi32(_mm256_mul_ps(v, id)));
+        let bytes = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+        _mm256_storeu_si256(y.qs.as_mut_ptr() as *mut __m256i, _mm256_permutevar8x32_epi32(bytes, order));
+        let s = _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3]));
+        let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        let sum = _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s)));
+        y.d = round_f16(d);
+        y.s = round_f16(d * sum as f32);
+        y.isum = sum;
     }
 }

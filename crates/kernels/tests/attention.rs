@@ -22,8 +22,16 @@ fn fused_attention_equals_the_f64_reference_for_gqa_masks_and_cache_views() {
     let mut rng = StdRng::seed_from_u64(5);
     // (heads, kv_heads, tq, tk, window): MHA, GQA, MQA; one query and several; a sliding window.
     // Head widths: a multiple of 8 (the AVX2 path), one that is not (the portable path), and
-    // one past 64 columns (two column slabs).
-    let cases = [(4, 4, 1, 9, None, 16), (6, 2, 3, 11, None, 12), (4, 1, 2, 7, Some(3), 72)];
+    // one past 64 columns (two column slabs). Groups of up to 4 heads are computed together:
+    // groups of 7 and 8 take two passes, and widths of 40 and 24 end in narrower strips.
+    let cases = [
+        (4, 4, 1, 9, None, 16),
+        (6, 2, 3, 11, None, 12),
+        (4, 1, 2, 7, Some(3), 72),
+        (7, 1, 2, 9, None, 16),
+        (9, 3, 1, 10, None, 40),
+        (8, 1, 3, 13, Some(5), 24),
+    ];
     for (heads, kv_heads, tq, tk, window, d) in cases {
         let (b, cap) = (2, 13); // the cache holds `cap` rows per head, `tk` of them filled
         let q: Vec<f32> = (0..b * heads * tq * d).map(|_| rng.random_range(-1.0..1.0)).collect();

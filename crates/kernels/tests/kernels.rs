@@ -475,3 +475,17 @@ fn without_the_budgeted_allocator_budgeted_work_runs_inline() {
     assert_eq!(with_memory_budget(1, move || std::thread::current().id() == caller), Ok(true));
     assert_eq!(with_memory_budget(1, || -> u8 { panic!("the work panics") }), Err(BudgetError::Failed));
 }
+
+/// The KV cache's f16 conversion rounds as `half` does (ties to even, subnormals, overflow to
+/// infinity), in the SIMD body and the tail alike, and refuses mismatched lengths.
+#[test]
+fn f16_conversion_equals_half() {
+    let mut x: Vec<f32> = (0..1003).map(|i| ((i as f32) * 0.917).sin() * 10f32.powi(i % 13 - 8)).collect();
+    x.extend([0.0, -0.0, 65504.0, 65520.0, -1e9, f32::INFINITY, 6.0e-8, 2.9e-8, 1.0 + 1.0 / 2048.0]);
+    let mut y = vec![half::f16::ZERO; x.len()];
+    tessera_kernels::ops::f32_to_f16(&x, &mut y).unwrap();
+    for (v, h) in x.iter().zip(&y) {
+        assert_eq!(h.to_bits(), half::f16::from_f32(*v).to_bits(), "{v}");
+    }
+    assert!(tessera_kernels::ops::f32_to_f16(&x, &mut y[1..]).is_err());
+}
