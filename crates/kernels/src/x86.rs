@@ -666,3 +666,81 @@ pub(crate) unsafe fn quantize_q8_avx2(x: &[f32], out: &mut [Q8Block]) {
         y.isum = sum;
     }
 }
+
+// ---- RMSNorm of eight rows at once.
+
+/// `t[j][l]` = `r[l][j]`: an 8 × 8 block of f32 transposed.
+#[inline(always)]
+unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+    let a0 = _mm256_unpacklo_ps(r[0], r[1]);
+    let a1 = _mm256_unpackhi_ps(r[0], r[1]);
+    let a2 = _mm256_unpacklo_ps(r[2], r[3]);
+    let a3 = _mm256_unpackhi_ps(r[2], r[3]);
+    let a4 = _mm256_unpacklo_ps(r[4], r[5]);
+    let a5 = _mm256_unpackhi_ps(r[4], r[5]);
+    let a6 = _mm256_unpacklo_ps(r[6], r[7]);
+    let a7 = _mm256_unpackhi_ps(r[6], r[7]);
+    let b0 = _mm256_shuffle_ps::<0x44>(a0, a2);
+    let b1 = _mm256_shuffle_ps::<0xEE>(a0, a2);
+    let b2 = _mm256_shuffle_ps::<0x44>(a1, a3);
+    let b3 = _mm256_shuffle_ps::<0xEE>(a1, a3);
+    let b4 = _mm256_shuffle_ps::<0x44>(a4, a6);
+    let b5 = _mm256_shuffle_ps::<0xEE>(a4, a6);
+    let b6 = _mm256_shuffle_ps::<0x44>(a5, a7);
+    let b7 = _mm256_shuffle_ps::<0xEE>(a5, a7);
+    [
+        _mm256_permute2f128_ps::<0x20>(b0, b4),
+        _mm256_permute2f128_ps::<0x20>(b1, b5),
+        _mm256_permute2f128_ps::<0x20>(b2, b6),
+        _mm256_permute2f128_ps::<0x20>(b3, b7),
+        _mm256_permute2f128_ps::<0x31>(b0, b4),
+        _mm256_permute2f128_ps::<0x31>(b1, b5),
+        _mm256_permute2f128_ps::<0x31>(b2, b6),
+        _mm256_permute2f128_ps::<0x31>(b3, b7),
+    ]
+}
+
+/// [`crate::ops::rms_norm`] of the eight rows `x` (`8 · dim` values) into `out`, bit for bit:
+/// each row's sum of squares is still one sequential chain (a square, rounded, then added),
+/// but the eight chains run side by side in the lanes of one vector (the rows read through
+/// 8 × 8 transposes), so a row costs a chain of `dim` adds shared eight ways; then per value a
+/// division and a product, eight values at a time.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA; `x.len() = out.len() = 8 · alpha.len()`.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn rms_norm_rows8(x: &[f32], alpha: &[f32], eps: f32, out: &mut [std::mem::MaybeUninit<f32>]) {
+    let dim = alpha.len();
+    let p = x.as_ptr();
+    let mut sum = _mm256_setzero_ps();
+    let mut c = 0;
+    while c + 8 <= dim {
+        let block: [__m256; 8] = std::array::from_fn(|r| _mm256_loadu_ps(p.add(r * dim + c)));
+        for col in transpose8(block) {
+            sum = _mm256_add_ps(sum, _mm256_mul_ps(col, col));
+        }
+        c += 8;
+    }
+    for c in c..dim {
+        let col: [f32; 8] = std::array::from_fn(|r| *p.add(r * dim + c));
+        let col = _mm256_loadu_ps(col.as_ptr());
+        sum = _mm256_add_ps(sum, _mm256_mul_ps(col, col));
+    }
+    let m = _mm256_sqrt_ps(_mm256_add_ps(_mm256_div_ps(sum, _mm256_set1_ps(dim as f32)), _mm256_set1_ps(eps)));
+    let mut ms = [0f32; 8];
+    _mm256_storeu_ps(ms.as_mut_ptr(), m);
+    let o = out.as_mut_ptr() as *mut f32;
+    for (r, &m) in ms.iter().enumerate() {
+        let (src, dst, mv) = (p.add(r * dim), o.add(r * dim), _mm256_set1_ps(m));
+        let mut c = 0;
+        while c + 8 <= dim {
+            let v =
+                _mm256_mul_ps(_mm256_div_ps(_mm256_loadu_ps(src.add(c)), mv), _mm256_loadu_ps(alpha.as_ptr().add(c)));
+            _mm256_storeu_ps(dst.add(c), v);
+            c += 8;
+        }
+        for (c, &a) in alpha.iter().enumerate().skip(c) {
+            *dst.add(c) = *src.add(c) / m * a;
+        }
+    }
+}
