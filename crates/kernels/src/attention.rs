@@ -505,19 +505,15 @@ pub fn attend_rows<E: KvValue>(
         }
     }
     let groups = heads / kv_heads;
-    let jobs = rows.len() * kv_heads;
+    let (jobs, n) = (rows.len() * kv_heads, pool.threads());
     let dst = SendPtr(out.as_mut_ptr());
-    // Jobs are taken one at a time from a shared counter: rows' caches differ in length, and
-    // a thread that starts late takes fewer.
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    pool.run(&|_part| {
+    pool.run(&|part| {
         let dst = &dst;
         let mut scores = Vec::new();
-        loop {
-            let job = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if job >= jobs {
-                break;
-            }
+        // Consecutive jobs to each part (handing them out from a shared counter measured
+        // slower: the atomic's cache line moves between cores).
+        let per = jobs.div_ceil(n);
+        for job in (part * per).min(jobs)..((part + 1) * per).min(jobs) {
             let (i, kvh) = (job / kv_heads, job % kv_heads);
             let r = &rows[i];
             let kv = HeadKv {

@@ -174,9 +174,6 @@ fn simd_row_k_fn(t: QType, isa: Isa) -> Option<RowKFn> {
 /// From this many tokens on, a matmul runs a GEMM (int8 on AVX-512 VNNI, f32 elsewhere).
 pub const GEMM_MIN_TOKENS: usize = 16;
 
-/// The few-token panel path hands each thread its panels in about this many grabs.
-const PANEL_GRABS_PER_THREAD: usize = 8;
-
 /// The int8 GEMM multiplies at most this many tokens per packing of the weights, so their
 /// quantized activations stay in L2.
 const IGEMM_CHUNK: usize = 512;
@@ -486,39 +483,28 @@ impl QMatrix {
     fn panel_dots(&self, pool: &ThreadPool, x: &[f32], m: usize, out: *mut f32) -> Result<()> {
         let (rows, nb) = (self.rows, self.cols / 32);
         let np = rows.div_ceil(PANEL_ROWS);
-        let cb = panels::chunk_bytes(self.qtype);
-        // Panels are taken a few at a time from a shared counter, so a thread that starts
-        // late or runs slower (another process on its core) takes fewer; each panel's result
-        // is the same whichever thread computes it.
-        let grab = np.div_ceil(pool.threads() * PANEL_GRABS_PER_THREAD).max(1);
-        let next = AtomicUsize::new(0);
+        let (cb, per) = (panels::chunk_bytes(self.qtype), np.div_ceil(pool.threads()));
         let kernel = crate::x86::panel_dots_fn(self.qtype);
         let dst = SendPtr(out);
         self.with_q8_activations(pool, x, m, |act| {
-            pool.run(&|_part| {
+            pool.run(&|part| {
                 let dst = &dst;
-                loop {
-                    let first = next.fetch_add(grab, Ordering::Relaxed);
-                    if first >= np {
-                        break;
-                    }
-                    for p in first..(first + grab).min(np) {
-                        let r0 = p * PANEL_ROWS;
-                        // SAFETY: only `matmul_with` on AVX-512 VNNI reaches panels' dots; panel p
-                        // holds nb chunks; the writes are tokens 0..m × rows r0..r0+nvalid of the
-                        // (m, rows) output, which only the thread that took panel p writes.
-                        unsafe {
-                            kernel(
-                                self.data.as_ptr().add(p * nb * cb),
-                                nb,
-                                act,
-                                m,
-                                dst.0.add(r0),
-                                rows,
-                                (rows - r0).min(PANEL_ROWS),
-                            )
-                        };
-                    }
+                for p in (part * per).min(np)..((part + 1) * per).min(np) {
+                    let r0 = p * PANEL_ROWS;
+                    // SAFETY: only `matmul_with` on AVX-512 VNNI reaches panels' dots; panel p
+                    // holds nb chunks; the writes are tokens 0..m × rows r0..r0+nvalid of the
+                    // (m, rows) output, which only this part writes.
+                    unsafe {
+                        kernel(
+                            self.data.as_ptr().add(p * nb * cb),
+                            nb,
+                            act,
+                            m,
+                            dst.0.add(r0),
+                            rows,
+                            (rows - r0).min(PANEL_ROWS),
+                        )
+                    };
                 }
             })
         })
