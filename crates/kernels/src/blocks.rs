@@ -143,7 +143,7 @@ fn round_even(v: f32) -> i32 {
 /// compiled for AVX2 still summed and maxed one lane at a time).
 pub(crate) fn quantize_q8_wide(x: &[f32], out: &mut [Q8Block]) {
     #[cfg(target_arch = "x86_64")]
-    if matches!(crate::Isa::best(), crate::Isa::Avx2 | crate::Isa::Avx512Vnni) && x.len() == 32 * out.len() {
+    if crate::ops::avx2_kernels() && x.len() == 32 * out.len() {
         // SAFETY: `Isa::best` names only instruction sets this CPU has (F16C with AVX2 here);
         // the lengths match.
         return unsafe { crate::x86::quantize_q8_avx2(x, out) };
@@ -154,7 +154,7 @@ pub(crate) fn quantize_q8_wide(x: &[f32], out: &mut [Q8Block]) {
 /// [`quantize_q8k`] (the same values) compiled for AVX2 when the kernels use it.
 pub(crate) fn quantize_q8k_wide(x: &[f32], out: &mut [Q8KBlock]) {
     #[cfg(target_arch = "x86_64")]
-    if matches!(crate::Isa::best(), crate::Isa::Avx2 | crate::Isa::Avx512Vnni) {
+    if crate::ops::avx2_kernels() {
         #[target_feature(enable = "avx2,fma")]
         unsafe fn avx2(x: &[f32], out: &mut [Q8KBlock]) {
             quantize_q8k(x, out)

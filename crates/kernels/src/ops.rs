@@ -32,9 +32,11 @@ pub fn exp(x: f32) -> f32 {
     }
 }
 
-/// Whether the elementwise loops run eight lanes wide (AVX2 + FMA; see [`wide`]).
+/// Whether the kernels run AVX2 code (the chosen instruction set is AVX2 or AVX-512 VNNI, so
+/// the CPU has AVX2, FMA and F16C): the one test every AVX2 path here and in `blocks.rs` and
+/// `attention.rs` makes.
 #[cfg(target_arch = "x86_64")]
-fn has_avx2() -> bool {
+pub(crate) fn avx2_kernels() -> bool {
     matches!(crate::Isa::best(), crate::Isa::Avx2 | crate::Isa::Avx512Vnni)
 }
 
@@ -51,7 +53,7 @@ pub(crate) fn wide<R>(f: impl FnOnce() -> R) -> R {
         unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
             f()
         }
-        if matches!(crate::Isa::best(), crate::Isa::Avx2 | crate::Isa::Avx512Vnni) {
+        if avx2_kernels() {
             // SAFETY: `Isa::best` only names instruction sets this CPU has.
             return unsafe { avx2(f) };
         }
@@ -68,7 +70,7 @@ pub fn f32_to_f16(src: &[f32], dst: &mut [half::f16]) -> Result<()> {
         return Err(KernelError::Shape(format!("f16 conversion of {} values into {}", src.len(), dst.len())));
     }
     #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
+    if avx2_kernels() {
         #[target_feature(enable = "avx2,f16c")]
         unsafe fn f16c(src: &[f32], dst: &mut [half::f16]) {
             use std::arch::x86_64::*;
@@ -81,7 +83,7 @@ pub fn f32_to_f16(src: &[f32], dst: &mut [half::f16]) -> Result<()> {
                 *d = half::f16::from_f32(*s);
             }
         }
-        // SAFETY: the CPU has AVX2 and F16C (`has_avx2`); the lengths match.
+        // SAFETY: the CPU has AVX2 and F16C (`avx2_kernels`); the lengths match.
         unsafe { f16c(src, dst) };
         return Ok(());
     }
@@ -117,7 +119,7 @@ pub fn silu_mul(pool: &ThreadPool, gate: &[f32], up: &[f32], out: &mut [f32]) ->
             body(gate, up, out)
         }
         #[cfg(target_arch = "x86_64")]
-        if has_avx2() {
+        if avx2_kernels() {
             // SAFETY: the CPU has AVX2 and FMA.
             return unsafe { body_avx2(&gate[a..], &up[a..], o) };
         }
@@ -154,12 +156,12 @@ pub fn rms_norm(pool: &ThreadPool, x: &[f32], alpha: &[f32], eps: f32, out: &mut
         }
     };
     #[cfg(target_arch = "x86_64")]
-    if has_avx2() && x.len() >= 8 * dim {
+    if avx2_kernels() && x.len() >= 8 * dim {
         // Eight rows at a time (their sums side by side in one vector), the rest one by one.
         let eights = x.len() / dim / 8 * 8 * dim;
         let (x8, out8) = (&x[..eights], &mut out[..eights]);
         crate::pool::for_each_row(pool, out8, 8 * dim, 2, &|g, o| {
-            // SAFETY: the CPU has AVX2 and FMA (`has_avx2`); group g's rows are 8 · dim values
+            // SAFETY: the CPU has AVX2 and FMA (`avx2_kernels`); group g's rows are 8 · dim values
             // of `x8` and of `o`.
             unsafe { crate::x86::rms_norm_rows8(&x8[g * 8 * dim..][..8 * dim], alpha, eps, o) }
         })?;
@@ -189,7 +191,7 @@ pub fn gelu_tanh(pool: &ThreadPool, x: &[f32], out: &mut [f32]) -> Result<()> {
             body(x, out)
         }
         #[cfg(target_arch = "x86_64")]
-        if has_avx2() {
+        if avx2_kernels() {
             // SAFETY: the CPU has AVX2 and FMA.
             return unsafe { body_avx2(&x[a..], o) };
         }
