@@ -177,14 +177,24 @@ fn one_group<E: KvValue>(
     let k = &kv.k[kv.kbase + keys.start * kv.krow..][..(n - 1) * kv.krow + d];
     let v = &kv.v[kv.vbase + keys.start * kv.vrow..][..(n - 1) * kv.vrow + d];
     #[cfg(target_arch = "x86_64")]
-    if d.is_multiple_of(8) && matches!(crate::Isa::best(), crate::Isa::Avx2 | crate::Isa::Avx512Vnni) {
-        // The last head's bounds (the loop below reads the heads through a raw pointer).
+    if d.is_multiple_of(8) && crate::ops::avx2_kernels() {
+        // The last head's bounds (the kernel reads the heads through a raw pointer).
         let _ = qs.head(heads - 1);
-        // SAFETY: `Isa::best` names only instruction sets this CPU has; the heads' queries lie
-        // inside `qs.q` (checked just above, the first ones below it); `k` and `v` hold `n`
-        // rows of `d` values at strides `krow` / `vrow`; `sc` holds `heads · n` scores; `o`
-        // holds `heads · d` values; `d` is a multiple of 8.
-        unsafe { x86::group(qs.q[qs.first..].as_ptr(), qs.stride, heads, d, k, kv.krow, v, kv.vrow, scale, sc, o) };
+        let g = x86::Group {
+            q: qs.q[qs.first..].as_ptr(),
+            qstride: qs.stride,
+            heads,
+            d,
+            k,
+            krow: kv.krow,
+            v,
+            vrow: kv.vrow,
+        };
+        // SAFETY: the kernels use AVX2, so the CPU has it (with FMA and F16C); the heads'
+        // queries lie inside `qs.q` (checked just above, the first ones below it); `k` and `v`
+        // hold `n` rows of `d` values at strides `krow` / `vrow`; `sc` holds `heads · n`
+        // scores; `o` holds `heads · d` values; `d` is a multiple of 8.
+        unsafe { x86::group(&g, scale, sc, o) };
         return;
     }
     crate::ops::wide(|| {
@@ -231,88 +241,50 @@ mod x86 {
         _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h))
     }
 
-    /// `o` `(heads, d)` ← `softmax(scale · q_h·kᵀ) · v` for each of the `heads` queries at
-    /// `q + h·qstride`, over the `n = sc.len() / heads` keys in `k` (rows at stride `krow`) and
-    /// values in `v` (stride `vrow`); `sc` `(heads, n)` holds the scores meanwhile.
+    /// One group's queries, keys and values: head `h`'s query is the `d` values at
+    /// `q + h·qstride`; `k` and `v` hold the visible keys' and values' rows (`d` values each) at
+    /// strides `krow` / `vrow`.
+    pub(super) struct Group<'a, E> {
+        pub q: *const f32,
+        pub qstride: usize,
+        pub heads: usize,
+        pub d: usize,
+        pub k: &'a [E],
+        pub krow: usize,
+        pub v: &'a [E],
+        pub vrow: usize,
+    }
+
+    /// `o` `(heads, d)` ← `softmax(scale · q_h·kᵀ) · v` for each of `g`'s heads over its
+    /// `n = sc.len() / heads` keys and values; `sc` `(heads, n)` holds the scores meanwhile.
     ///
     /// # Safety
-    /// The CPU has AVX2, FMA and F16C; `q + h·qstride` holds `d` values for every head; `d`
-    /// is a multiple of 8; `k` and `v` hold `n ≥ 1` rows of `d` values at their strides;
-    /// `o` holds `heads · d` values.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn group<E: KvValue>(
-        q: *const f32,
-        qstride: usize,
-        heads: usize,
-        d: usize,
-        k: &[E],
-        krow: usize,
-        v: &[E],
-        vrow: usize,
-        scale: f32,
-        sc: &mut [f32],
-        o: &mut [f32],
-    ) {
+    /// The CPU has AVX2, FMA and F16C; `g.q + h·g.qstride` holds `g.d` values for every head;
+    /// `g.d` is a multiple of 8; `g.k` and `g.v` hold `n ≥ 1` rows at their strides; `o` holds
+    /// `heads · d` values.
+    pub(super) unsafe fn group<E: KvValue>(g: &Group<'_, E>, scale: f32, sc: &mut [f32], o: &mut [f32]) {
         // The same instructions either way: AVX-512VL only lends the compiler 32 vector
         // registers for the accumulators instead of 16.
         if crate::Isa::best() == crate::Isa::Avx512Vnni {
-            group_avx512(q, qstride, heads, d, k, krow, v, vrow, scale, sc, o)
+            group_avx512(g, scale, sc, o)
         } else {
-            group_avx2(q, qstride, heads, d, k, krow, v, vrow, scale, sc, o)
+            group_avx2(g, scale, sc, o)
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn group_avx2<E: KvValue>(
-        q: *const f32,
-        qstride: usize,
-        heads: usize,
-        d: usize,
-        k: &[E],
-        krow: usize,
-        v: &[E],
-        vrow: usize,
-        scale: f32,
-        sc: &mut [f32],
-        o: &mut [f32],
-    ) {
-        group_body(q, qstride, heads, d, k, krow, v, vrow, scale, sc, o)
+    unsafe fn group_avx2<E: KvValue>(g: &Group<'_, E>, scale: f32, sc: &mut [f32], o: &mut [f32]) {
+        group_body(g, scale, sc, o)
     }
 
-    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
-    unsafe fn group_avx512<E: KvValue>(
-        q: *const f32,
-        qstride: usize,
-        heads: usize,
-        d: usize,
-        k: &[E],
-        krow: usize,
-        v: &[E],
-        vrow: usize,
-        scale: f32,
-        sc: &mut [f32],
-        o: &mut [f32],
-    ) {
-        group_body(q, qstride, heads, d, k, krow, v, vrow, scale, sc, o)
+    unsafe fn group_avx512<E: KvValue>(g: &Group<'_, E>, scale: f32, sc: &mut [f32], o: &mut [f32]) {
+        group_body(g, scale, sc, o)
     }
 
-    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    unsafe fn group_body<E: KvValue>(
-        q: *const f32,
-        qstride: usize,
-        heads: usize,
-        d: usize,
-        k: &[E],
-        krow: usize,
-        v: &[E],
-        vrow: usize,
-        scale: f32,
-        sc: &mut [f32],
-        o: &mut [f32],
-    ) {
+    unsafe fn group_body<E: KvValue>(g: &Group<'_, E>, scale: f32, sc: &mut [f32], o: &mut [f32]) {
+        let &Group { q, qstride, heads, d, k, krow, v, vrow } = g;
         let n = sc.len() / heads;
         let mut h0 = 0;
         while h0 < heads {
