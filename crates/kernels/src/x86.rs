@@ -603,7 +603,12 @@ unsafe fn panel_dots_tokens<const T: u8>(
     let mut t0 = 0;
     while t0 < m {
         let (a, o) = (act.as_ptr().add(t0 * nb), out.add(t0 * ldo));
-        match m - t0 {
+        // Full passes of `PANEL_MR`, then one of 8 if that many are left, then the rest.
+        let mr = match m - t0 {
+            r if r >= PANEL_MR => PANEL_MR,
+            r => r.min(8),
+        };
+        match mr {
             1 => panel_dots_vnni::<T, 1>(panel, nb, a, o, ldo, nvalid),
             2 => panel_dots_vnni::<T, 2>(panel, nb, a, o, ldo, nvalid),
             3 => panel_dots_vnni::<T, 3>(panel, nb, a, o, ldo, nvalid),
@@ -611,10 +616,10 @@ unsafe fn panel_dots_tokens<const T: u8>(
             5 => panel_dots_vnni::<T, 5>(panel, nb, a, o, ldo, nvalid),
             6 => panel_dots_vnni::<T, 6>(panel, nb, a, o, ldo, nvalid),
             7 => panel_dots_vnni::<T, 7>(panel, nb, a, o, ldo, nvalid),
-            8..16 => panel_dots_vnni::<T, 8>(panel, nb, a, o, ldo, nvalid),
+            8 => panel_dots_vnni::<T, 8>(panel, nb, a, o, ldo, nvalid),
             _ => panel_dots_vnni::<T, PANEL_MR>(panel, nb, a, o, ldo, nvalid),
         }
-        t0 += if m - t0 >= PANEL_MR { PANEL_MR } else { (m - t0).min(8) };
+        t0 += mr;
     }
 }
 
