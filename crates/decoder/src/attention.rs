@@ -490,9 +490,10 @@ impl Attention {
         // The kernels and the cache's CPU write read strided keys and values; RoPE takes
         // contiguous ones.
         let copy_k = !fused || input.rope.is_some();
-        let q = heads(self.q_proj.forward(x)?, self.num_heads, copy_q)?;
-        let k = heads(self.k_proj.forward(x)?, self.num_kv_heads, copy_k)?;
-        let v = heads(self.v_proj.forward(x)?, self.num_kv_heads, !fused)?;
+        let [q, k, v] = Linear::forward_shared([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
+        let q = heads(q, self.num_heads, copy_q)?;
+        let k = heads(k, self.num_kv_heads, copy_k)?;
+        let v = heads(v, self.num_kv_heads, !fused)?;
         let (q, k) = match &self.qk_norm {
             Some((qn, kn)) => (qn.forward(&q.contiguous()?)?, kn.forward(&k.contiguous()?)?),
             None => (q, k),

@@ -27,9 +27,29 @@ pub(crate) unsafe fn written_by<E>(
 where
     E: std::error::Error + Send + Sync + 'static,
 {
-    let mut out = Vec::with_capacity(len);
-    fill(&mut out.spare_capacity_mut()[..len]).map_err(candle_core::Error::wrap)?;
-    // SAFETY: `fill` returned Ok, so by the caller's promise the first `len` are written.
-    unsafe { out.set_len(len) };
-    Ok(out)
+    // SAFETY: the caller's promise, for the one output.
+    let mut outs = unsafe { all_written_by(&[len], |o| fill(&mut *o[0]))? };
+    outs.pop().ok_or_else(|| candle_core::Error::Msg("an output went missing".into()))
+}
+
+/// [`written_by`] for several outputs, `lens[i]` f32 each, filled by one call.
+///
+/// # Safety
+/// When `fill` returns `Ok`, it has written every element of every slice it was given.
+pub(crate) unsafe fn all_written_by<E>(
+    lens: &[usize],
+    fill: impl FnOnce(&mut [&mut [MaybeUninit<f32>]]) -> Result<(), E>,
+) -> candle_core::Result<Vec<Vec<f32>>>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let mut outs: Vec<Vec<f32>> = lens.iter().map(|&len| Vec::with_capacity(len)).collect();
+    let mut slices: Vec<&mut [MaybeUninit<f32>]> =
+        outs.iter_mut().zip(lens).map(|(o, &len)| &mut o.spare_capacity_mut()[..len]).collect();
+    fill(&mut slices).map_err(candle_core::Error::wrap)?;
+    for (o, &len) in outs.iter_mut().zip(lens) {
+        // SAFETY: `fill` returned Ok, so by the caller's promise the first `len` are written.
+        unsafe { o.set_len(len) };
+    }
+    Ok(outs)
 }

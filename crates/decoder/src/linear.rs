@@ -10,7 +10,7 @@ use tessera_kernels::dense::Epilogue;
 use tessera_kernels::QMatrix;
 
 use crate::activation::Activation;
-use crate::error::Result;
+use crate::error::{DecoderError, Result};
 use crate::weights::MatrixWeight;
 
 /// `y = x Wᵀ + b` over the last dimension; `W` is `(out, in)`.
@@ -57,6 +57,34 @@ impl Linear {
             return Ok(y);
         }
         self.unfused(x)
+    }
+
+    /// `x Wᵢᵀ + bᵢ` for layers that read the same input (q/k/v, gate/up). Where every weight is
+    /// quantized and on the CPU (tessera's kernels), one call quantizes `x` once and runs the
+    /// matrices together, each output the bits [`forward`](Self::forward) gives; otherwise each
+    /// layer's `forward`.
+    pub fn forward_shared<const N: usize>(layers: [&Linear; N], x: &Tensor) -> Result<[Tensor; N]> {
+        let packed: Option<Vec<&QMatrix>> = layers
+            .iter()
+            .map(|l| match &l.weight {
+                LinearWeight::Packed(p) => Some(&*p.0),
+                LinearWeight::Dense(_) | LinearWeight::Quantized(_) => None,
+            })
+            .collect();
+        let outs = match packed {
+            Some(mats) if x.device().is_cpu() => {
+                let dtype = x.dtype();
+                let xf = x.to_dtype(DType::F32)?.contiguous()?;
+                let ys = shared_qmatmul(&mats, &xf)?;
+                let mut outs = Vec::with_capacity(N);
+                for (l, y) in layers.iter().zip(ys) {
+                    outs.push(l.with_bias(y.to_dtype(dtype)?)?);
+                }
+                outs
+            }
+            _ => layers.iter().map(|l| l.forward(x)).collect::<Result<Vec<_>>>()?,
+        };
+        outs.try_into().map_err(|_| DecoderError::Config("a shared linear lost an output".into()))
     }
 
     /// `residual + x Wᵀ + b` (the residual `(..., out)`), in one pass on the CPU in f32.
@@ -115,11 +143,48 @@ impl Linear {
                 y.to_dtype(dtype)?
             }
         };
+        self.with_bias(y)
+    }
+
+    fn with_bias(&self, y: Tensor) -> Result<Tensor> {
         Ok(match &self.bias {
             Some(b) => y.broadcast_add(&b.to_dtype(y.dtype())?)?,
             None => y,
         })
     }
+}
+
+/// `x Wᵢᵀ` for each quantized `Wᵢ`, by [`QMatrix::matmul_shared_uninit`]: `x` `(..., in)`,
+/// contiguous f32 on the CPU → `(..., outᵢ)`.
+fn shared_qmatmul(mats: &[&QMatrix], x: &Tensor) -> Result<Vec<Tensor>> {
+    let dims = x.dims().to_vec();
+    let k = dims.last().copied().unwrap_or(0);
+    if let Some(w) = mats.iter().find(|w| w.cols() != k) {
+        return Err(DecoderError::Config(format!(
+            "quantized matmul: input width {k}, the weight takes {} ({w:?})",
+            w.cols()
+        )));
+    }
+    let m = x.elem_count() / k.max(1);
+    let lens: Vec<usize> = mats.iter().map(|w| m * w.rows()).collect();
+    let ys = {
+        let (s, l) = x.storage_and_layout();
+        let candle_core::Storage::Cpu(cs) = &*s else {
+            return Err(DecoderError::Config("quantized matmul: the input is not on the CPU".into()));
+        };
+        let xs = crate::cpu_op::contiguous_f32(cs, l, "quantized matmul")?;
+        // SAFETY: `matmul_shared_uninit` writes every element of every output when it returns Ok.
+        unsafe { crate::cpu_op::all_written_by(&lens, |outs| QMatrix::matmul_shared_uninit(mats, xs, m, outs))? }
+    };
+    let mut out = Vec::with_capacity(mats.len());
+    for (y, w) in ys.into_iter().zip(mats) {
+        let mut d = dims.clone();
+        if let Some(last) = d.last_mut() {
+            *last = w.rows();
+        }
+        out.push(Tensor::from_vec(y, d, x.device())?);
+    }
+    Ok(out)
 }
 
 /// `epilogue([residual +] x Wᵀ + b)` by `tessera_kernels::dense` as a Candle CPU op: `x`

@@ -4,7 +4,8 @@
 //!   the weight rows are split into one contiguous range per pool thread, and each row is
 //!   dotted with every token's activations while it is in cache.
 //!   On AVX-512 VNNI the 32-value types are stored as 16-row panels (`panels.rs`) and their
-//!   rows stream through one kernel per panel.
+//!   rows stream through one kernel per panel. Matrices that share an input (q/k/v, gate/up)
+//!   run together ([`QMatrix::matmul_shared_uninit`]): one quantization, one pool run.
 //! - **Many tokens** (prefill): on AVX-512 VNNI, the int8 GEMM (`igemm.rs`); elsewhere, tiles
 //!   of weight rows are dequantized into a per-thread f32 buffer that fits in L2 and multiplied
 //!   with all the tokens by an f32 GEMM micro-kernel (the `gemm` crate). Either way each
@@ -178,6 +179,14 @@ pub const GEMM_MIN_TOKENS: usize = 16;
 /// quantized activations stay in L2.
 const IGEMM_CHUNK: usize = 512;
 
+/// A few tokens' activations quantized for the dot-product kernels: `Q8` blocks (the 32-value
+/// types read them) and `Q8_K` blocks (the k-quants), each empty where no matrix reads it.
+struct QuantizedActs<'a> {
+    q8: &'a [Q8Block],
+    q8k: &'a [Q8KBlock],
+    m: usize,
+}
+
 /// How a [`QMatrix`] keeps its blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
@@ -218,9 +227,6 @@ impl std::fmt::Debug for QMatrix {
 
 thread_local! {
     static ACT_Q8: RefCell<Vec<Q8Block>> = const { RefCell::new(Vec::new()) };
-    /// The values `ACT_Q8` holds quantized (so the projections that share an input, q/k/v and
-    /// gate/up, quantize it once).
-    static ACT_Q8_OF: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     static ACT_Q8K: RefCell<Vec<Q8KBlock>> = const { RefCell::new(Vec::new()) };
     static TILE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     #[cfg(target_arch = "x86_64")]
@@ -328,6 +334,67 @@ impl QMatrix {
         unsafe { self.matmul_to(isa, pool, x, m, out.as_mut_ptr().cast::<f32>()) }
     }
 
+    /// `outs[i] (m, rows of mats[i]) = x (m, cols) · mats[i]ᵀ` for matrices that read the same
+    /// input (q/k/v, gate/up), on the global pool with the best instruction set. Each output
+    /// holds the bits [`matmul`](Self::matmul) writes; on the few-token path `x` is quantized
+    /// once and every matrix's rows are shared out in one pool run. On `Ok`, all of every
+    /// output is initialised.
+    pub fn matmul_shared_uninit(
+        mats: &[&QMatrix],
+        x: &[f32],
+        m: usize,
+        outs: &mut [&mut [MaybeUninit<f32>]],
+    ) -> Result<()> {
+        let (isa, pool) = (Isa::best(), ThreadPool::global());
+        let outs: Vec<(usize, *mut f32)> = outs.iter_mut().map(|o| (o.len(), o.as_mut_ptr().cast::<f32>())).collect();
+        // SAFETY: each pointer comes from a distinct `&mut` slice of its length.
+        unsafe { Self::shared_to(isa, pool, mats, x, m, &outs) }
+    }
+
+    /// [`matmul_shared_uninit`](Self::matmul_shared_uninit) into initialised outputs, with a
+    /// chosen instruction set (which this CPU must have) and pool.
+    pub fn matmul_shared_with(
+        isa: Isa,
+        pool: &ThreadPool,
+        mats: &[&QMatrix],
+        x: &[f32],
+        m: usize,
+        outs: &mut [&mut [f32]],
+    ) -> Result<()> {
+        let outs: Vec<(usize, *mut f32)> = outs.iter_mut().map(|o| (o.len(), o.as_mut_ptr())).collect();
+        // SAFETY: each pointer comes from a distinct `&mut` slice of its length.
+        unsafe { Self::shared_to(isa, pool, mats, x, m, &outs) }
+    }
+
+    /// # Safety
+    /// Each `(len, ptr)` of `outs` is valid for `len` f32 writes that nothing else accesses
+    /// meanwhile.
+    unsafe fn shared_to(
+        isa: Isa,
+        pool: &ThreadPool,
+        mats: &[&QMatrix],
+        x: &[f32],
+        m: usize,
+        outs: &[(usize, *mut f32)],
+    ) -> Result<()> {
+        if mats.len() != outs.len() {
+            return Err(KernelError::Shape(format!("{} matrices, {} outputs", mats.len(), outs.len())));
+        }
+        for (w, &(len, _)) in mats.iter().zip(outs) {
+            w.check(isa, x, m, len)?;
+        }
+        let few = m < GEMM_MIN_TOKENS || crate::invariant::active();
+        if m > 0 && few && mats.iter().all(|w| w.layout == Layout::Rows || isa == Isa::Avx512Vnni) {
+            let mats: Vec<_> = mats.iter().zip(outs).map(|(w, &(_, p))| (*w, SendPtr(p))).collect();
+            return Self::shared_dots(&mats, isa, pool, x, m);
+        }
+        for (w, &(_, p)) in mats.iter().zip(outs) {
+            // SAFETY: checked above; `p` is valid for this matrix's (m, rows) output.
+            unsafe { w.matmul_to(isa, pool, x, m, p)? };
+        }
+        Ok(())
+    }
+
     /// [`matmul`](Self::matmul) with a chosen instruction set (which this CPU must have)
     /// and pool.
     pub fn matmul_with(&self, isa: Isa, pool: &ThreadPool, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
@@ -389,130 +456,109 @@ impl QMatrix {
 
     /// The few-token path: quantized activations, integer dot products.
     fn dots(&self, isa: Isa, pool: &ThreadPool, x: &[f32], m: usize, out: *mut f32) -> Result<()> {
-        if self.layout == Layout::Panels {
-            return self.panel_dots(pool, x, m, out);
-        }
-        let nb = self.cols / self.qtype.block_elems();
-        let (rows, n) = (self.rows, pool.threads());
-        let per = rows.div_ceil(n);
-        let dst = SendPtr(out);
-        let t = self.qtype;
-        match t.activation() {
-            ActKind::Q8 => self.with_q8_activations(pool, x, m, |act| {
-                let simd = simd_row_fn(t, isa);
-                let simd4 = simd_rows4_fn(t, isa);
+        Self::shared_dots(&[(self, SendPtr(out))], isa, pool, x, m)
+    }
+
+    /// The few-token path of every matrix in `mats` (each with its `(m, rows)` output; all
+    /// take `cols` values per token): `x` quantized once for each activation kind they read,
+    /// then one pool run in which each thread takes its share of every matrix's rows.
+    fn shared_dots(mats: &[(&QMatrix, SendPtr<f32>)], isa: Isa, pool: &ThreadPool, x: &[f32], m: usize) -> Result<()> {
+        let Some(cols) = mats.first().map(|(w, _)| w.cols) else { return Ok(()) };
+        let reads = |kind| mats.iter().any(|(w, _)| w.qtype.activation() == kind);
+        ACT_Q8.with(|q8| {
+            ACT_Q8K.with(|q8k| {
+                let (mut q8, mut q8k) = (q8.borrow_mut(), q8k.borrow_mut());
+                if reads(ActKind::Q8) {
+                    q8.resize(m * cols / 32, Q8Block::default());
+                    quantize_tokens(pool, x, cols, &mut q8, quantize_q8_wide)?;
+                }
+                if reads(ActKind::Q8K) {
+                    q8k.resize(m * cols / 256, Q8KBlock::default());
+                    quantize_tokens(pool, x, cols, &mut q8k, quantize_q8k_wide)?;
+                }
+                let acts = QuantizedActs { q8: &q8[..], q8k: &q8k[..], m };
+                let n = pool.threads();
                 pool.run(&|part| {
-                    let dst = &dst;
-                    let (start, end) = (part * per, ((part + 1) * per).min(rows));
-                    let mut r = start;
-                    if let Some(f4) = simd4 {
-                        while r + 4 <= end {
-                            let w = [self.row(r), self.row(r + 1), self.row(r + 2), self.row(r + 3)];
-                            for (tok, a) in act.chunks_exact(nb).enumerate() {
-                                // SAFETY: as below.
-                                let v = unsafe { f4(w, a) };
-                                for (j, v) in v.into_iter().enumerate() {
-                                    // SAFETY: (tok, r + j) is written by this part only; in bounds.
-                                    unsafe { *dst.0.add(tok * rows + r + j) = v };
-                                }
-                            }
-                            r += 4;
-                        }
+                    for (w, dst) in mats {
+                        // SAFETY: the callers' contract (`matmul_to`): each output is valid for
+                        // (m, rows) writes that nothing else makes, and `isa` is this CPU's.
+                        unsafe { w.dots_part(isa, part, n, &acts, dst) };
                     }
-                    // SAFETY: `simd` was chosen for an instruction set this CPU has (checked in
-                    // `matmul_with`); rows and blocks match in length.
-                    self.dot_rows(r..end, act, nb, dst, |w, a| match simd {
-                        Some(f) => unsafe { f(w, a) },
-                        None => crate::dot::dot_q8(t, w, a),
-                    });
                 })
-            }),
-            ActKind::Q8K => ACT_Q8K.with(|cell| {
-                let mut act = cell.borrow_mut();
-                act.resize(m * nb, Q8KBlock::default());
-                quantize_tokens(pool, x, self.cols, &mut act, quantize_q8k_wide)?;
-                let act = &act[..];
-                let simd = simd_row_k_fn(t, isa);
-                pool.run(&|part| {
-                    // SAFETY: as above.
-                    self.dot_rows(part * per..((part + 1) * per).min(rows), act, nb, &dst, |w, a| match simd {
-                        Some(f) => unsafe { f(w, a) },
-                        None => crate::dot::dot_q8k(t, w, a),
-                    });
-                })
-            }),
-        }
-    }
-
-    /// Runs `f` on `x`'s `m` tokens quantized to `Q8` blocks (as llama.cpp's `Q8_0`/`Q8_1`),
-    /// in this thread's reused buffer.
-    fn with_q8_activations(
-        &self,
-        pool: &ThreadPool,
-        x: &[f32],
-        m: usize,
-        f: impl FnOnce(&[Q8Block]) -> Result<()>,
-    ) -> Result<()> {
-        let nb = self.cols / 32;
-        ACT_Q8.with(|cell| {
-            let mut act = cell.borrow_mut();
-            ACT_Q8_OF.with(|of| -> Result<()> {
-                let mut of = of.borrow_mut();
-                // The same bits as last time: the blocks already hold them (quantizing is a
-                // function of the values alone).
-                let bits = |v: &[f32]| -> &[u8] {
-                    // SAFETY: f32 has no padding; the bytes of `v` are initialised.
-                    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
-                };
-                if act.len() == m * nb && bits(&of) == bits(x) {
-                    return Ok(());
-                }
-                of.clear();
-                act.resize(m * nb, Q8Block::default());
-                quantize_tokens(pool, x, self.cols, &mut act, quantize_q8_wide)?;
-                of.extend_from_slice(x);
-                Ok(())
-            })?;
-            f(&act[..])
-        })
-    }
-
-    /// The few-token path over panels (AVX-512 VNNI only): `Q8` activations, panels split
-    /// into one contiguous range per pool thread.
-    #[cfg(target_arch = "x86_64")]
-    fn panel_dots(&self, pool: &ThreadPool, x: &[f32], m: usize, out: *mut f32) -> Result<()> {
-        let (rows, nb) = (self.rows, self.cols / 32);
-        let np = rows.div_ceil(PANEL_ROWS);
-        let (cb, per) = (panels::chunk_bytes(self.qtype), np.div_ceil(pool.threads()));
-        let kernel = crate::x86::panel_dots_fn(self.qtype);
-        let dst = SendPtr(out);
-        self.with_q8_activations(pool, x, m, |act| {
-            pool.run(&|part| {
-                let dst = &dst;
-                for p in (part * per).min(np)..((part + 1) * per).min(np) {
-                    let r0 = p * PANEL_ROWS;
-                    // SAFETY: only `matmul_with` on AVX-512 VNNI reaches panels' dots; panel p
-                    // holds nb chunks; the writes are tokens 0..m × rows r0..r0+nvalid of the
-                    // (m, rows) output, which only this part writes.
-                    unsafe {
-                        kernel(
-                            self.data.as_ptr().add(p * nb * cb),
-                            nb,
-                            act,
-                            m,
-                            dst.0.add(r0),
-                            rows,
-                            (rows - r0).min(PANEL_ROWS),
-                        )
-                    };
-                }
             })
         })
     }
 
-    #[cfg(not(target_arch = "x86_64"))]
-    fn panel_dots(&self, pool: &ThreadPool, x: &[f32], m: usize, out: *mut f32) -> Result<()> {
-        self.gemm(pool, x, m, out)
+    /// Part `part` of `n` of this matrix's few-token dots: its share of the rows (or of the
+    /// panels, 16 rows each), every token, written into `dst` `(m, rows)`.
+    ///
+    /// # Safety
+    /// `dst` is valid for the (m, rows) output, whose columns of this part's share only this
+    /// call writes; `isa` is one this CPU has; a panel matrix runs only with AVX-512 VNNI;
+    /// `acts` holds the activation kind this matrix reads, for `cols` values per token.
+    unsafe fn dots_part(&self, isa: Isa, part: usize, n: usize, acts: &QuantizedActs<'_>, dst: &SendPtr<f32>) {
+        let (rows, t, m) = (self.rows, self.qtype, acts.m);
+        let nb = self.cols / t.block_elems();
+        #[cfg(target_arch = "x86_64")]
+        if self.layout == Layout::Panels {
+            let np = rows.div_ceil(PANEL_ROWS);
+            let (cb, per) = (panels::chunk_bytes(t), np.div_ceil(n));
+            let kernel = crate::x86::panel_dots_fn(t);
+            for p in (part * per).min(np)..((part + 1) * per).min(np) {
+                let r0 = p * PANEL_ROWS;
+                // SAFETY: panel p holds nb chunks; the writes are tokens 0..m × rows
+                // r0..r0+nvalid of the output, in this part's share.
+                unsafe {
+                    kernel(
+                        self.data.as_ptr().add(p * nb * cb),
+                        nb,
+                        acts.q8,
+                        m,
+                        dst.0.add(r0),
+                        rows,
+                        (rows - r0).min(PANEL_ROWS),
+                    )
+                };
+            }
+            return;
+        }
+        let per = rows.div_ceil(n);
+        let (start, end) = ((part * per).min(rows), ((part + 1) * per).min(rows));
+        match t.activation() {
+            ActKind::Q8 => {
+                let act = acts.q8;
+                let mut r = start;
+                if let Some(f4) = simd_rows4_fn(t, isa) {
+                    while r + 4 <= end {
+                        let w = [self.row(r), self.row(r + 1), self.row(r + 2), self.row(r + 3)];
+                        for (tok, a) in act.chunks_exact(nb).enumerate() {
+                            // SAFETY: as below.
+                            let v = unsafe { f4(w, a) };
+                            for (j, v) in v.into_iter().enumerate() {
+                                // SAFETY: (tok, r + j) is in this part's share; in bounds.
+                                unsafe { *dst.0.add(tok * rows + r + j) = v };
+                            }
+                        }
+                        r += 4;
+                    }
+                }
+                let simd = simd_row_fn(t, isa);
+                // SAFETY: `simd` was chosen for an instruction set this CPU has; rows and
+                // blocks match in length.
+                self.dot_rows(r..end, act, nb, dst, |w, a| match simd {
+                    Some(f) => unsafe { f(w, a) },
+                    None => crate::dot::dot_q8(t, w, a),
+                });
+            }
+            ActKind::Q8K => {
+                let simd = simd_row_k_fn(t, isa);
+                // SAFETY: as above.
+                self.dot_rows(start..end, acts.q8k, nb, dst, |w, a| match simd {
+                    Some(f) => unsafe { f(w, a) },
+                    None => crate::dot::dot_q8k(t, w, a),
+                });
+            }
+        }
     }
 
     /// `dst (m, rows)[tok, r] = dot(row r, token tok's activations)` for the rows `range`, which

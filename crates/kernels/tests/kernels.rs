@@ -428,41 +428,87 @@ fn weights_quantized_to_q8_0_round_to_the_nearest_step() {
     }
 }
 
-/// Matrices that share an input (q/k/v, gate/up) quantize it once: a matmul right after another
-/// on the same values reuses the quantized blocks, and one on the same buffer changed in place
-/// (one value, or ±0) quantizes again — each result bit for bit what a fresh thread computes.
+/// Matrices that share an input (q/k/v, gate/up) run together by `matmul_shared_*`: each output
+/// is bit for bit what `matmul_with` gives that matrix alone, for mixes of the 32-value types
+/// and the k-quants in either layout, on every instruction set and thread count, few tokens
+/// and many, inside `row_invariant` and outside.
 #[test]
-fn reused_activation_blocks_are_the_inputs_own() {
-    let mut rng = StdRng::seed_from_u64(23);
-    let (rows, cols, m) = (21, 96, 3);
-    let a = random_matrix(QType::Q4_1, rows, cols, &mut rng);
-    let b = random_matrix(QType::Q8_0, rows + 5, cols, &mut rng);
-    let pool = ThreadPool::new(2);
-    let fresh = |w: &QMatrix, x: Vec<f32>| -> Vec<f32> {
-        let w = w.clone();
-        std::thread::spawn(move || {
-            let mut out = vec![0f32; m * w.rows()];
-            w.matmul_with(Isa::best(), &ThreadPool::new(2), &x, m, &mut out).expect("matmul");
-            out
-        })
-        .join()
-        .expect("thread")
-    };
-    let mut x = random_x(m, cols, &mut rng);
-    for step in 0..4 {
-        match step {
-            1 => x[cols + 7] += 0.5,
-            2 => x[5] = -0.0,
-            3 => x[5] = 0.0,
-            _ => {}
-        }
-        for w in [&a, &b, &a] {
-            let mut out = vec![0f32; m * w.rows()];
-            w.matmul_with(Isa::best(), &pool, &x, m, &mut out).expect("matmul");
-            let want = fresh(w, x.clone());
-            assert!(out.iter().zip(&want).all(|(p, q)| p.to_bits() == q.to_bits()), "step {step}, {}", w.qtype());
+fn matrices_sharing_an_input_give_what_each_gives_alone() {
+    use std::mem::MaybeUninit;
+    let mut rng = StdRng::seed_from_u64(29);
+    let cols = 512;
+    let mixes: [&[(QType, usize)]; 3] = [
+        &[(QType::Q4_1, 48), (QType::Q4_1, 16), (QType::Q4_1, 21)],
+        &[(QType::Q4K, 40), (QType::Q6K, 19)],
+        &[(QType::Q5_0, 33), (QType::Q6K, 16), (QType::Q8_0, 7)],
+    ];
+    for mix in mixes {
+        let base: Vec<QMatrix> = mix.iter().map(|&(t, rows)| random_matrix(t, rows, cols, &mut rng)).collect();
+        for panels in [false, true] {
+            let mats: Vec<QMatrix> = base
+                .iter()
+                .map(|w| {
+                    let layouts = in_every_layout(w);
+                    let i = if panels { layouts.len() - 1 } else { 0 };
+                    layouts[i].clone()
+                })
+                .collect();
+            let refs: Vec<&QMatrix> = mats.iter().collect();
+            for m in [1usize, 5, tessera_kernels::GEMM_MIN_TOKENS + 3] {
+                let x = random_x(m, cols, &mut rng);
+                for isa in Isa::available() {
+                    for threads in [1usize, 2] {
+                        let pool = ThreadPool::new(threads);
+                        for invariant in [false, true] {
+                            let run = |f: &mut dyn FnMut()| {
+                                if invariant {
+                                    tessera_kernels::row_invariant(&mut *f);
+                                } else {
+                                    f();
+                                }
+                            };
+                            let mut alone: Vec<Vec<f32>> = mats.iter().map(|w| vec![0f32; m * w.rows()]).collect();
+                            let mut shared = alone.clone();
+                            run(&mut || {
+                                for (w, out) in mats.iter().zip(alone.iter_mut()) {
+                                    w.matmul_with(isa, &pool, &x, m, out).expect("matmul");
+                                }
+                                let mut outs: Vec<&mut [f32]> = shared.iter_mut().map(|o| &mut o[..]).collect();
+                                QMatrix::matmul_shared_with(isa, &pool, &refs, &x, m, &mut outs).expect("shared");
+                            });
+                            for (i, (a, b)) in alone.iter().zip(&shared).enumerate() {
+                                assert!(
+                                    a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits()),
+                                    "{mix:?} panels={panels} m={m} {isa:?} threads={threads} invariant={invariant}: matrix {i}"
+                                );
+                            }
+                        }
+                    }
+                }
+                // The uninitialised form writes every element, the same values.
+                let mut want: Vec<Vec<f32>> = mats.iter().map(|w| vec![0f32; m * w.rows()]).collect();
+                for (w, out) in mats.iter().zip(want.iter_mut()) {
+                    w.matmul(&x, m, out).expect("matmul");
+                }
+                let mut got: Vec<Vec<MaybeUninit<f32>>> =
+                    mats.iter().map(|w| vec![MaybeUninit::new(f32::NAN); m * w.rows()]).collect();
+                let mut outs: Vec<&mut [MaybeUninit<f32>]> = got.iter_mut().map(|o| &mut o[..]).collect();
+                QMatrix::matmul_shared_uninit(&refs, &x, m, &mut outs).expect("shared");
+                for (g, w) in got.iter().zip(&want) {
+                    // SAFETY: initialised (to NaN) before the call.
+                    assert!(g.iter().zip(w).all(|(p, q)| unsafe { p.assume_init() }.to_bits() == q.to_bits()));
+                }
+            }
         }
     }
+    // Shapes are checked: an output of the wrong length, or fewer outputs than matrices.
+    let (a, b) = (random_matrix(QType::Q8_0, 4, 32, &mut rng), random_matrix(QType::Q8_0, 6, 32, &mut rng));
+    let pool = ThreadPool::new(2);
+    let (mut oa, mut ob) = (vec![0f32; 4], vec![0f32; 5]);
+    assert!(
+        QMatrix::matmul_shared_with(Isa::Portable, &pool, &[&a, &b], &[0.5; 32], 1, &mut [&mut oa, &mut ob]).is_err()
+    );
+    assert!(QMatrix::matmul_shared_with(Isa::Portable, &pool, &[&a, &b], &[0.5; 32], 1, &mut [&mut oa]).is_err());
 }
 
 /// Without `BudgetedAlloc` as the global allocator nothing can be enforced: the work runs on the
