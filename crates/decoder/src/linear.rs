@@ -93,6 +93,12 @@ impl Linear {
         if let Some(y) = self.dense_cpu(x, Some(residual), Epilogue::None)? {
             return Ok(y);
         }
+        if let LinearWeight::Packed(p) = &self.weight {
+            if self.bias.is_none() && f32_cpu(x) && f32_cpu(residual) {
+                // The kernels add the residual as they write each output.
+                return Ok(x.contiguous()?.apply_op2_no_bwd(&residual.contiguous()?, p)?);
+            }
+        }
         Ok((residual + self.unfused(x)?)?)
     }
 
@@ -111,7 +117,6 @@ impl Linear {
     /// in the matmul's pass. `None` where it does not apply (other devices, dtypes, weights).
     fn dense_cpu(&self, x: &Tensor, residual: Option<&Tensor>, epilogue: Epilogue) -> Result<Option<Tensor>> {
         let LinearWeight::Dense(l) = &self.weight else { return Ok(None) };
-        let f32_cpu = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32;
         if !f32_cpu(x)
             || !f32_cpu(l.weight())
             || !self.bias.as_ref().is_none_or(f32_cpu)
@@ -152,6 +157,11 @@ impl Linear {
             None => y,
         })
     }
+}
+
+/// Whether `t` is f32 on the CPU (what the CPU kernels take).
+fn f32_cpu(t: &Tensor) -> bool {
+    t.device().is_cpu() && t.dtype() == DType::F32
 }
 
 /// `x Wᵢᵀ` for each quantized `Wᵢ`, by [`QMatrix::matmul_shared_uninit`]: `x` `(..., in)`,
@@ -264,9 +274,34 @@ impl CustomOp2 for DenseLinear<'_> {
     }
 }
 
-/// `x Wᵀ` by `tessera-kernels` as a Candle CPU op.
+/// `[residual +] x Wᵀ` by `tessera-kernels` as a Candle CPU op (`x`, and the residual
+/// `(..., out)` for the two-input form).
 #[derive(Clone, Debug)]
 struct PackedMatMul(Arc<QMatrix>);
+
+impl PackedMatMul {
+    fn run(&self, x: &[f32], dims: &[usize], residual: Option<&[f32]>) -> candle_core::Result<(CpuStorage, Shape)> {
+        let w = &self.0;
+        let k = dims.last().copied().unwrap_or(0);
+        if k != w.cols() {
+            candle_core::bail!("quantized matmul: input width {k}, the weight takes {} ({:?})", w.cols(), w);
+        }
+        let m = x.len() / k.max(1);
+        // SAFETY: `matmul_uninit` and `matmul_add_uninit` write every element of their output
+        // when they return Ok.
+        let out = unsafe {
+            crate::cpu_op::written_by(m * w.rows(), |o| match residual {
+                Some(r) => w.matmul_add_uninit(x, m, r, o),
+                None => w.matmul_uninit(x, m, o),
+            })?
+        };
+        let mut out_dims = dims.to_vec();
+        if let Some(last) = out_dims.last_mut() {
+            *last = w.rows();
+        }
+        Ok((CpuStorage::F32(out), Shape::from(out_dims)))
+    }
+}
 
 impl CustomOp1 for PackedMatMul {
     fn name(&self) -> &'static str {
@@ -274,20 +309,30 @@ impl CustomOp1 for PackedMatMul {
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let w = &self.0;
         let x = crate::cpu_op::contiguous_f32(storage, layout, "quantized matmul")?;
-        let dims = layout.shape().dims();
-        let k = dims.last().copied().unwrap_or(0);
-        if k != w.cols() {
-            candle_core::bail!("quantized matmul: input width {k}, the weight takes {} ({:?})", w.cols(), w);
+        self.run(x, layout.shape().dims(), None)
+    }
+}
+
+impl CustomOp2 for PackedMatMul {
+    fn name(&self) -> &'static str {
+        "tessera-qmatmul-add"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = crate::cpu_op::contiguous_f32(s1, l1, "quantized matmul")?;
+        let residual = crate::cpu_op::contiguous_f32(s2, l2, "quantized matmul residual")?;
+        let dims = l1.shape().dims();
+        let want: Vec<usize> = dims[..dims.len().saturating_sub(1)].iter().copied().chain([self.0.rows()]).collect();
+        if l2.shape().dims() != want {
+            candle_core::bail!("quantized matmul: residual {:?}, the output is {want:?}", l2.shape().dims());
         }
-        let m = x.len() / k.max(1);
-        // SAFETY: `matmul_uninit` writes every element of its output when it returns Ok.
-        let out = unsafe { crate::cpu_op::written_by(m * w.rows(), |o| w.matmul_uninit(x, m, o))? };
-        let mut out_dims = dims.to_vec();
-        if let Some(last) = out_dims.last_mut() {
-            *last = w.rows();
-        }
-        Ok((CpuStorage::F32(out), Shape::from(out_dims)))
+        self.run(x, dims, Some(residual))
     }
 }

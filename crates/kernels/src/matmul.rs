@@ -187,6 +187,20 @@ struct QuantizedActs<'a> {
     m: usize,
 }
 
+/// One output of [`QMatrix::shared_to`]: `len` f32 at `ptr`, and the residual added to them.
+struct Out<'a> {
+    len: usize,
+    ptr: *mut f32,
+    residual: Option<&'a [f32]>,
+}
+
+/// `out[i] += add[i]`.
+fn add_into(out: &mut [f32], add: &[f32]) {
+    for (o, &a) in out.iter_mut().zip(add) {
+        *o += a;
+    }
+}
+
 /// How a [`QMatrix`] keeps its blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
@@ -345,10 +359,10 @@ impl QMatrix {
         m: usize,
         outs: &mut [&mut [MaybeUninit<f32>]],
     ) -> Result<()> {
-        let (isa, pool) = (Isa::best(), ThreadPool::global());
-        let outs: Vec<(usize, *mut f32)> = outs.iter_mut().map(|o| (o.len(), o.as_mut_ptr().cast::<f32>())).collect();
+        let outs: Vec<Out<'_>> =
+            outs.iter_mut().map(|o| Out { len: o.len(), ptr: o.as_mut_ptr().cast::<f32>(), residual: None }).collect();
         // SAFETY: each pointer comes from a distinct `&mut` slice of its length.
-        unsafe { Self::shared_to(isa, pool, mats, x, m, &outs) }
+        unsafe { Self::shared_to(Isa::best(), ThreadPool::global(), mats, x, m, &outs) }
     }
 
     /// [`matmul_shared_uninit`](Self::matmul_shared_uninit) into initialised outputs, with a
@@ -361,13 +375,39 @@ impl QMatrix {
         m: usize,
         outs: &mut [&mut [f32]],
     ) -> Result<()> {
-        let outs: Vec<(usize, *mut f32)> = outs.iter_mut().map(|o| (o.len(), o.as_mut_ptr())).collect();
+        let outs: Vec<Out<'_>> =
+            outs.iter_mut().map(|o| Out { len: o.len(), ptr: o.as_mut_ptr(), residual: None }).collect();
         // SAFETY: each pointer comes from a distinct `&mut` slice of its length.
         unsafe { Self::shared_to(isa, pool, mats, x, m, &outs) }
     }
 
+    /// `out (m, rows) = residual + x · Wᵀ` (a layer's skip connection), each value the bits of
+    /// `residual + matmul`, added by each pool thread to the outputs it has just written. On
+    /// `Ok`, all of `out` is initialised.
+    pub fn matmul_add_uninit(&self, x: &[f32], m: usize, residual: &[f32], out: &mut [MaybeUninit<f32>]) -> Result<()> {
+        let out = Out { len: out.len(), ptr: out.as_mut_ptr().cast::<f32>(), residual: Some(residual) };
+        // SAFETY: the pointer comes from a `&mut` slice of its length.
+        unsafe { Self::shared_to(Isa::best(), ThreadPool::global(), &[self], x, m, &[out]) }
+    }
+
+    /// [`matmul_add_uninit`](Self::matmul_add_uninit) into an initialised output, with a chosen
+    /// instruction set (which this CPU must have) and pool.
+    pub fn matmul_add_with(
+        &self,
+        isa: Isa,
+        pool: &ThreadPool,
+        x: &[f32],
+        m: usize,
+        residual: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
+        let out = Out { len: out.len(), ptr: out.as_mut_ptr(), residual: Some(residual) };
+        // SAFETY: the pointer comes from a `&mut` slice of its length.
+        unsafe { Self::shared_to(isa, pool, &[self], x, m, &[out]) }
+    }
+
     /// # Safety
-    /// Each `(len, ptr)` of `outs` is valid for `len` f32 writes that nothing else accesses
+    /// Each output's pointer is valid for `len` f32 writes that nothing else accesses
     /// meanwhile.
     unsafe fn shared_to(
         isa: Isa,
@@ -375,22 +415,32 @@ impl QMatrix {
         mats: &[&QMatrix],
         x: &[f32],
         m: usize,
-        outs: &[(usize, *mut f32)],
+        outs: &[Out<'_>],
     ) -> Result<()> {
         if mats.len() != outs.len() {
             return Err(KernelError::Shape(format!("{} matrices, {} outputs", mats.len(), outs.len())));
         }
-        for (w, &(len, _)) in mats.iter().zip(outs) {
-            w.check(isa, x, m, len)?;
+        for (w, o) in mats.iter().zip(outs) {
+            w.check(isa, x, m, o.len)?;
+            if let Some(r) = o.residual.filter(|r| r.len() != o.len) {
+                return Err(KernelError::Shape(format!("a residual of {} values for an output of {}", r.len(), o.len)));
+            }
         }
         let few = m < GEMM_MIN_TOKENS || crate::invariant::active();
         if m > 0 && few && mats.iter().all(|w| w.layout == Layout::Rows || isa == Isa::Avx512Vnni) {
-            let mats: Vec<_> = mats.iter().zip(outs).map(|(w, &(_, p))| (*w, SendPtr(p))).collect();
+            let mats: Vec<_> = mats.iter().zip(outs).map(|(w, o)| (*w, SendPtr(o.ptr), o.residual)).collect();
             return Self::shared_dots(&mats, isa, pool, x, m);
         }
-        for (w, &(_, p)) in mats.iter().zip(outs) {
-            // SAFETY: checked above; `p` is valid for this matrix's (m, rows) output.
-            unsafe { w.matmul_to(isa, pool, x, m, p)? };
+        for (w, o) in mats.iter().zip(outs) {
+            // SAFETY: checked above; `ptr` is valid for this matrix's (m, rows) output.
+            unsafe { w.matmul_to(isa, pool, x, m, o.ptr)? };
+            if let Some(res) = o.residual {
+                // SAFETY: every element was just written; nothing else accesses the output.
+                let out = unsafe { std::slice::from_raw_parts_mut(o.ptr, o.len) };
+                crate::pool::for_each_row(pool, out, w.rows, 2, &|t, row| {
+                    add_into(row, &res[t * w.rows..][..w.rows]);
+                })?;
+            }
         }
         Ok(())
     }
@@ -456,33 +506,60 @@ impl QMatrix {
 
     /// The few-token path: quantized activations, integer dot products.
     fn dots(&self, isa: Isa, pool: &ThreadPool, x: &[f32], m: usize, out: *mut f32) -> Result<()> {
-        Self::shared_dots(&[(self, SendPtr(out))], isa, pool, x, m)
+        Self::shared_dots(&[(self, SendPtr(out), None)], isa, pool, x, m)
     }
 
     /// The few-token path of every matrix in `mats` (each with its `(m, rows)` output; all
     /// take `cols` values per token): `x` quantized once for each activation kind they read,
     /// then one pool run in which each thread takes its share of every matrix's rows.
-    fn shared_dots(mats: &[(&QMatrix, SendPtr<f32>)], isa: Isa, pool: &ThreadPool, x: &[f32], m: usize) -> Result<()> {
-        let Some(cols) = mats.first().map(|(w, _)| w.cols) else { return Ok(()) };
-        let reads = |kind| mats.iter().any(|(w, _)| w.qtype.activation() == kind);
+    #[allow(clippy::type_complexity)]
+    fn shared_dots(
+        mats: &[(&QMatrix, SendPtr<f32>, Option<&[f32]>)],
+        isa: Isa,
+        pool: &ThreadPool,
+        x: &[f32],
+        m: usize,
+    ) -> Result<()> {
+        let Some(cols) = mats.first().map(|(w, _, _)| w.cols) else { return Ok(()) };
+        let reads = |kind| mats.iter().any(|(w, _, _)| w.qtype.activation() == kind);
         ACT_Q8.with(|q8| {
             ACT_Q8K.with(|q8k| {
                 let (mut q8, mut q8k) = (q8.borrow_mut(), q8k.borrow_mut());
-                if reads(ActKind::Q8) {
-                    q8.resize(m * cols / 32, Q8Block::default());
-                    quantize_tokens(pool, x, cols, &mut q8, quantize_q8_wide)?;
+                // The buffers only grow: layers of different widths alternate, and refilling
+                // the blocks a shrink dropped had cost 1% of a batched step.
+                let (n8, n8k) = (
+                    if reads(ActKind::Q8) { m * cols / 32 } else { 0 },
+                    if reads(ActKind::Q8K) { m * cols / 256 } else { 0 },
+                );
+                if q8.len() < n8 {
+                    q8.resize(n8, Q8Block::default());
                 }
-                if reads(ActKind::Q8K) {
-                    q8k.resize(m * cols / 256, Q8KBlock::default());
-                    quantize_tokens(pool, x, cols, &mut q8k, quantize_q8k_wide)?;
+                if q8k.len() < n8k {
+                    q8k.resize(n8k, Q8KBlock::default());
                 }
-                let acts = QuantizedActs { q8: &q8[..], q8k: &q8k[..], m };
+                let (q8, q8k) = (&mut q8[..n8], &mut q8k[..n8k]);
+                if n8 > 0 {
+                    quantize_tokens(pool, x, cols, q8, quantize_q8_wide)?;
+                }
+                if n8k > 0 {
+                    quantize_tokens(pool, x, cols, q8k, quantize_q8k_wide)?;
+                }
+                let acts = QuantizedActs { q8, q8k, m };
                 let n = pool.threads();
                 pool.run(&|part| {
-                    for (w, dst) in mats {
+                    for (w, dst, residual) in mats {
                         // SAFETY: the callers' contract (`matmul_to`): each output is valid for
                         // (m, rows) writes that nothing else makes, and `isa` is this CPU's.
-                        unsafe { w.dots_part(isa, part, n, &acts, dst) };
+                        let cols = unsafe { w.dots_part(isa, part, n, &acts, dst) };
+                        if let Some(res) = residual {
+                            for t in 0..m {
+                                let at = t * w.rows + cols.start;
+                                // SAFETY: token t's columns `cols` of the output are this part's
+                                // share, written just above.
+                                let out = unsafe { std::slice::from_raw_parts_mut(dst.0.add(at), cols.len()) };
+                                add_into(out, &res[at..at + cols.len()]);
+                            }
+                        }
                     }
                 })
             })
@@ -490,13 +567,21 @@ impl QMatrix {
     }
 
     /// Part `part` of `n` of this matrix's few-token dots: its share of the rows (or of the
-    /// panels, 16 rows each), every token, written into `dst` `(m, rows)`.
+    /// panels, 16 rows each), every token, written into `dst` `(m, rows)`. Returns the share:
+    /// the output columns written.
     ///
     /// # Safety
     /// `dst` is valid for the (m, rows) output, whose columns of this part's share only this
     /// call writes; `isa` is one this CPU has; a panel matrix runs only with AVX-512 VNNI;
     /// `acts` holds the activation kind this matrix reads, for `cols` values per token.
-    unsafe fn dots_part(&self, isa: Isa, part: usize, n: usize, acts: &QuantizedActs<'_>, dst: &SendPtr<f32>) {
+    unsafe fn dots_part(
+        &self,
+        isa: Isa,
+        part: usize,
+        n: usize,
+        acts: &QuantizedActs<'_>,
+        dst: &SendPtr<f32>,
+    ) -> std::ops::Range<usize> {
         let (rows, t, m) = (self.rows, self.qtype, acts.m);
         let nb = self.cols / t.block_elems();
         #[cfg(target_arch = "x86_64")]
@@ -504,7 +589,8 @@ impl QMatrix {
             let np = rows.div_ceil(PANEL_ROWS);
             let (cb, per) = (panels::chunk_bytes(t), np.div_ceil(n));
             let kernel = crate::x86::panel_dots_fn(t);
-            for p in (part * per).min(np)..((part + 1) * per).min(np) {
+            let share = (part * per).min(np)..((part + 1) * per).min(np);
+            for p in share.clone() {
                 let r0 = p * PANEL_ROWS;
                 // SAFETY: panel p holds nb chunks; the writes are tokens 0..m × rows
                 // r0..r0+nvalid of the output, in this part's share.
@@ -520,7 +606,7 @@ impl QMatrix {
                     )
                 };
             }
-            return;
+            return (share.start * PANEL_ROWS).min(rows)..(share.end * PANEL_ROWS).min(rows);
         }
         let per = rows.div_ceil(n);
         let (start, end) = ((part * per).min(rows), ((part + 1) * per).min(rows));
@@ -559,6 +645,7 @@ impl QMatrix {
                 });
             }
         }
+        start..end
     }
 
     /// `dst (m, rows)[tok, r] = dot(row r, token tok's activations)` for the rows `range`, which

@@ -511,6 +511,61 @@ fn matrices_sharing_an_input_give_what_each_gives_alone() {
     assert!(QMatrix::matmul_shared_with(Isa::Portable, &pool, &[&a, &b], &[0.5; 32], 1, &mut [&mut oa]).is_err());
 }
 
+/// `matmul_add_*` (a layer's skip connection added by the pool threads) gives the bits of
+/// `residual + matmul` on every type, layout, instruction set and thread count, few tokens and
+/// many, inside `row_invariant` and outside; a residual of the wrong length is an error.
+#[test]
+fn a_matmul_with_its_residual_equals_the_residual_plus_the_matmul() {
+    use std::mem::MaybeUninit;
+    let mut rng = StdRng::seed_from_u64(31);
+    for t in QType::ALL {
+        let (rows, cols) = (37, 2 * t.block_elems());
+        let w0 = random_matrix(t, rows, cols, &mut rng);
+        for w in in_every_layout(&w0) {
+            for m in [1usize, 6, tessera_kernels::GEMM_MIN_TOKENS + 3] {
+                let x = random_x(m, cols, &mut rng);
+                let residual = random_x(m, rows, &mut rng);
+                for isa in Isa::available() {
+                    for threads in [1usize, 2] {
+                        let pool = ThreadPool::new(threads);
+                        for invariant in [false, true] {
+                            let (mut plain, mut fused) = (vec![0f32; m * rows], vec![0f32; m * rows]);
+                            let mut run = || {
+                                w.matmul_with(isa, &pool, &x, m, &mut plain).expect("matmul");
+                                w.matmul_add_with(isa, &pool, &x, m, &residual, &mut fused).expect("matmul_add");
+                            };
+                            if invariant {
+                                tessera_kernels::row_invariant(&mut run);
+                            } else {
+                                run();
+                            }
+                            let want: Vec<f32> = residual.iter().zip(&plain).map(|(r, p)| r + p).collect();
+                            assert!(
+                                fused.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                                "{t} {:?} m={m} {isa:?} threads={threads} invariant={invariant}",
+                                w.layout()
+                            );
+                        }
+                    }
+                }
+                let mut want = vec![0f32; m * rows];
+                w.matmul(&x, m, &mut want).expect("matmul");
+                let mut got = vec![MaybeUninit::new(f32::NAN); m * rows];
+                w.matmul_add_uninit(&x, m, &residual, &mut got).expect("matmul_add_uninit");
+                // SAFETY: initialised (to NaN) before the call.
+                assert!(got
+                    .iter()
+                    .zip(want.iter().zip(&residual))
+                    .all(|(g, (p, r))| unsafe { g.assume_init() }.to_bits() == (r + p).to_bits()));
+                let mut short = vec![0f32; m * rows];
+                assert!(w
+                    .matmul_add_with(Isa::Portable, &ThreadPool::new(1), &x, m, &residual[1..], &mut short)
+                    .is_err());
+            }
+        }
+    }
+}
+
 /// Without `BudgetedAlloc` as the global allocator nothing can be enforced: the work runs on the
 /// calling thread (no thread per call), and its panic is reported.
 #[test]
