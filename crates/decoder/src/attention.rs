@@ -506,13 +506,16 @@ impl Attention {
         let (out, weights) = match input.cache {
             Some((caches, layer)) if per_row => {
                 // Each row: its keys and values into its own cache, one query over that cache.
-                let mut kvs = Vec::with_capacity(t);
-                for (i, cache) in caches.iter_mut().enumerate() {
-                    kvs.push(cache.append(layer, &k.narrow(2, i, 1)?, &v.narrow(2, i, 1)?)?);
-                }
                 if fused {
-                    (self.attend_rows(&q, &kvs, mask)?, None)
+                    for (i, cache) in caches.iter_mut().enumerate() {
+                        cache.append_row(layer, &k, &v, i)?;
+                    }
+                    (self.attend_rows(&q, caches, layer, mask)?, None)
                 } else {
+                    let mut kvs = Vec::with_capacity(t);
+                    for (i, cache) in caches.iter_mut().enumerate() {
+                        kvs.push(cache.append(layer, &k.narrow(2, i, 1)?, &v.narrow(2, i, 1)?)?);
+                    }
                     let mut outs = Vec::with_capacity(t);
                     for (i, (kc, vc)) in kvs.iter().enumerate() {
                         outs.push(self.attend(&q.narrow(2, i, 1)?.contiguous()?, kc, vc, mask, None, false, false)?.0);
@@ -533,17 +536,24 @@ impl Attention {
     }
 
     /// A batched decode step's attention on the CPU: row `i` of `q` `(1, heads, n, d)` over
-    /// its own cache `kvs[i]` (`(1, kv_heads, len_i, d)`, f32 or f16), all rows in one kernel
-    /// call (one pool fork/join per layer, not one per row) → `(1, n, heads·d)`. Each row
-    /// computes what the fused kernel computes for it alone.
-    fn attend_rows(&self, q: &Tensor, kvs: &[(Tensor, Tensor)], mask: &AttentionMask) -> Result<Tensor> {
+    /// layer `layer` of its own cache `caches[i]` (f32 or f16), all rows in one kernel call
+    /// (one pool fork/join per layer, not one per row) → `(1, n, heads·d)`. Each row computes
+    /// what the fused kernel computes for it alone.
+    fn attend_rows(&self, q: &Tensor, caches: &[KvCache], layer: usize, mask: &AttentionMask) -> Result<Tensor> {
         use candle_core::{CpuStorage, Storage};
-        let (n, d) = (kvs.len(), self.head_dim);
+        let (n, d) = (caches.len(), self.head_dim);
         let q = q.transpose(1, 2)?.contiguous()?.flatten_all()?.to_vec1::<f32>()?; // (n, heads, d)
-        let guards: Vec<_> = kvs.iter().map(|(k, v)| (k.storage_and_layout(), v.storage_and_layout())).collect();
-        let stores: Vec<_> = guards.iter().map(|((ks, kl), (vs, vl))| ((&**ks, *kl), (&**vs, *vl))).collect();
+        let mut guards = Vec::with_capacity(n);
+        for cache in caches {
+            let (k, v, len) = cache
+                .layer(layer)
+                .ok_or_else(|| DecoderError::Config(format!("a batched step's cache has no layer {layer}")))?;
+            guards.push((k.storage_and_layout(), v.storage_and_layout(), len));
+        }
+        let stores: Vec<_> =
+            guards.iter().map(|((ks, kl), (vs, vl), len)| ((&**ks, *kl), (&**vs, *vl), *len)).collect();
         let mut out = vec![0f32; n * self.num_heads * d];
-        match stores.first().map(|((ks, _), _)| ks) {
+        match stores.first().map(|((ks, _), _, _)| ks) {
             Some(Storage::Cpu(CpuStorage::F16(_))) => self.attend_rows_in::<half::f16>(&q, &stores, mask, &mut out),
             Some(Storage::Cpu(CpuStorage::F32(_))) | None => self.attend_rows_in::<f32>(&q, &stores, mask, &mut out),
             Some(_) => Err(DecoderError::Config("batched attention takes f32 or f16 CPU caches".into())),
@@ -559,17 +569,20 @@ impl Attention {
     fn attend_rows_in<E: CpuKv>(
         &self,
         q: &[f32],
-        stores: &[((&candle_core::Storage, &candle_core::Layout), (&candle_core::Storage, &candle_core::Layout))],
+        stores: &[(
+            (&candle_core::Storage, &candle_core::Layout),
+            (&candle_core::Storage, &candle_core::Layout),
+            usize,
+        )],
         mask: &AttentionMask,
         out: &mut [f32],
     ) -> Result<()> {
         let (heads, d) = (self.num_heads, self.head_dim);
         let mut rows = Vec::with_capacity(stores.len());
-        for (i, ((ks, kl), (vs, vl))) in stores.iter().enumerate() {
+        for (i, &((ks, kl), (vs, vl), tk)) in stores.iter().enumerate() {
             let (Some(k), Some(v)) = (E::values(ks), E::values(vs)) else {
                 return Err(DecoderError::Config("a batched step's caches hold different dtypes".into()));
             };
-            let tk = kl.dims()[2];
             rows.push(tessera_kernels::attention::RowAttention {
                 q: &q[i * heads * d..][..heads * d],
                 k,

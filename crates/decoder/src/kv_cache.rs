@@ -25,8 +25,36 @@ pub struct LayerKv {
 impl LayerKv {
     /// Appends `k`, `v`: `(b, kv_heads, t, head_dim)`, returns views over every cached position.
     fn append(&mut self, k: &Tensor, v: &Tensor, max_len: usize, dtype: Option<DType>) -> Result<(Tensor, Tensor)> {
+        self.write(k, v, 0..k.dim(2)?, max_len, dtype)?;
+        let (kb, vb) = self.buffers()?;
+        Ok((kb.narrow(2, 0, self.len)?, vb.narrow(2, 0, self.len)?))
+    }
+
+    fn buffers(&self) -> Result<(&Tensor, &Tensor)> {
+        match (&self.k, &self.v) {
+            (Some(kb), Some(vb)) => Ok((kb, vb)),
+            _ => Err(DecoderError::Config("KV cache buffers missing after growth".into())),
+        }
+    }
+
+    /// Appends positions `ts` (along dim 2) of `k`, `v` `(b, kv_heads, t, head_dim)`.
+    fn write(
+        &mut self,
+        k: &Tensor,
+        v: &Tensor,
+        ts: std::ops::Range<usize>,
+        max_len: usize,
+        dtype: Option<DType>,
+    ) -> Result<()> {
         let store = dtype.unwrap_or(k.dtype());
-        let t = k.dim(2)?;
+        let t = ts.len();
+        if ts.end > k.dim(2)? || ts.end > v.dim(2)? {
+            return Err(DecoderError::Config(format!(
+                "positions {ts:?} of {:?} keys and {:?} values",
+                k.dims(),
+                v.dims()
+            )));
+        }
         let needed = self.len + t;
         if needed > max_len {
             return Err(DecoderError::ContextOverflow { requested: needed, max: max_len });
@@ -37,14 +65,11 @@ impl LayerKv {
             self.k = Some(grow(self.k.take(), k, store, new_cap, self.len)?);
             self.v = Some(grow(self.v.take(), v, store, new_cap, self.len)?);
         }
-        let (kb, vb) = match (&self.k, &self.v) {
-            (Some(kb), Some(vb)) => (kb, vb),
-            _ => return Err(DecoderError::Config("KV cache buffers missing after growth".into())),
-        };
-        write_at(kb, k, self.len)?;
-        write_at(vb, v, self.len)?;
+        let (kb, vb) = self.buffers()?;
+        write_at(kb, k, ts.clone(), self.len)?;
+        write_at(vb, v, ts, self.len)?;
         self.len = needed;
-        Ok((kb.narrow(2, 0, self.len)?, vb.narrow(2, 0, self.len)?))
+        Ok(())
     }
 }
 
@@ -60,20 +85,23 @@ fn grow(old: Option<Tensor>, like: &Tensor, dtype: DType, capacity: usize, len: 
     Ok(buf)
 }
 
-/// Writes `src` `(b, h, t, d)` into `buf` `(b, h, capacity, d)` from position `at` (dim 2), in
-/// `buf`'s dtype. On the CPU one pass reads `src` in whatever strides it has and rounds as
-/// `to_dtype` does; elsewhere Candle converts, copies and `slice_set`s.
-fn write_at(buf: &Tensor, src: &Tensor, at: usize) -> Result<()> {
+/// Writes positions `ts` of `src` `(b, h, t, d)` into `buf` `(b, h, capacity, d)` from position
+/// `at` (dim 2), in `buf`'s dtype. On the CPU one pass reads `src` in whatever strides it has
+/// and rounds as `to_dtype` does; elsewhere Candle converts, copies and `slice_set`s.
+fn write_at(buf: &Tensor, src: &Tensor, ts: std::ops::Range<usize>, at: usize) -> Result<()> {
     if buf.device().is_cpu() && WriteAt::converts(src.dtype(), buf.dtype()) {
-        return Ok(buf.inplace_op2(src, &WriteAt { at })?);
+        return Ok(buf.inplace_op2(src, &WriteAt { ts, at })?);
     }
-    let src = if src.dtype() == buf.dtype() { src.clone() } else { src.to_dtype(buf.dtype())? };
+    let src = src.narrow(2, ts.start, ts.len())?;
+    let src = if src.dtype() == buf.dtype() { src } else { src.to_dtype(buf.dtype())? };
     Ok(buf.slice_set(&src.contiguous()?, 2, at)?)
 }
 
 /// The CPU write of [`write_at`]: one op per tensor instead of a conversion, a copy to
 /// contiguous and a `slice_set` (a batched decode step appends every row of every layer).
 struct WriteAt {
+    /// The source positions written.
+    ts: std::ops::Range<usize>,
     at: usize,
 }
 
@@ -99,7 +127,7 @@ impl candle_core::InplaceOp2 for WriteAt {
     ) -> candle_core::Result<()> {
         use candle_core::CpuStorage as S;
         use half::slice::HalfFloatSliceExt;
-        let at = self.at;
+        let (ts, at) = (self.ts.clone(), self.at);
         fn copy<T: Copy>(y: &mut [T], x: &[T]) -> candle_core::Result<()> {
             y.copy_from_slice(x);
             Ok(())
@@ -108,34 +136,37 @@ impl candle_core::InplaceOp2 for WriteAt {
         // `from_f32` (and Candle's `to_dtype`) does; one call per value cost 7 ns in a batched
         // step's profile, half's slice conversion about half as much.
         match (dst, src) {
-            (S::F32(d), S::F32(s)) => copy_rows(d, dl, s, sl, at, copy),
-            (S::F16(d), S::F32(s)) => copy_rows(d, dl, s, sl, at, |y, x| {
+            (S::F32(d), S::F32(s)) => copy_rows(d, dl, s, sl, ts.clone(), at, copy),
+            (S::F16(d), S::F32(s)) => copy_rows(d, dl, s, sl, ts.clone(), at, |y, x| {
                 tessera_kernels::ops::f32_to_f16(x, y).map_err(|e| candle_core::Error::Msg(e.to_string()))
             }),
-            (S::F16(d), S::F16(s)) => copy_rows(d, dl, s, sl, at, copy),
-            (S::BF16(d), S::F32(s)) => copy_rows(d, dl, s, sl, at, |y, x| {
+            (S::F16(d), S::F16(s)) => copy_rows(d, dl, s, sl, ts.clone(), at, copy),
+            (S::BF16(d), S::F32(s)) => copy_rows(d, dl, s, sl, ts.clone(), at, |y, x| {
                 y.convert_from_f32_slice(x);
                 Ok(())
             }),
-            (S::BF16(d), S::BF16(s)) => copy_rows(d, dl, s, sl, at, copy),
+            (S::BF16(d), S::BF16(s)) => copy_rows(d, dl, s, sl, ts.clone(), at, copy),
             _ => Err(candle_core::Error::Msg("a KV cache write between dtypes it does not convert".into())),
         }
     }
 }
 
-/// `dst[b, h, at + t, :] = conv(src[b, h, t, :])` (`conv` writes a row converted) for a
-/// contiguous `dst` `(b, h, cap, d)` and a `src` `(b, h, t, d)` of any strides.
+/// `dst[b, h, at + i, :] = conv(src[b, h, ts.start + i, :])` for each position `i` of `ts`
+/// (`conv` writes a row converted), for a contiguous `dst` `(b, h, cap, d)` and a `src`
+/// `(b, h, t, d)` of any strides.
 fn copy_rows<S: Copy, D>(
     dst: &mut [D],
     dl: &candle_core::Layout,
     src: &[S],
     sl: &candle_core::Layout,
+    ts: std::ops::Range<usize>,
     at: usize,
     conv: impl Fn(&mut [D], &[S]) -> candle_core::Result<()>,
 ) -> candle_core::Result<()> {
-    let (b, h, t, d) = sl.shape().dims4()?;
+    let (b, h, st, d) = sl.shape().dims4()?;
     let (db, dh, cap, dd) = dl.shape().dims4()?;
-    if (db, dh, dd) != (b, h, d) || at + t > cap || !dl.is_contiguous() {
+    let t = ts.len();
+    if (db, dh, dd) != (b, h, d) || at + t > cap || ts.end > st || !dl.is_contiguous() {
         return Err(candle_core::Error::Msg(format!(
             "cannot write {:?} keys or values at position {at} of a {:?} cache buffer",
             sl.dims(),
@@ -149,7 +180,7 @@ fn copy_rows<S: Copy, D>(
     for bi in 0..b {
         for hi in 0..h {
             for ti in 0..t {
-                let so = sl.start_offset() + bi * ss[0] + hi * ss[1] + ti * ss[2];
+                let so = sl.start_offset() + bi * ss[0] + hi * ss[1] + (ts.start + ti) * ss[2];
                 let o = dl.start_offset() + ((bi * h + hi) * cap + at + ti) * d;
                 let out = dst.get_mut(o..o + d).ok_or_else(short)?;
                 if ss[3] == 1 {
@@ -259,6 +290,24 @@ impl KvCache {
     pub fn bytes(&self) -> usize {
         let size = |b: &Option<Tensor>| b.as_ref().map(|t| t.elem_count() * t.dtype().size_in_bytes()).unwrap_or(0);
         self.layers.iter().map(|l| size(&l.k) + size(&l.v)).sum()
+    }
+
+    /// Appends position `row` of `k`, `v` `(b, kv_heads, t, head_dim)` to layer `layer` (a
+    /// batched step's row for this sequence), without making views; [`layer`](Self::layer)
+    /// gives the buffers.
+    pub fn append_row(&mut self, layer: usize, k: &Tensor, v: &Tensor, row: usize) -> Result<()> {
+        let (max_len, dtype) = (self.max_len, self.dtype);
+        let l =
+            self.layers.get_mut(layer).ok_or_else(|| DecoderError::Config(format!("KV cache has no layer {layer}")))?;
+        l.write(k, v, row..row + 1, max_len, dtype)?;
+        Ok(())
+    }
+
+    /// Layer `layer`'s key and value buffers `(b, kv_heads, capacity, head_dim)`, whose first
+    /// `len` positions are cached, and `len`; `None` before anything is appended.
+    pub fn layer(&self, layer: usize) -> Option<(&Tensor, &Tensor, usize)> {
+        let l = self.layers.get(layer)?;
+        Some((l.k.as_ref()?, l.v.as_ref()?, l.len))
     }
 
     /// Appends to layer `layer`; see [`LayerKv::append`].

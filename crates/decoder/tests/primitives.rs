@@ -468,3 +468,38 @@ fn kv_cache_appends_take_strided_inputs_across_growth_in_every_dtype() -> Result
     }
     Ok(())
 }
+
+/// A batched step's `append_row` writes one position of a `(1, heads, n, d)` projection (in
+/// any strides) exactly where `append` of that narrowed row would, across growth and in each
+/// stored dtype; `layer` gives the buffers and the positions filled; a row past the
+/// projection is an error.
+#[test]
+fn appending_one_row_of_a_batch_equals_appending_that_row_alone() -> Result<()> {
+    use tessera_decoder::KvCache;
+    for stored in [None, Some(DType::F16), Some(DType::BF16)] {
+        let (mut by_row, mut alone) =
+            (KvCache::new(1, 600).with_dtype(stored), KvCache::new(1, 600).with_dtype(stored));
+        assert!(by_row.layer(0).is_none());
+        for step in 0..260u64 {
+            // (1, n, heads, d) seen as (1, heads, n, d): strided, as the projections come.
+            let k = random(&[1, 4, 2, 13], 70 + step)?.transpose(1, 2)?;
+            let v = random(&[1, 4, 2, 13], 900 + step)?.transpose(1, 2)?;
+            let row = (step % 4) as usize;
+            by_row.append_row(0, &k, &v, row)?;
+            alone.append(0, &k.narrow(2, row, 1)?, &v.narrow(2, row, 1)?)?;
+        }
+        let (kb, vb, len) = by_row.layer(0).expect("appended");
+        let (ka, va, la) = alone.layer(0).expect("appended");
+        assert_eq!((len, la), (260, 260));
+        for (got, want) in [(kb, ka), (vb, va)] {
+            let bits = |t: &Tensor| -> Result<Vec<f32>> {
+                Ok(t.narrow(2, 0, 260)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?)
+            };
+            assert_eq!(bits(got)?, bits(want)?, "{stored:?}");
+        }
+        let k = random(&[1, 2, 4, 13], 1)?;
+        assert!(by_row.append_row(0, &k, &k, 4).is_err(), "row 4 of 4");
+        assert_eq!(by_row.len(), 260);
+    }
+    Ok(())
+}
