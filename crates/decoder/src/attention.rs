@@ -462,7 +462,7 @@ impl Attention {
 
     /// `x`: `(b, t, hidden)` → `(b, t, hidden)` (plus `input.residual`), and the weights when
     /// `input.capture`.
-    pub fn forward(&self, x: &Tensor, input: AttentionInput<'_>) -> Result<(Tensor, Option<Tensor>)> {
+    pub fn forward(&self, x: &Tensor, mut input: AttentionInput<'_>) -> Result<(Tensor, Option<Tensor>)> {
         let (b, t, _) = x.dims3()?;
         let residual = input.residual;
         // The kernels' attention reads strided heads; everything else takes contiguous ones.
@@ -481,6 +481,12 @@ impl Attention {
             }
             _ => false,
         };
+        let [q, k, v] = Linear::forward_shared([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
+        if per_row && fused {
+            if let Some((caches, layer)) = input.cache.take() {
+                return Ok((self.batched_rows(q, k, v, caches, layer, input.rope, input.mask, residual)?, None));
+            }
+        }
         let heads = |y: Tensor, n: usize, copy: bool| -> Result<Tensor> {
             // (b, t, n·d) → (b, n, t, d)
             let y = y.reshape((b, t, n, self.head_dim))?.transpose(1, 2)?;
@@ -490,7 +496,6 @@ impl Attention {
         // The kernels and the cache's CPU write read strided keys and values; RoPE takes
         // contiguous ones.
         let copy_k = !fused || input.rope.is_some();
-        let [q, k, v] = Linear::forward_shared([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
         let q = heads(q, self.num_heads, copy_q)?;
         let k = heads(k, self.num_kv_heads, copy_k)?;
         let v = heads(v, self.num_kv_heads, !fused)?;
@@ -506,22 +511,15 @@ impl Attention {
         let (out, weights) = match input.cache {
             Some((caches, layer)) if per_row => {
                 // Each row: its keys and values into its own cache, one query over that cache.
-                if fused {
-                    for (i, cache) in caches.iter_mut().enumerate() {
-                        cache.append_row(layer, &k, &v, i)?;
-                    }
-                    (self.attend_rows(&q, caches, layer, mask)?, None)
-                } else {
-                    let mut kvs = Vec::with_capacity(t);
-                    for (i, cache) in caches.iter_mut().enumerate() {
-                        kvs.push(cache.append(layer, &k.narrow(2, i, 1)?, &v.narrow(2, i, 1)?)?);
-                    }
-                    let mut outs = Vec::with_capacity(t);
-                    for (i, (kc, vc)) in kvs.iter().enumerate() {
-                        outs.push(self.attend(&q.narrow(2, i, 1)?.contiguous()?, kc, vc, mask, None, false, false)?.0);
-                    }
-                    (Tensor::cat(&outs, 1)?, None)
+                let mut kvs = Vec::with_capacity(t);
+                for (i, cache) in caches.iter_mut().enumerate() {
+                    kvs.push(cache.append(layer, &k.narrow(2, i, 1)?, &v.narrow(2, i, 1)?)?);
                 }
+                let mut outs = Vec::with_capacity(t);
+                for (i, (kc, vc)) in kvs.iter().enumerate() {
+                    outs.push(self.attend(&q.narrow(2, i, 1)?.contiguous()?, kc, vc, mask, None, false, false)?.0);
+                }
+                (Tensor::cat(&outs, 1)?, None)
             }
             Some((caches, layer)) => {
                 let cache = caches
@@ -535,14 +533,57 @@ impl Attention {
         Ok((self.o_proj.forward_add(&out, residual)?, weights))
     }
 
-    /// A batched decode step's attention on the CPU: row `i` of `q` `(1, heads, n, d)` over
+    /// A batched decode step on the CPU in f32, from the projections `q`, `k`, `v` `(1, n, ·)`
+    /// of its `n` rows, row `i` at the next position of `caches[i]`: q/k norms and RoPE in the
+    /// projections' own layout (one token after another: no copies into heads), each row's keys
+    /// and values into its cache, attention, `o_proj` with the residual. Each row computes what
+    /// the one-sequence path computes for it alone.
+    #[allow(clippy::too_many_arguments)]
+    fn batched_rows(
+        &self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        caches: &mut [KvCache],
+        layer: usize,
+        rope: Option<&RopeAngles>,
+        mask: &AttentionMask,
+        residual: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        let (n, d) = (caches.len(), self.head_dim);
+        let q = q.reshape((1, n, self.num_heads, d))?;
+        let k = k.reshape((1, n, self.num_kv_heads, d))?;
+        let v = v.reshape((1, n, self.num_kv_heads, d))?;
+        let (q, k) = match &self.qk_norm {
+            Some((qn, kn)) => (qn.forward(&q)?, kn.forward(&k)?),
+            None => (q, k),
+        };
+        let (q, k) = match rope {
+            Some(rope) => (rope.apply_token_major(&q)?, rope.apply_token_major(&k)?),
+            None => (q, k),
+        };
+        // (1, kv_heads, n, d) views; the cache's write reads any strides.
+        let (k, v) = (k.transpose(1, 2)?, v.transpose(1, 2)?);
+        for (i, cache) in caches.iter_mut().enumerate() {
+            cache.append_row(layer, &k, &v, i)?;
+        }
+        let out = self.attend_rows(&q, caches, layer, mask)?;
+        self.o_proj.forward_add(&out, residual)
+    }
+
+    /// A batched decode step's attention on the CPU: row `i` of `q` `(1, n, heads, d)` over
     /// layer `layer` of its own cache `caches[i]` (f32 or f16), all rows in one kernel call
     /// (one pool fork/join per layer, not one per row) → `(1, n, heads·d)`. Each row computes
     /// what the fused kernel computes for it alone.
     fn attend_rows(&self, q: &Tensor, caches: &[KvCache], layer: usize, mask: &AttentionMask) -> Result<Tensor> {
         use candle_core::{CpuStorage, Storage};
         let (n, d) = (caches.len(), self.head_dim);
-        let q = q.transpose(1, 2)?.contiguous()?.flatten_all()?.to_vec1::<f32>()?; // (n, heads, d)
+        let q = q.contiguous()?;
+        let (qs, ql) = q.storage_and_layout();
+        let Storage::Cpu(qs) = &*qs else {
+            return Err(DecoderError::Config("batched attention: q is not on the CPU".into()));
+        };
+        let q = crate::cpu_op::contiguous_f32(qs, ql, "batched attention")?; // (n, heads, d)
         let mut guards = Vec::with_capacity(n);
         for cache in caches {
             let (k, v, len) = cache

@@ -200,10 +200,11 @@ impl RotaryEmbedding {
 /// wake for microseconds of work and then spin beside the kernels' pool.
 const SERIAL_MAX_ROWS: usize = 64;
 
-/// Candle's CPU `rope`/`rope_i` for `(b, h, t, d)` f32 and `(t, d/2)` angles, element for
-/// element the same arithmetic, in one thread.
+/// Candle's CPU `rope`/`rope_i` for `(b, h, t, d)` f32 (or `(b, t, h, d)`, `token_major`) and
+/// `(t, d/2)` angles, element for element the same arithmetic, in one thread.
 struct SerialRope {
     style: RopeStyle,
+    token_major: bool,
 }
 
 impl candle_core::CustomOp3 for SerialRope {
@@ -222,7 +223,9 @@ impl candle_core::CustomOp3 for SerialRope {
     ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
         use candle_core::CpuStorage::F32;
         let (src, cos, sin) = (f32_slice(s1, l1, "input")?, f32_slice(s2, l2, "cos")?, f32_slice(s3, l3, "sin")?);
-        let (b, h, t, d) = l1.shape().dims4()?;
+        let (b, h, t, d) = match (l1.shape().dims4()?, self.token_major) {
+            ((b, t, h, d), true) | ((b, h, t, d), false) => (b, h, t, d),
+        };
         let half = d / 2;
         if l2.dims() != [t, half] || l3.dims() != [t, half] || src.len() != b * h * t * d {
             return Err(candle_core::Error::Msg(format!("rope: angles {:?} for input {:?}", l2.dims(), l1.dims())));
@@ -231,19 +234,18 @@ impl candle_core::CustomOp3 for SerialRope {
         if dst.is_empty() {
             return Ok((F32(dst), l1.shape().clone())); // no positions (chunks of 0 would panic)
         }
-        for (x, y) in src.chunks_exact(t * d).zip(dst.chunks_exact_mut(t * d)) {
-            for i_t in 0..t {
-                let (x, y) = (&x[i_t * d..][..d], &mut y[i_t * d..][..d]);
-                let (c, s) = (&cos[i_t * half..][..half], &sin[i_t * half..][..half]);
-                for i in 0..half {
-                    // Candle's pairing and its exact expressions (no fused multiply-add).
-                    let (a, b) = match self.style {
-                        RopeStyle::Half => (i, i + half),
-                        RopeStyle::Interleaved => (2 * i, 2 * i + 1),
-                    };
-                    y[a] = x[a] * c[i] - x[b] * s[i];
-                    y[b] = x[a] * s[i] + x[b] * c[i];
-                }
+        for (r, (x, y)) in src.chunks_exact(d).zip(dst.chunks_exact_mut(d)).enumerate() {
+            // Row r of d values is position i_t of some head.
+            let i_t = if self.token_major { r / h % t } else { r % t };
+            let (c, s) = (&cos[i_t * half..][..half], &sin[i_t * half..][..half]);
+            for i in 0..half {
+                // Candle's pairing and its exact expressions (no fused multiply-add).
+                let (a, b) = match self.style {
+                    RopeStyle::Half => (i, i + half),
+                    RopeStyle::Interleaved => (2 * i, 2 * i + 1),
+                };
+                y[a] = x[a] * c[i] - x[b] * s[i];
+                y[b] = x[a] * s[i] + x[b] * c[i];
             }
         }
         Ok((F32(dst), l1.shape().clone()))
@@ -298,12 +300,24 @@ impl RopeAngles {
         let (cos, sin) = self.check(x)?;
         let x = x.contiguous()?;
         if x.device().is_cpu() && x.dtype() == DType::F32 && x.dims()[2] <= SERIAL_MAX_ROWS {
-            return Ok(x.apply_op3_no_bwd(&cos, &sin, &SerialRope { style: self.style })?);
+            return Ok(x.apply_op3_no_bwd(&cos, &sin, &SerialRope { style: self.style, token_major: false })?);
         }
         Ok(match self.style {
             RopeStyle::Half => candle_nn::rotary_emb::rope(&x, &cos, &sin)?,
             RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&x, &cos, &sin)?,
         })
+    }
+
+    /// [`apply`](Self::apply) to `x` laid out `(b, t, heads, head_dim)` (a projection's own
+    /// layout, one token after another), → the same layout, contiguous; each value the bits
+    /// `apply` gives it.
+    pub fn apply_token_major(&self, x: &Tensor) -> Result<Tensor> {
+        if x.device().is_cpu() && x.dtype() == DType::F32 && x.dims().get(1).is_some_and(|&t| t <= SERIAL_MAX_ROWS) {
+            let (cos, sin) = self.check(&x.transpose(1, 2)?)?;
+            let op = SerialRope { style: self.style, token_major: true };
+            return Ok(x.contiguous()?.apply_op3_no_bwd(&cos, &sin, &op)?);
+        }
+        Ok(self.apply(&x.transpose(1, 2)?)?.transpose(1, 2)?.contiguous()?)
     }
 
     /// The obviously-correct twin of [`apply`](Self::apply), for tests.

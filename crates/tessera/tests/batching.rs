@@ -92,6 +92,33 @@ fn batched_decode_rows_equal_each_sequence_alone_on_dense_f32_with_images() -> R
     batched_rows_equal_solo(&model, &image_prompts(&model, 40)?, 2)
 }
 
+/// Every tiny text checkpoint's family (MHA/GQA/MQA, llama3 RoPE, Qwen2 biases, Gemma's norms,
+/// Gemma 2's soft-caps, Gemma 3's and Qwen3's q/k norms, local layers): batched rows equal each
+/// sequence alone, whichever path the layer takes (the batched CPU path where it applies).
+#[test]
+fn batched_decode_rows_equal_each_sequence_alone_in_every_tiny_family() -> Result<()> {
+    for name in [
+        "llama-gqa",
+        "llama-mha",
+        "llama-mqa-llama3rope",
+        "qwen2-bias",
+        "mistral",
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "qwen3-qknorm",
+    ] {
+        let dir = common::fixtures().join("tiny").join(name);
+        let model = Model::load(dir.to_str().expect("utf-8 path"), &common::load_options()?)?;
+        let prompts: Vec<Prompt> = ["Hello there", "The quick brown fox jumps", "1 2 3", "A"]
+            .iter()
+            .map(|p| model.encode_prompt(p, None, false, &[]))
+            .collect::<std::result::Result<_, _>>()?;
+        batched_rows_equal_solo(&model, &prompts, 4).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    }
+    Ok(())
+}
+
 #[test]
 fn a_single_row_step_equals_the_plain_decode_step() -> Result<()> {
     let model = smollm2()?;
