@@ -595,8 +595,8 @@ impl Attention {
             guards.iter().map(|((ks, kl), (vs, vl), len)| ((&**ks, *kl), (&**vs, *vl), *len)).collect();
         let mut out = vec![0f32; n * self.num_heads * d];
         match stores.first().map(|((ks, _), _, _)| ks) {
-            Some(Storage::Cpu(CpuStorage::F16(_))) => self.attend_rows_in::<half::f16>(&q, &stores, mask, &mut out),
-            Some(Storage::Cpu(CpuStorage::F32(_))) | None => self.attend_rows_in::<f32>(&q, &stores, mask, &mut out),
+            Some(Storage::Cpu(CpuStorage::F16(_))) => self.attend_rows_in::<half::f16>(q, &stores, mask, &mut out),
+            Some(Storage::Cpu(CpuStorage::F32(_))) | None => self.attend_rows_in::<f32>(q, &stores, mask, &mut out),
             Some(_) => Err(DecoderError::Config("batched attention takes f32 or f16 CPU caches".into())),
         }?;
         drop(stores);
