@@ -107,6 +107,32 @@ fn kv_layout(l: &candle_core::Layout, name: &str) -> candle_core::Result<tessera
     })
 }
 
+/// Row `i` of `k`, `v` `(1, kv_heads, n, d)` appended to `caches[i]`, the caches shared out
+/// among the kernels' pool threads (one contiguous share each): every write lands in a
+/// different sequence's buffer, a cache miss apiece, which the threads then overlap.
+fn append_rows_in_parallel(caches: &mut [KvCache], layer: usize, k: &Tensor, v: &Tensor) -> Result<()> {
+    use std::sync::Mutex;
+    let pool = tessera_kernels::ThreadPool::global();
+    let per = caches.len().div_ceil(pool.threads()).max(1);
+    let shares: Vec<Mutex<&mut [KvCache]>> = caches.chunks_mut(per).map(Mutex::new).collect();
+    let failed: Mutex<Option<DecoderError>> = Mutex::new(None);
+    pool.run(&|part| {
+        let Some(share) = shares.get(part) else { return };
+        let mut share = share.lock().unwrap_or_else(|e| e.into_inner());
+        for (j, cache) in share.iter_mut().enumerate() {
+            if let Err(e) = cache.append_row(layer, k, v, part * per + j) {
+                failed.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+                return;
+            }
+        }
+    })
+    .map_err(|e| DecoderError::Config(format!("KV cache writes: {e}")))?;
+    match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
 /// A KV cache element type the kernels read (f32, f16), taken out of Candle's CPU storage.
 trait CpuKv: tessera_kernels::attention::KvValue {
     /// The storage's values when it is a CPU storage of this type.
@@ -564,9 +590,7 @@ impl Attention {
         };
         // (1, kv_heads, n, d) views; the cache's write reads any strides.
         let (k, v) = (k.transpose(1, 2)?, v.transpose(1, 2)?);
-        for (i, cache) in caches.iter_mut().enumerate() {
-            cache.append_row(layer, &k, &v, i)?;
-        }
+        append_rows_in_parallel(caches, layer, &k, &v)?;
         let out = self.attend_rows(&q, caches, layer, mask)?;
         self.o_proj.forward_add(&out, residual)
     }

@@ -238,14 +238,24 @@ impl candle_core::CustomOp3 for SerialRope {
             // Row r of d values is position i_t of some head.
             let i_t = if self.token_major { r / h % t } else { r % t };
             let (c, s) = (&cos[i_t * half..][..half], &sin[i_t * half..][..half]);
-            for i in 0..half {
-                // Candle's pairing and its exact expressions (no fused multiply-add).
-                let (a, b) = match self.style {
-                    RopeStyle::Half => (i, i + half),
-                    RopeStyle::Interleaved => (2 * i, 2 * i + 1),
-                };
-                y[a] = x[a] * c[i] - x[b] * s[i];
-                y[b] = x[a] * s[i] + x[b] * c[i];
+            // Candle's pairing and its exact expressions (no fused multiply-add), as iterators
+            // over whole slices so that they vectorise.
+            let angles = c.iter().zip(s);
+            match self.style {
+                RopeStyle::Half => {
+                    let ((x0, x1), (y0, y1)) = (x.split_at(half), y.split_at_mut(half));
+                    for (((y0, y1), (&a, &b)), (&c, &s)) in y0.iter_mut().zip(y1).zip(x0.iter().zip(x1)).zip(angles) {
+                        *y0 = a * c - b * s;
+                        *y1 = a * s + b * c;
+                    }
+                }
+                RopeStyle::Interleaved => {
+                    for ((yp, xp), (&c, &s)) in y.chunks_exact_mut(2).zip(x.chunks_exact(2)).zip(angles) {
+                        let (a, b) = (xp[0], xp[1]);
+                        yp[0] = a * c - b * s;
+                        yp[1] = a * s + b * c;
+                    }
+                }
             }
         }
         Ok((F32(dst), l1.shape().clone()))

@@ -246,6 +246,10 @@ fn few_position_rope_is_candles_rope_bit_for_bit() -> Result<()> {
                 Ok(t.flatten_all()?.to_vec1::<f32>()?.iter().map(|v| v.to_bits()).collect())
             };
             assert_eq!(bits(&at.apply(&x)?)?, bits(&candle)?, "{style:?}, {t} positions");
+            // The same rotation of the (b, t, heads, d) layout a batched step keeps.
+            let token_major = at.apply_token_major(&x.transpose(1, 2)?.contiguous()?)?;
+            assert_eq!(token_major.dims(), &[1, t, 3, 8]);
+            assert_eq!(bits(&token_major.transpose(1, 2)?)?, bits(&candle)?, "{style:?}, {t} positions, token-major");
         }
         // No positions: nothing to rotate (Candle's op would split its input into chunks of 0).
         let none = RopeAngles::from_angles(&Tensor::zeros((0, 4), DType::F32, &Device::Cpu)?, style, 8, DType::F32)?;
