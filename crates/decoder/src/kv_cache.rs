@@ -61,7 +61,7 @@ impl LayerKv {
         }
         let capacity = self.k.as_ref().map(|b| b.dim(2)).transpose()?.unwrap_or(0);
         if needed > capacity {
-            let new_cap = needed.max(capacity * 2).max(INITIAL_CAPACITY.min(max_len)).min(max_len);
+            let new_cap = grown_capacity(needed, capacity, max_len);
             self.k = Some(grow(self.k.take(), k, store, new_cap, self.len)?);
             self.v = Some(grow(self.v.take(), v, store, new_cap, self.len)?);
         }
@@ -71,6 +71,12 @@ impl LayerKv {
         self.len = needed;
         Ok(())
     }
+}
+
+/// The capacity a buffer of `capacity` positions grows to when it must hold `needed`: at least
+/// double, at least [`INITIAL_CAPACITY`], at most the context `max_len`.
+fn grown_capacity(needed: usize, capacity: usize, max_len: usize) -> usize {
+    needed.max(capacity * 2).max(INITIAL_CAPACITY.min(max_len)).min(max_len)
 }
 
 /// Allocates a `dtype` buffer with room for `capacity` positions, keeping the first `len` of `old`.
@@ -266,6 +272,17 @@ impl KvCache {
     /// first `len` positions: what a later sequence that shares them continues from, while
     /// this one stays as it is.
     pub fn copy_prefix(&self, len: usize) -> Result<KvCache> {
+        self.copy_prefix_with_capacity(len, len)
+    }
+
+    /// [`copy_prefix`](Self::copy_prefix) with room to append: buffers as large as appending to
+    /// an exact copy would grow them, so the sequence that continues from it does not
+    /// reallocate and copy every layer's buffers on its first step.
+    pub fn resume_from(&self, len: usize) -> Result<KvCache> {
+        self.copy_prefix_with_capacity(len, grown_capacity(len + 1, len, self.max_len))
+    }
+
+    fn copy_prefix_with_capacity(&self, len: usize, capacity: usize) -> Result<KvCache> {
         if len > self.len() {
             return Err(DecoderError::Config(format!(
                 "cannot copy {len} positions of a KV cache holding {}",
@@ -277,7 +294,9 @@ impl KvCache {
             .iter()
             .map(|l| {
                 let copy = |b: &Option<Tensor>| match b {
-                    Some(b) if len > 0 => Ok::<_, DecoderError>(Some(grow(Some(b.clone()), b, b.dtype(), len, len)?)),
+                    Some(b) if len > 0 => {
+                        Ok::<_, DecoderError>(Some(grow(Some(b.clone()), b, b.dtype(), capacity.max(len), len)?))
+                    }
                     _ => Ok(None),
                 };
                 Ok(LayerKv { k: copy(&l.k)?, v: copy(&l.v)?, len })

@@ -507,3 +507,35 @@ fn appending_one_row_of_a_batch_equals_appending_that_row_alone() -> Result<()> 
     }
     Ok(())
 }
+
+/// `copy_prefix` keeps exactly the positions asked for (what the prefix cache stores);
+/// `resume_from` holds the same values with room to append, so the sequence continuing from it
+/// writes its next position in place (its buffers' bytes do not change) and reads what an
+/// exact copy that grew would read.
+#[test]
+fn a_resumed_prefix_appends_in_place_and_holds_what_an_exact_copy_holds() -> Result<()> {
+    use tessera_decoder::KvCache;
+    for stored in [None, Some(DType::F16)] {
+        let mut cache = KvCache::new(2, 600).with_dtype(stored);
+        let (k, v) = (random(&[1, 2, 40, 8], 81)?, random(&[1, 2, 40, 8], 82)?);
+        for layer in 0..2 {
+            cache.append(layer, &k, &v)?;
+        }
+        let (mut exact, mut resumed) = (cache.copy_prefix(30)?, cache.resume_from(30)?);
+        let per_position = 2 * 2 * 2 * 8 * stored.map_or(4, |d| d.size_in_bytes());
+        assert_eq!(exact.bytes(), 30 * per_position, "{stored:?}");
+        let before = resumed.bytes();
+        assert!(before >= 31 * per_position, "{stored:?}: room for the next position");
+        let (k1, v1) = (random(&[1, 2, 1, 8], 83)?, random(&[1, 2, 1, 8], 84)?);
+        for layer in 0..2 {
+            let (ke, ve) = exact.append(layer, &k1, &v1)?;
+            let (kr, vr) = resumed.append(layer, &k1, &v1)?;
+            let bits = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?) };
+            assert_eq!((bits(&ke)?, bits(&ve)?), (bits(&kr)?, bits(&vr)?), "{stored:?}, layer {layer}");
+        }
+        assert_eq!(resumed.bytes(), before, "{stored:?}: appended in place");
+        assert_eq!((exact.len(), resumed.len()), (31, 31));
+        assert!(cache.resume_from(41).is_err(), "more positions than cached");
+    }
+    Ok(())
+}

@@ -240,7 +240,7 @@ impl PrefixCache {
         self.entries[i].used = self.clock;
         stats.prefix_cache_hits.fetch_add(1, Ordering::Relaxed);
         stats.prefix_reused_positions.fetch_add(len as u64, Ordering::Relaxed);
-        Ok(Some(self.entries[i].cache.copy_prefix(len)?))
+        Ok(Some(self.entries[i].cache.resume_from(len)?))
     }
 
     /// Keeps `cache` (positions `keys`, prompt blocks ending at `ends`) when it fits, evicting
