@@ -316,10 +316,13 @@ impl KvCache {
     /// gives the buffers.
     pub fn append_row(&mut self, layer: usize, k: &Tensor, v: &Tensor, row: usize) -> Result<()> {
         let (max_len, dtype) = (self.max_len, self.dtype);
-        let l =
-            self.layers.get_mut(layer).ok_or_else(|| DecoderError::Config(format!("KV cache has no layer {layer}")))?;
+        let l = self.layer_mut(layer)?;
         l.write(k, v, row..row + 1, max_len, dtype)?;
         Ok(())
+    }
+
+    fn layer_mut(&mut self, layer: usize) -> Result<&mut LayerKv> {
+        self.layers.get_mut(layer).ok_or_else(|| DecoderError::Config(format!("KV cache has no layer {layer}")))
     }
 
     /// Layer `layer`'s key and value buffers `(b, kv_heads, capacity, head_dim)`, whose first
@@ -332,8 +335,7 @@ impl KvCache {
     /// Appends to layer `layer`; see [`LayerKv::append`].
     pub fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
         let (max_len, dtype) = (self.max_len, self.dtype);
-        let l =
-            self.layers.get_mut(layer).ok_or_else(|| DecoderError::Config(format!("KV cache has no layer {layer}")))?;
+        let l = self.layer_mut(layer)?;
         l.append(k, v, max_len, dtype)
     }
 }

@@ -159,6 +159,32 @@ impl Linear {
     }
 }
 
+/// `dims` with its last entry (a row's width) replaced by `n`: a linear layer's output shape.
+fn with_last(dims: &[usize], n: usize) -> Vec<usize> {
+    let mut out = dims.to_vec();
+    if let Some(last) = out.last_mut() {
+        *last = n;
+    }
+    out
+}
+
+/// The two inputs of a `residual + x Wᵀ` CPU op (`op` names it in errors): `x` `(..., in)` and
+/// the residual, which must be `(..., out)`.
+fn with_residual<'a>(
+    op: &str,
+    out: usize,
+    (s1, l1): (&'a CpuStorage, &'a Layout),
+    (s2, l2): (&'a CpuStorage, &'a Layout),
+) -> candle_core::Result<(&'a [f32], &'a [f32])> {
+    let x = crate::cpu_op::contiguous_f32(s1, l1, op)?;
+    let residual = crate::cpu_op::contiguous_f32(s2, l2, &format!("{op} residual"))?;
+    let want = with_last(l1.shape().dims(), out);
+    if l2.shape().dims() != want {
+        candle_core::bail!("{op}: residual {:?}, the output is {want:?}", l2.shape().dims());
+    }
+    Ok((x, residual))
+}
+
 /// Whether `t` is f32 on the CPU (what the CPU kernels take).
 fn f32_cpu(t: &Tensor) -> bool {
     t.device().is_cpu() && t.dtype() == DType::F32
@@ -188,11 +214,7 @@ fn shared_qmatmul(mats: &[&QMatrix], x: &Tensor) -> Result<Vec<Tensor>> {
     };
     let mut out = Vec::with_capacity(mats.len());
     for (y, w) in ys.into_iter().zip(mats) {
-        let mut d = dims.clone();
-        if let Some(last) = d.last_mut() {
-            *last = w.rows();
-        }
-        out.push(Tensor::from_vec(y, d, x.device())?);
+        out.push(Tensor::from_vec(y, with_last(&dims, w.rows()), x.device())?);
     }
     Ok(out)
 }
@@ -224,11 +246,7 @@ impl DenseLinear<'_> {
         let args = tessera_kernels::dense::LinearArgs { x, m, k, w, n, bias, residual, epilogue: self.epilogue };
         tessera_kernels::dense::linear(tessera_kernels::ThreadPool::global(), args, &mut out)
             .map_err(candle_core::Error::wrap)?;
-        let mut out_dims = dims.to_vec();
-        if let Some(last) = out_dims.last_mut() {
-            *last = n;
-        }
-        Ok((CpuStorage::F32(out), Shape::from(out_dims)))
+        Ok((CpuStorage::F32(out), Shape::from(with_last(dims, n))))
     }
 }
 
@@ -263,14 +281,8 @@ impl CustomOp2 for DenseLinear<'_> {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let x = crate::cpu_op::contiguous_f32(s1, l1, "linear")?;
-        let residual = crate::cpu_op::contiguous_f32(s2, l2, "linear residual")?;
-        let dims = l1.shape().dims();
-        let want: Vec<usize> = dims[..dims.len().saturating_sub(1)].iter().copied().chain([self.w.dim(0)?]).collect();
-        if l2.shape().dims() != want {
-            candle_core::bail!("linear: residual {:?}, the output is {want:?}", l2.shape().dims());
-        }
-        self.run(x, dims, Some(residual))
+        let (x, residual) = with_residual("linear", self.w.dim(0)?, (s1, l1), (s2, l2))?;
+        self.run(x, l1.shape().dims(), Some(residual))
     }
 }
 
@@ -295,11 +307,7 @@ impl PackedMatMul {
                 None => w.matmul_uninit(x, m, o),
             })?
         };
-        let mut out_dims = dims.to_vec();
-        if let Some(last) = out_dims.last_mut() {
-            *last = w.rows();
-        }
-        Ok((CpuStorage::F32(out), Shape::from(out_dims)))
+        Ok((CpuStorage::F32(out), Shape::from(with_last(dims, w.rows()))))
     }
 }
 
@@ -326,13 +334,7 @@ impl CustomOp2 for PackedMatMul {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let x = crate::cpu_op::contiguous_f32(s1, l1, "quantized matmul")?;
-        let residual = crate::cpu_op::contiguous_f32(s2, l2, "quantized matmul residual")?;
-        let dims = l1.shape().dims();
-        let want: Vec<usize> = dims[..dims.len().saturating_sub(1)].iter().copied().chain([self.0.rows()]).collect();
-        if l2.shape().dims() != want {
-            candle_core::bail!("quantized matmul: residual {:?}, the output is {want:?}", l2.shape().dims());
-        }
-        self.run(x, dims, Some(residual))
+        let (x, residual) = with_residual("quantized matmul", self.0.rows(), (s1, l1), (s2, l2))?;
+        self.run(x, l1.shape().dims(), Some(residual))
     }
 }

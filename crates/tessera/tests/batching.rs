@@ -97,19 +97,8 @@ fn batched_decode_rows_equal_each_sequence_alone_on_dense_f32_with_images() -> R
 /// sequence alone, whichever path the layer takes (the batched CPU path where it applies).
 #[test]
 fn batched_decode_rows_equal_each_sequence_alone_in_every_tiny_family() -> Result<()> {
-    for name in [
-        "llama-gqa",
-        "llama-mha",
-        "llama-mqa-llama3rope",
-        "qwen2-bias",
-        "mistral",
-        "gemma",
-        "gemma2",
-        "gemma3",
-        "qwen3-qknorm",
-    ] {
-        let dir = common::fixtures().join("tiny").join(name);
-        let model = Model::load(dir.to_str().expect("utf-8 path"), &common::load_options()?)?;
+    for &name in common::TINY_TEXT_MODELS {
+        let model = common::tiny_model(name)?;
         let prompts: Vec<Prompt> = ["Hello there", "The quick brown fox jumps", "1 2 3", "A"]
             .iter()
             .map(|p| model.encode_prompt(p, None, false, &[]))

@@ -22,6 +22,26 @@ pub fn smollm2_gguf() -> Result<PathBuf> {
     Ok(p)
 }
 
+/// The tiny random-weight text checkpoints in `tests/fixtures/tiny` (scripts/make_tiny_models.py,
+/// scripts/make_tiny_vlms.py), one per family and attention/config variant.
+pub const TINY_TEXT_MODELS: &[&str] = &[
+    "llama-gqa",
+    "llama-mha",
+    "llama-mqa-llama3rope",
+    "qwen2-bias",
+    "mistral",
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "qwen3-qknorm",
+];
+
+/// Loads the tiny checkpoint `name` (one of [`TINY_TEXT_MODELS`]) on the test device.
+pub fn tiny_model(name: &str) -> Result<tessera::Model> {
+    let dir = fixtures().join("tiny").join(name);
+    Ok(tessera::Model::load(dir.to_str().context("utf-8 path")?, &load_options()?)?)
+}
+
 /// The device the parity tests run on: `TESSERA_TEST_DEVICE` (`cpu`, the default, `cuda[:N]`,
 /// `metal[:N]`). scripts/gpu/ runs the suite with `cuda`; an unknown or unavailable device
 /// fails every test that asks (never a silent fallback to the CPU).

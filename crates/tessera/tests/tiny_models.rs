@@ -9,24 +9,9 @@
 mod common;
 
 use anyhow::Result;
-use tessera::{GenerateParams, Model};
+use tessera::GenerateParams;
 
-const MODELS: &[&str] = &[
-    "llama-gqa",
-    "llama-mha",
-    "llama-mqa-llama3rope",
-    "qwen2-bias",
-    "mistral",
-    "gemma",
-    "gemma2",
-    "gemma3",
-    "qwen3-qknorm",
-];
-
-fn load(name: &str) -> Result<Model> {
-    let dir = common::fixtures().join("tiny").join(name);
-    Ok(Model::load(dir.to_str().expect("utf-8 path"), &common::load_options()?)?)
-}
+use common::{tiny_model as load, TINY_TEXT_MODELS as MODELS};
 
 #[test]
 fn logits_match_transformers_on_every_prompt_position() -> Result<()> {
