@@ -604,10 +604,7 @@ impl Attention {
         let (n, d) = (caches.len(), self.head_dim);
         let q = q.contiguous()?;
         let (qs, ql) = q.storage_and_layout();
-        let Storage::Cpu(qs) = &*qs else {
-            return Err(DecoderError::Config("batched attention: q is not on the CPU".into()));
-        };
-        let q = crate::cpu_op::contiguous_f32(qs, ql, "batched attention")?; // (n, heads, d)
+        let q = crate::cpu_op::storage_f32(&qs, ql, "batched attention's queries")?; // (n, heads, d)
         let mut guards = Vec::with_capacity(n);
         for cache in caches {
             let (k, v, len) = cache

@@ -15,6 +15,14 @@ pub(crate) fn contiguous_f32<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> can
     }
 }
 
+/// The contiguous f32 values of a CPU tensor's storage; `what` names it in the error otherwise.
+pub(crate) fn storage_f32<'a>(s: &'a candle_core::Storage, l: &Layout, what: &str) -> candle_core::Result<&'a [f32]> {
+    match s {
+        candle_core::Storage::Cpu(c) => contiguous_f32(c, l, what),
+        _ => candle_core::bail!("{what} is not on the CPU"),
+    }
+}
+
 /// `len` f32 written by `fill` without zeroing them first (a kernel that overwrites its whole
 /// output: a memset of each had been 3% of a batched decode step).
 ///

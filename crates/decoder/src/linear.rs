@@ -205,10 +205,7 @@ fn shared_qmatmul(mats: &[&QMatrix], x: &Tensor) -> Result<Vec<Tensor>> {
     let lens: Vec<usize> = mats.iter().map(|w| m * w.rows()).collect();
     let ys = {
         let (s, l) = x.storage_and_layout();
-        let candle_core::Storage::Cpu(cs) = &*s else {
-            return Err(DecoderError::Config("quantized matmul: the input is not on the CPU".into()));
-        };
-        let xs = crate::cpu_op::contiguous_f32(cs, l, "quantized matmul")?;
+        let xs = crate::cpu_op::storage_f32(&s, l, "quantized matmul input")?;
         // SAFETY: `matmul_shared_uninit` writes every element of every output when it returns Ok.
         unsafe { crate::cpu_op::all_written_by(&lens, |outs| QMatrix::matmul_shared_uninit(mats, xs, m, outs))? }
     };
@@ -236,10 +233,10 @@ impl DenseLinear<'_> {
         }
         let m = x.len() / k.max(1);
         let (ws, wl) = self.w.storage_and_layout();
-        let w = storage_f32(&ws, wl, "linear weight")?;
+        let w = crate::cpu_op::storage_f32(&ws, wl, "linear weight")?;
         let bias = self.bias.map(|b| b.storage_and_layout());
         let bias = match &bias {
-            Some((bs, bl)) => Some(storage_f32(bs, bl, "linear bias")?),
+            Some((bs, bl)) => Some(crate::cpu_op::storage_f32(bs, bl, "linear bias")?),
             None => None,
         };
         let mut out = vec![0f32; m * n];
@@ -247,14 +244,6 @@ impl DenseLinear<'_> {
         tessera_kernels::dense::linear(tessera_kernels::ThreadPool::global(), args, &mut out)
             .map_err(candle_core::Error::wrap)?;
         Ok((CpuStorage::F32(out), Shape::from(with_last(dims, n))))
-    }
-}
-
-/// The contiguous f32 values of a CPU tensor's storage.
-fn storage_f32<'a>(s: &'a candle_core::Storage, l: &Layout, what: &str) -> candle_core::Result<&'a [f32]> {
-    match s {
-        candle_core::Storage::Cpu(c) => crate::cpu_op::contiguous_f32(c, l, what),
-        _ => candle_core::bail!("{what} is not on the CPU"),
     }
 }
 
