@@ -236,8 +236,8 @@ struct ModelArgs {
     /// CPU threads, 1 to 256 (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
-    /// Quantize the vision tower's and connector's matrices to 8 bits (Q8_0) on loading: on
-    /// the CPU, images encode about twice as fast, but the image features (and possibly the
+    /// Quantize the vision tower's and connector's matrices to 8 bits (Q8_0) on loading (CPU
+    /// only): images encode about twice as fast, but the image features (and possibly the
     /// answers) no longer match transformers' f32 exactly.
     #[arg(long)]
     vision_int8: bool,
@@ -247,9 +247,9 @@ struct ModelArgs {
     #[arg(long)]
     pan_and_scan: bool,
     /// f32 or f16: the dtype the KV cache stores keys and values in. Default: the working dtype.
-    /// On the CPU under f32 activations (the default, GGUF files included), f16 halves the
-    /// cache's memory and what each decode step reads (llama.cpp's default cache type), at the
-    /// price of rounding keys and values to 16 bits (outputs may differ slightly from f32's).
+    /// Under f32 activations (the CPU's default, GGUF files included), f16 halves the cache's
+    /// memory and, on the CPU, what each decode step reads (llama.cpp's default cache type), at
+    /// the price of rounding keys and values to 16 bits (outputs may differ slightly from f32's).
     #[arg(long, value_parser = dtype_name)]
     kv_cache_dtype: Option<String>,
 }

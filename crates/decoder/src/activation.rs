@@ -25,7 +25,7 @@ impl Activation {
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
         Ok(match self {
             Self::Silu => candle_nn::ops::silu(x)?,
-            Self::GeluTanh if x.device().is_cpu() && x.dtype() == candle_core::DType::F32 && x.is_contiguous() => {
+            Self::GeluTanh if crate::cpu_op::kernels_take(x) && x.is_contiguous() => {
                 x.apply_op1_no_bwd(&GeluTanhCpu)?
             }
             Self::GeluTanh => x.gelu()?,

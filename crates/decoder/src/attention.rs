@@ -232,7 +232,7 @@ pub fn attention_in_query_chunks(
     let first = tk.saturating_sub(tq);
     let rows = rows.max(1);
     let mut outs = Vec::with_capacity(tq.div_ceil(rows));
-    let fused = q.device().is_cpu() && q.dtype() == DType::F32 && softcap.is_none();
+    let fused = crate::cpu_op::kernels_take(q) && softcap.is_none();
     // Where later queries see more keys (causal masks), smaller chunks let each one multiply
     // only the keys its queries see: a causal prompt of T tokens does about half of T² work.
     let rows = if fused && *mask != AttentionMask::Bidirectional { rows.min(CAUSAL_CHUNK_ROWS) } else { rows };
@@ -493,7 +493,7 @@ impl Attention {
         let residual = input.residual;
         // The kernels' attention reads strided heads; everything else takes contiguous ones.
         // (Soft-capped scores take the tensor path: the kernels do not cap.)
-        let fused = !input.capture && x.device().is_cpu() && x.dtype() == DType::F32 && self.softcap.is_none();
+        let fused = !input.capture && crate::cpu_op::kernels_take(x) && self.softcap.is_none();
         let per_row = match &input.cache {
             Some((caches, _)) if caches.len() > 1 => {
                 if b != 1 || t != caches.len() || input.capture {

@@ -3,7 +3,19 @@
 
 use std::mem::MaybeUninit;
 
-use candle_core::{CpuStorage, Layout};
+use candle_core::{CpuStorage, DType, Device, Layout, Tensor};
+
+/// Whether tessera's CPU kernels run on `device`: it is the CPU and the kernels are on
+/// ([`tessera_kernels::enabled`]; `TESSERA_KERNELS=off` sends the CPU down Candle's
+/// device-generic ops, the path every other device takes). Every fast path asks this.
+pub fn kernels_run_on(device: &Device) -> bool {
+    device.is_cpu() && tessera_kernels::enabled()
+}
+
+/// Whether the CPU kernels take `t`: f32 on a device they run on.
+pub(crate) fn kernels_take(t: &Tensor) -> bool {
+    t.dtype() == DType::F32 && kernels_run_on(t.device())
+}
 
 /// The f32 values `l` views in `s`, which must be contiguous f32 storage; `op` names the
 /// operation in the error otherwise.

@@ -6,7 +6,7 @@
 //! Follows transformers' `modeling_llama.py` (v4.57 / v5): `x + attn(norm(x))`, then
 //! `x + mlp(norm(x))`.
 
-use candle_core::{DType, Tensor};
+use candle_core::Tensor;
 
 use crate::activation::Activation;
 use crate::attention::{Attention, AttentionConfig, AttentionInput};
@@ -393,7 +393,7 @@ impl Decoder {
         // built here once rather than in every layer (up to 64 MiB; longer prompts build each
         // query chunk's rows as they go).
         let kv_len = offset + t;
-        let fused = embeds.device().is_cpu() && embeds.dtype() == DType::F32;
+        let fused = crate::cpu_op::kernels_take(embeds);
         let shared = caches.len() == 1 && (!fused || !trace.attention_layers.is_empty());
         let biases = if shared && t * kv_len <= MAX_SHARED_BIAS {
             masks.biases(t, kv_len, embeds.device())?

@@ -95,7 +95,7 @@ fn grow(old: Option<Tensor>, like: &Tensor, dtype: DType, capacity: usize, len: 
 /// `at` (dim 2), in `buf`'s dtype. On the CPU one pass reads `src` in whatever strides it has
 /// and rounds as `to_dtype` does; elsewhere Candle converts, copies and `slice_set`s.
 fn write_at(buf: &Tensor, src: &Tensor, ts: std::ops::Range<usize>, at: usize) -> Result<()> {
-    if buf.device().is_cpu() && WriteAt::converts(src.dtype(), buf.dtype()) {
+    if crate::cpu_op::kernels_run_on(buf.device()) && WriteAt::converts(src.dtype(), buf.dtype()) {
         return Ok(buf.inplace_op2(src, &WriteAt { ts, at })?);
     }
     let src = src.narrow(2, ts.start, ts.len())?;

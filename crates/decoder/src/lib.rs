@@ -20,6 +20,7 @@ pub mod weights;
 
 pub use activation::Activation;
 pub use attention::{scaled_dot_product_attention, Attention, AttentionConfig, AttentionInput};
+pub use cpu_op::kernels_run_on;
 pub use decoder::{Decoder, DecoderConfig, LocalRope, Trace};
 pub use error::{DecoderError, Result};
 pub use kv_cache::KvCache;

@@ -72,7 +72,7 @@ impl Linear {
             })
             .collect();
         let outs = match packed {
-            Some(mats) if x.device().is_cpu() => {
+            Some(mats) if crate::cpu_op::kernels_run_on(x.device()) => {
                 let dtype = x.dtype();
                 let xf = x.to_dtype(DType::F32)?.contiguous()?;
                 let ys = shared_qmatmul(&mats, &xf)?;
@@ -185,9 +185,9 @@ fn with_residual<'a>(
     Ok((x, residual))
 }
 
-/// Whether `t` is f32 on the CPU (what the CPU kernels take).
+/// Whether the CPU kernels take `t` (f32 on the CPU, kernels on).
 fn f32_cpu(t: &Tensor) -> bool {
-    t.device().is_cpu() && t.dtype() == DType::F32
+    crate::cpu_op::kernels_take(t)
 }
 
 /// `x Wᵢᵀ` for each quantized `Wᵢ`, by [`QMatrix::matmul_shared_uninit`]: `x` `(..., in)`,

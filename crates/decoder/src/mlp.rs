@@ -35,7 +35,7 @@ impl GatedMlp {
     /// [`forward`](Self::forward) plus `residual`, added in the down projection's pass.
     pub fn forward_add(&self, x: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
         let [gate, up] = Linear::forward_shared([&self.gate_proj, &self.up_proj], x)?;
-        if self.act == Activation::Silu && gate.device().is_cpu() && gate.dtype() == candle_core::DType::F32 {
+        if self.act == Activation::Silu && crate::cpu_op::kernels_take(&gate) {
             // One fused pass instead of silu, then a product (two temporaries).
             return self.down_proj.forward_add(&gate.apply_op2_no_bwd(&up, &SiluMul)?, residual);
         }

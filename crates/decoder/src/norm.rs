@@ -39,8 +39,8 @@ impl RmsNorm {
 
     /// `x`: `(..., dim)` → same shape and dtype.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let f32_cpu = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32;
-        if f32_cpu(x) && f32_cpu(&self.weight) && self.weight.dims() == [x.dim(candle_core::D::Minus1)?] {
+        use crate::cpu_op::kernels_take;
+        if kernels_take(x) && kernels_take(&self.weight) && self.weight.dims() == [x.dim(candle_core::D::Minus1)?] {
             return Ok(x.contiguous()?.apply_op2_no_bwd(&self.weight, &CpuRmsNorm { eps: self.eps })?);
         }
         Ok(candle_nn::ops::rms_norm(x, &self.weight, self.eps)?)

@@ -309,7 +309,7 @@ impl RopeAngles {
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
         let (cos, sin) = self.check(x)?;
         let x = x.contiguous()?;
-        if x.device().is_cpu() && x.dtype() == DType::F32 && x.dims()[2] <= SERIAL_MAX_ROWS {
+        if crate::cpu_op::kernels_take(&x) && x.dims()[2] <= SERIAL_MAX_ROWS {
             return Ok(x.apply_op3_no_bwd(&cos, &sin, &SerialRope { style: self.style, token_major: false })?);
         }
         Ok(match self.style {
@@ -322,7 +322,7 @@ impl RopeAngles {
     /// layout, one token after another), → the same layout, contiguous; each value the bits
     /// `apply` gives it.
     pub fn apply_token_major(&self, x: &Tensor) -> Result<Tensor> {
-        if x.device().is_cpu() && x.dtype() == DType::F32 && x.dims().get(1).is_some_and(|&t| t <= SERIAL_MAX_ROWS) {
+        if crate::cpu_op::kernels_take(x) && x.dims().get(1).is_some_and(|&t| t <= SERIAL_MAX_ROWS) {
             let (cos, sin) = self.check(&x.transpose(1, 2)?)?;
             let op = SerialRope { style: self.style, token_major: true };
             return Ok(x.contiguous()?.apply_op3_no_bwd(&cos, &sin, &op)?);

@@ -294,7 +294,8 @@ impl Weights {
                 let stored = self.stored_name(&full).ok_or_else(|| self.missing(&full))?;
                 let info = g.content.tensor_infos.get(&stored).ok_or_else(|| self.missing(&full))?;
                 self.check_shape(&full, &[out_dim, in_dim], info.shape.dims())?;
-                if let (true, Some(qtype)) = (self.device.is_cpu(), kernel_type(info.ggml_dtype)) {
+                if let (true, Some(qtype)) = (crate::cpu_op::kernels_run_on(&self.device), kernel_type(info.ggml_dtype))
+                {
                     let m = self.read_packed(g, &full, &stored, info.offset, qtype, out_dim, in_dim)?;
                     return Ok(MatrixWeight::Packed(Arc::new(m)));
                 }
@@ -302,7 +303,7 @@ impl Weights {
                 return Ok(MatrixWeight::Quantized(Arc::new(q)));
             }
         }
-        if self.q8_0_matrices && self.device.is_cpu() && in_dim.is_multiple_of(32) {
+        if self.q8_0_matrices && crate::cpu_op::kernels_run_on(&self.device) && in_dim.is_multiple_of(32) {
             let full = self.full_name(name);
             let dense = self.get_with_dtype(&[out_dim, in_dim], name, DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
             let mut blocks = vec![0u8; dense.len() / 32 * QType::Q8_0.block_bytes()];

@@ -40,5 +40,5 @@ pub use alloc::{budgets_enforced, keep_freed_memory, with_memory_budget, BudgetE
 pub use blocks::{ActKind, Q8Block, Q8KBlock, QType};
 pub use error::{KernelError, Result};
 pub use invariant::row_invariant;
-pub use matmul::{Isa, Layout, QMatrix, GEMM_MIN_TOKENS};
+pub use matmul::{enabled, Isa, Layout, QMatrix, GEMM_MIN_TOKENS};
 pub use pool::{default_threads, ThreadPool, MAX_THREADS};

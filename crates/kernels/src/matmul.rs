@@ -25,6 +25,14 @@ use crate::panels;
 use crate::panels::PANEL_ROWS;
 use crate::pool::{SendPtr, ThreadPool};
 
+/// Whether the CPU runs tessera's kernels at all: yes, unless `TESSERA_KERNELS` is `off`. Off,
+/// the decoder takes Candle's device-generic ops on the CPU too: the path CUDA and Metal run,
+/// so that a machine without a GPU executes (and its tests check) that path. Read once.
+pub fn enabled() -> bool {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    *ENABLED.get_or_init(|| !std::env::var("TESSERA_KERNELS").is_ok_and(|v| v.eq_ignore_ascii_case("off")))
+}
+
 /// An instruction set the dot-product kernels can use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isa {
@@ -72,6 +80,7 @@ impl Isa {
 
     /// The fastest available set, or the one named by `TESSERA_KERNELS`
     /// (`portable`, `avx2`, `avx512vnni`, `neon`) when this CPU has it. Detected once.
+    /// (`TESSERA_KERNELS=off` turns the kernels off altogether: see [`enabled`].)
     pub fn best() -> Isa {
         static BEST: OnceLock<Isa> = OnceLock::new();
         *BEST.get_or_init(|| {

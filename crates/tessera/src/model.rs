@@ -29,7 +29,7 @@ pub struct LoadOptions {
     /// `Some(_)` with a GGUF file dequantizes every tensor to that dtype.
     pub dtype: Option<DType>,
     /// Quantize the vision tower's and connector's f32 matrices to `Q8_0` on loading (CPU
-    /// only): image encoding runs on the int8 kernels, ~2× faster, at the price of the weights'
+    /// only, with tessera's kernels; refused elsewhere): image encoding runs on the int8 kernels, ~2× faster, at the price of the weights'
     /// and activations' 8-bit rounding (outputs no longer match transformers' f32 exactly).
     pub vision_q8_0: bool,
     /// Gemma 3's pan-and-scan on (the image plus crops along its long side, when its aspect
@@ -78,18 +78,18 @@ pub struct Model {
 }
 
 /// `opts.kv_cache_dtype` when it differs from the working dtype `working`: only an f16 cache
-/// under f32 activations on the CPU (what the attention kernels read).
+/// under f32 activations (the CPU attention kernels read it as it is; every other path converts
+/// what it reads).
 fn kv_cache_dtype(opts: &LoadOptions, working: DType) -> Result<Option<DType>> {
     match opts.kv_cache_dtype {
         None => Ok(None),
         Some(dt) if dt == working => Ok(None),
-        Some(DType::F16) if working == DType::F32 && opts.device.is_cpu() => Ok(Some(DType::F16)),
+        Some(DType::F16) if working == DType::F32 => Ok(Some(DType::F16)),
         Some(dt) => Err(TesseraError::InvalidInput(format!(
-            "a {} KV cache (--kv-cache-dtype) under {} activations{} is not supported: the cache can \
-             differ from the working dtype only as f16 under f32 on the CPU",
+            "a {} KV cache (--kv-cache-dtype) under {} activations is not supported: the cache can \
+             differ from the working dtype only as f16 under f32",
             dt.as_str(),
             working.as_str(),
-            if opts.device.is_cpu() { String::new() } else { format!(" on {:?}", opts.device.location()) },
         ))),
     }
 }
@@ -101,6 +101,16 @@ impl Model {
     }
 
     pub fn load_source(source: &ModelSource, opts: &LoadOptions) -> Result<Self> {
+        if opts.vision_q8_0 && !tessera_decoder::kernels_run_on(&opts.device) {
+            return Err(TesseraError::InvalidInput(format!(
+                "int8 vision (--vision-int8) runs on tessera's CPU kernels, {}",
+                if opts.device.is_cpu() {
+                    "which TESSERA_KERNELS=off turns off".to_string()
+                } else {
+                    format!("not on {:?}", opts.device.location())
+                }
+            )));
+        }
         match source {
             ModelSource::Dir(dir) => Self::load_dir(dir, opts),
             ModelSource::Gguf(path) => Self::load_gguf(path, opts),

@@ -400,12 +400,18 @@ fn every_generation_of_tensor_names_loads() -> Result<()> {
 /// within 3% (relative, Frobenius) of transformers' f32 features (1.3–2.4% measured here).
 /// The greedy answers of these tiny random-weight models are not asserted: their top-1
 /// margins (0.016–0.12) are smaller than what this rounding moves their logits (up to ~2),
-/// which is why int8 vision is opt-in.
+/// which is why int8 vision is opt-in. It runs on tessera's CPU kernels only: with them off
+/// (`TESSERA_KERNELS=off`), loading with it is refused by name.
 #[test]
 fn int8_vision_features_stay_within_8_bit_rounding_of_f32() -> Result<()> {
     for name in FAMILIES {
         let dir = vlm_dir(name);
         let opts = LoadOptions { vision_q8_0: true, ..Default::default() };
+        if !tessera_decoder::kernels_run_on(&opts.device) {
+            let err = Model::load(dir.to_str().context("utf-8 path")?, &opts).err().context("int8 vision loaded")?;
+            assert!(err.to_string().contains("--vision-int8"), "{name}: {err}");
+            continue;
+        }
         let model = Model::load(dir.to_str().context("utf-8 path")?, &opts)?;
         let (cases, tensors) = cases(name)?;
         for case in cases.iter().filter(|c| !c.images.is_empty()) {

@@ -1,15 +1,17 @@
 //! The crate's parity tests in one executable, for a GPU machine (scripts/gpu/build.sh builds it
 //! with `--features cuda`; scripts/gpu/device.sh runs it there with `TESSERA_TEST_DEVICE=cuda`).
 //! One executable because each one embeds Candle's CUDA kernels (~18 MB compressed) and what
-//! travels to the GPU machine is limited. The CPU runs these files as separate test targets.
-//! With them, `half_precision`: greedy ids and log-probabilities in bf16 and f16 against
-//! transformers running the same checkpoints in the same dtype on the same GPU.
+//! travels to the GPU machine is limited. The CPU runs these files as separate test targets, and
+//! again with `TESSERA_KERNELS=off` (scripts/test_generic.sh): through Candle's device-generic
+//! ops, the code path the GPU runs.
 
 #[path = "../common.rs"]
 mod common;
 
 #[path = "../embeddings.rs"]
 mod embeddings;
+#[path = "../half_precision.rs"]
+mod half_precision;
 #[path = "../native_model.rs"]
 mod native_model;
 #[path = "../smollm2.rs"]
@@ -18,5 +20,3 @@ mod smollm2;
 mod tiny_models;
 #[path = "../vlm.rs"]
 mod vlm;
-
-mod half_precision;
