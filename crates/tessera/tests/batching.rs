@@ -2,6 +2,13 @@
 //! (bit for bit), and a request run through the engine among many others gets the tokens it
 //! gets alone — on the quantized kernels (SmolLM2 Q4_1) and the dense f32 ones (the shipped
 //! shapes model, with images).
+//!
+//! Bit for bit is a property of tessera's CPU kernels (row-invariant: a row's arithmetic does
+//! not depend on the rows beside it). Candle's device-generic ops, which GPUs run and
+//! `TESSERA_KERNELS=off` runs here (scripts/test_generic.sh), are not: their f32 matmul blocks
+//! the rows differently for another row count, so there a batched row equals the sequence
+//! alone to rounding — within [`GENERIC_TOL`] (measured: up to 7.6e-6 on the shapes model,
+//! 6.4e-6 on the tiny families) — and the engine's requests still get their solo tokens.
 
 mod common;
 
@@ -42,8 +49,13 @@ fn image_prompts(model: &Model, n: usize) -> Result<Vec<Prompt>> {
         .collect()
 }
 
+/// How far a batched row's logits may be from the sequence alone where the kernels do not run
+/// (f32 rounding of a differently blocked matmul; see the file's comment).
+const GENERIC_TOL: f32 = 1e-4;
+
 /// Prefills each prompt, then runs `steps` batched decode steps over all of them together and
-/// compares every row with the same sequence decoded alone.
+/// compares every row with the same sequence decoded alone: bit for bit on tessera's kernels,
+/// within [`GENERIC_TOL`] on Candle's generic ops.
 fn batched_rows_equal_solo(model: &Model, prompts: &[Prompt], steps: usize) -> Result<()> {
     let mut solo_caches = Vec::new();
     let mut caches = Vec::new();
@@ -61,8 +73,14 @@ fn batched_rows_equal_solo(model: &Model, prompts: &[Prompt], steps: usize) -> R
         let batched = model.decode_rows(&next, &mut caches)?.to_vec2::<f32>()?;
         for (i, cache) in solo_caches.iter_mut().enumerate() {
             let alone = model.decode_rows(&next[i..=i], std::slice::from_mut(cache))?.to_vec2::<f32>()?;
-            let single = batched[i].iter().zip(&alone[0]).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
-            assert_eq!(single, 0, "step {step}, sequence {i}: {single} logits differ from the sequence alone");
+            let pairs = || batched[i].iter().zip(&alone[0]);
+            if tessera_decoder::kernels_run_on(model.device()) {
+                let single = pairs().filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+                assert_eq!(single, 0, "step {step}, sequence {i}: {single} logits differ from the sequence alone");
+            } else {
+                let worst = pairs().map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                assert!(worst < GENERIC_TOL, "step {step}, sequence {i}: logits {worst} from the sequence alone");
+            }
         }
         next = batched.iter().map(|r| tessera::sampling::argmax(r)).collect();
     }

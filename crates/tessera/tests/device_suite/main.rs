@@ -8,12 +8,16 @@
 #[path = "../common.rs"]
 mod common;
 
+#[path = "../batching.rs"]
+mod batching;
 #[path = "../embeddings.rs"]
 mod embeddings;
 #[path = "../half_precision.rs"]
 mod half_precision;
 #[path = "../native_model.rs"]
 mod native_model;
+#[path = "../prefix_cache.rs"]
+mod prefix_cache;
 #[path = "../smollm2.rs"]
 mod smollm2;
 #[path = "../tiny_models.rs"]
