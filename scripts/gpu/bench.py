@@ -1,6 +1,8 @@
 """tessera against transformers on one GPU, side by side in one run (issue 11's figures).
 
-For each real config in tests/fixtures/real_configs (default: SmolVLM-256M-Instruct and llava-1.5-7b-hf), a
+For each real config in tests/fixtures/real_configs (default: SmolVLM-256M-Instruct and llava-1.5-7b-hf, smallest
+first; llava-interleave-qwen-0.5b-hf's files could not be fetched here, only the 7B's: --models
+llava-interleave-qwen-7b-hf), a
 checkpoint with random weights (seed 0) is written here by transformers in --dtype, beside the real processor
 and template files and a tokenizer (SmolVLM: the SmolLM2 vocabulary that scripts/gpu/build.sh packs into
 .gpu/smolvlm-tokenizer.json; otherwise a word-level stand-in with the config's vocabulary size and added tokens:
@@ -239,12 +241,23 @@ def main():
     report = dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else args.device,
                   torch=torch.__version__, transformers=transformers.__version__, dtype=args.dtype, models={})
     for name in args.models:
-        dst = checkpoint(name, DTYPES[args.dtype], device, Path(args.work))
-        row = {"transformers": transformers_side(dst, args, device), "tessera": tessera_side(dst, args)}
-        row["transformers"]["peak_gpu_mib"] = transformers_peak(dst, args)
-        if name.startswith("smolvlm"):
-            row["image_to_first_token"] = first_token(dst, args, device)
+        # Smallest first, and the report rewritten after each model: a run cut off by its time
+        # limit still brings back what it measured; a model that fails is recorded, not fatal.
+        t0 = time.perf_counter()
+        try:
+            dst = checkpoint(name, DTYPES[args.dtype], device, Path(args.work))
+            row = {"transformers": transformers_side(dst, args, device), "tessera": tessera_side(dst, args)}
+            row["transformers"]["peak_gpu_mib"] = transformers_peak(dst, args)
+            if name.startswith("smolvlm"):
+                row["image_to_first_token"] = first_token(dst, args, device)
+        except (Exception, SystemExit) as e:  # noqa: BLE001  (reported, and the next model runs)
+            report["models"][name] = {"error": str(e)}
+            print(f"\n{name}: FAILED: {e}", file=sys.stderr)
+            write(args.out, report)
+            continue
+        row["seconds"] = round(time.perf_counter() - t0, 1)
         report["models"][name] = row
+        write(args.out, report)
         print(f"\n{name} ({args.dtype}, {report['device']})")
         for key in row["transformers"]:
             if key in row["tessera"]:
@@ -254,8 +267,12 @@ def main():
             r = row["image_to_first_token"]
             print(f"  image -> first token (s) tessera {r['tessera_s']:.3f}  transformers {r['transformers_s']:.3f}  "
                   f"ratio {r['tessera_s'] / r['transformers_s']:.2f}")
-    if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    write(args.out, report)
+
+
+def write(path, report):
+    if path:
+        Path(path).write_text(json.dumps(report, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@
 #   .gpu/device_suite.xz   the parity tests in one executable (crates/tessera/tests/device_suite)
 #   .gpu/tessera.xz        the CLI            .gpu/tessera-bench.xz   the speed bench
 #   .gpu/smolvlm-tokenizer.json.xz   SmolVLM's tokenizer for bench.py's image -> first token
+#   .gpu/smollm2.skeleton.xz   the test GGUF's header without its weights (scripts/gpu/gguf_skeleton.py):
+#                              the GPU machine fills in random weights for the quantized CUDA decode figure
 # scripts/gpu/device.sh unpacks and runs them there. What travels is limited to 64 MiB with the
 # tracked files (~37 MB); all of it (~27 MB) fits in one run, or one run carries the suite and
 # another the binaries:
@@ -54,6 +56,10 @@ smolvlm_first_token.write_tokenizer(pathlib.Path(".gpu"))
 pathlib.Path(".gpu/tokenizer.json").rename(".gpu/smolvlm-tokenizer.json")
 PY
   [ -f .gpu/smolvlm-tokenizer.json ] && xz -9 -f .gpu/smolvlm-tokenizer.json
+  gguf=models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf
+  [ -f "$gguf" ] || bash scripts/fetch_smollm2.sh
+  ${PYTHON:-python3} scripts/gpu/gguf_skeleton.py strip "$gguf" .gpu/smollm2.skeleton
+  xz -9 -f .gpu/smollm2.skeleton
 fi
 if [ "$what" != bins ]; then
   suite=$(nice cargo test --release -p tessera --features cuda --test device_suite --no-run --message-format=json-render-diagnostics \

@@ -3,7 +3,8 @@
 # repository root of the copy the device tool sends, with what scripts/gpu/build.sh packed into
 # .gpu/ carried along. Writes logs and JSON under $OUT (or ./gpu-out).
 #   scripts/gpu/device.sh suite   # bf16/f16 references by transformers on this GPU, then the parity suite
-#   scripts/gpu/device.sh bins    # the CLI on the GPU (smoke), then scripts/gpu/bench.py
+#   scripts/gpu/device.sh bins    # the CLI on the GPU (smoke), the GGUF decode figure (random weights in
+#                                 # the test file's layout, gguf_skeleton.py), then scripts/gpu/bench.py
 # From the machine without a GPU (device tool):
 #   run(command="bash scripts/gpu/device.sh suite && bash scripts/gpu/device.sh bins", carry=[".gpu"])
 set -euo pipefail
@@ -15,7 +16,7 @@ mkdir -p "$out" "$bin"
 for f in .gpu/*.xz; do
   [ -e "$f" ] || { echo "no .gpu/*.xz: run scripts/gpu/build.sh here first and carry .gpu" >&2; exit 1; }
   case "$f" in
-    *.json.xz) xz -dc "$f" >"${f%.xz}" ;; # data for bench.py, read from .gpu/
+    *.json.xz | *.skeleton.xz) xz -dc "$f" >"${f%.xz}" ;; # data, read from .gpu/
     *) xz -dc "$f" >"$bin/$(basename "$f" .xz)" && chmod +x "$bin/$(basename "$f" .xz)" ;;
   esac
 done
@@ -60,6 +61,16 @@ case "$what" in
     cmp "$out/generate_cuda_f32.txt" "$out/generate_cpu_f32.txt" && echo "cuda f32 answer = cpu answer"
     "$t" "${q[@]}" --device cuda | tee "$out/generate_cuda_bf16.txt"
     "$t" "${q[@]}" --device cuda:7 2>&1 | tee "$out/missing_device.txt" || true
+    # The GGUF path on the GPU (Candle's quantized CUDA matmul), kept quantized and dequantized to
+    # bf16: SmolLM2-135M's real file layout (Q4_1, Q8_0 embeddings) with random weights.
+    if [ -f .gpu/smollm2.skeleton ]; then
+      python3 scripts/gpu/gguf_skeleton.py fill .gpu/smollm2.skeleton /tmp/smollm2-random.gguf
+      for dt in quantized bf16; do
+        flags=(--model /tmp/smollm2-random.gguf --device cuda --prompt-tokens 512 --gen-tokens 128 --depth 64 --reps 3 --json)
+        [ "$dt" = quantized ] || flags+=(--dtype "$dt")
+        "$bin/tessera-bench" "${flags[@]}" | tee "$out/gguf_$dt.json" || echo "tessera-bench on the GGUF ($dt) failed"
+      done
+    fi
     python3 scripts/gpu/bench.py --tessera-bench "$bin/tessera-bench" --out "$out/bench.json" 2>&1 | tee "$out/bench.log"
     ;;
   *) echo "usage: $0 suite|bins" >&2; exit 2 ;;
