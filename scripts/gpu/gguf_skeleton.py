@@ -10,13 +10,13 @@ weights' values, so the header travels (metadata, vocabulary, tensor names, shap
 
 `fill` writes small values (norm weights 1, other values within a few hundredths) so that activations
 stay finite. Types: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (what the test file and its llama-quantize
-variants of 32-value blocks hold); another type is refused by name.
+variants of 32-value blocks hold); another type is refused by name. `strip` needs only Python; `fill`
+needs numpy.
 """
 import argparse
+import math
 import struct
 import sys
-
-import numpy as np
 
 # ggml type id: (name, values per block, bytes per block)
 TYPES = {0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22),
@@ -84,7 +84,7 @@ def nbytes(name, dims, kind):
     if kind not in TYPES:
         raise SystemExit(f"tensor {name}: ggml type {kind} is not one this script fills ({sorted(TYPES)})")
     _, per_block, size = TYPES[kind]
-    count = int(np.prod(dims, dtype=np.int64))
+    count = math.prod(dims)
     if count % per_block:
         raise SystemExit(f"tensor {name}: {count} values are not whole {TYPES[kind][0]} blocks")
     return count // per_block * size
@@ -92,8 +92,10 @@ def nbytes(name, dims, kind):
 
 def random_tensor(name, dims, kind, rng):
     """Valid bytes of `kind` for a tensor `dims`: norm weights 1, other values of a few hundredths."""
+    import numpy as np
+
     label, per_block, size = TYPES[kind]
-    count = int(np.prod(dims, dtype=np.int64))
+    count = math.prod(dims)
     if kind in (0, 1):
         values = np.ones(count) if "norm" in name else rng.normal(0, 0.02, count)
         return values.astype("<f4" if kind == 0 else "<f2").tobytes()
@@ -127,6 +129,8 @@ def fill(src, dst, seed):
     meta, tensors, start = parse(header, src)
     if start != len(header):
         raise SystemExit(f"{src}: {len(header)} bytes, a header of {start} expected (made by `strip`?)")
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     with open(dst, "wb") as f:
         f.write(header)

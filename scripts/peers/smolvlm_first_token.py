@@ -32,14 +32,16 @@ PROMPT = "Can you describe this image?"
 
 
 def gguf_reader():
-    """gguf-py from the llama.cpp source that scripts/peers/build_llamacpp.sh unpacked."""
+    """gguf-py from the llama.cpp source that scripts/peers/build_llamacpp.sh unpacked, or PyPI's `gguf`."""
     peers = Path(os.path.expanduser("~/.cache/tessera-peers"))
     for p in sorted(peers.glob("llama-cpp-python-*/vendor/llama.cpp/gguf-py")):
         sys.path.insert(0, str(p))
+        break
+    try:
         from gguf import GGUFReader  # noqa: E402
-
-        return GGUFReader
-    raise SystemExit("gguf-py not found: run scripts/peers/build_llamacpp.sh first")
+    except ImportError:
+        raise SystemExit("gguf-py not found: run scripts/peers/build_llamacpp.sh first, or pip install gguf")
+    return GGUFReader
 
 
 def field_strings(reader, key):

@@ -22,7 +22,7 @@ fn shapes() -> Result<Model> {
 }
 
 fn smollm2() -> Result<Model> {
-    Ok(Model::load(common::smollm2_gguf()?.to_str().unwrap(), &common::load_options()?)?)
+    Ok(Model::load(common::smollm2_gguf()?.to_str().unwrap(), &common::gguf_load_options()?)?)
 }
 
 /// Prompts of different lengths (so the caches differ in length within a step).
@@ -98,7 +98,7 @@ fn batched_decode_rows_equal_each_sequence_alone_on_quantized_kernels() -> Resul
 /// f16 cache as the single-row one does.
 #[test]
 fn batched_decode_rows_equal_each_sequence_alone_with_an_f16_kv_cache() -> Result<()> {
-    let opts = tessera::LoadOptions { kv_cache_dtype: Some(tessera::DType::F16), ..common::load_options()? };
+    let opts = tessera::LoadOptions { kv_cache_dtype: Some(tessera::DType::F16), ..common::gguf_load_options()? };
     let model = Model::load(common::smollm2_gguf()?.to_str().unwrap(), &opts)?;
     assert_eq!(model.kv_cache_dtype(), tessera::DType::F16);
     batched_rows_equal_solo(&model, &text_prompts(&model, 18)?, 3)

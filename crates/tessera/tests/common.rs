@@ -45,18 +45,37 @@ pub fn tiny_model(name: &str) -> Result<tessera::Model> {
 /// The device the parity tests run on: `TESSERA_TEST_DEVICE` (`cpu`, the default, `cuda[:N]`,
 /// `metal[:N]`). scripts/gpu/ runs the suite with `cuda`; an unknown or unavailable device
 /// fails every test that asks (never a silent fallback to the CPU).
+/// Opened once per test executable: every model of the tests shares one device (Candle's CUDA
+/// devices opened twice are two devices, whose tensors do not mix).
 pub fn test_device() -> Result<tessera::Device> {
-    let name = std::env::var("TESSERA_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
-    let choice: tessera::DeviceChoice = name.parse().map_err(|e| anyhow::anyhow!("TESSERA_TEST_DEVICE={name}: {e}"))?;
-    if choice == tessera::DeviceChoice::Auto {
-        bail!("TESSERA_TEST_DEVICE=auto: name the device the tests must run on");
-    }
-    choice.open().with_context(|| format!("TESSERA_TEST_DEVICE={name}"))
+    static DEVICE: std::sync::OnceLock<std::result::Result<tessera::Device, String>> = std::sync::OnceLock::new();
+    let opened = DEVICE.get_or_init(|| {
+        let name = std::env::var("TESSERA_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
+        let choice: tessera::DeviceChoice = name.parse().map_err(|e| format!("TESSERA_TEST_DEVICE={name}: {e}"))?;
+        if choice == tessera::DeviceChoice::Auto {
+            return Err("TESSERA_TEST_DEVICE=auto: name the device the tests must run on".into());
+        }
+        choice.open().map_err(|e| format!("TESSERA_TEST_DEVICE={name}: {e}"))
+    });
+    opened.clone().map_err(|e| anyhow::anyhow!(e))
 }
 
-/// `LoadOptions::default()` on the test device.
+/// How the parity tests load a checkpoint folder: on the test device, in f32 (what the
+/// references are; a GPU's default working dtype is bf16, which `half_precision` tests).
 pub fn load_options() -> Result<tessera::LoadOptions> {
+    Ok(tessera::LoadOptions { dtype: Some(tessera::DType::F32), ..gguf_load_options()? })
+}
+
+/// How the tests load a GGUF file kept quantized: on the test device, no dtype (a dtype would
+/// dequantize it); the working dtype of a quantized file is f32 on every device.
+pub fn gguf_load_options() -> Result<tessera::LoadOptions> {
     Ok(tessera::LoadOptions { device: test_device()?, ..Default::default() })
+}
+
+/// `t` as an f32 tensor on the CPU, where the tests compare a model's outputs (on the test
+/// device) with references (read onto the CPU).
+pub fn on_cpu(t: &candle_core::Tensor) -> Result<candle_core::Tensor> {
+    Ok(t.to_device(&candle_core::Device::Cpu)?.to_dtype(candle_core::DType::F32)?)
 }
 
 pub fn read_json(path: &std::path::Path) -> Result<serde_json::Value> {

@@ -14,7 +14,7 @@ fn smollm2_f32() -> Result<Model> {
     let path = common::smollm2_gguf()?;
     Ok(Model::load(
         path.to_str().context("utf-8")?,
-        &LoadOptions { dtype: Some(DType::F32), ..common::load_options()? },
+        &LoadOptions { dtype: Some(DType::F32), ..common::gguf_load_options()? },
     )?)
 }
 
@@ -23,12 +23,15 @@ fn tiny() -> Result<Model> {
     Ok(Model::load(dir.to_str().context("utf-8")?, &common::load_options()?)?)
 }
 
+/// The largest |a − b|, on the CPU in f32 (the model's tensors may be on a GPU).
 fn max_diff(a: &Tensor, b: &Tensor) -> Result<f32> {
+    let (a, b) = (common::on_cpu(a)?, common::on_cpu(b)?);
     Ok((a - b)?.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()?)
 }
 
 /// The largest `|a − b| − rtol·|b|` (numpy's `allclose` passes when this is ≤ `atol`).
 fn excess(a: &Tensor, b: &Tensor, rtol: f64) -> Result<f32> {
+    let (a, b) = (&common::on_cpu(a)?, &common::on_cpu(b)?);
     let slack = (b.abs()? * rtol)?;
     Ok(((a - b)?.abs()? - slack)?.flatten_all()?.max(0)?.to_scalar::<f32>()?)
 }

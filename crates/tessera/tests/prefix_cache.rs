@@ -15,7 +15,7 @@ use tessera::{
 };
 
 fn smollm2() -> Result<Arc<Model>> {
-    Ok(Arc::new(Model::load(common::smollm2_gguf()?.to_str().context("utf-8 path")?, &common::load_options()?)?))
+    Ok(Arc::new(Model::load(common::smollm2_gguf()?.to_str().context("utf-8 path")?, &common::gguf_load_options()?)?))
 }
 
 fn params(max_new_tokens: usize) -> GenerateParams {

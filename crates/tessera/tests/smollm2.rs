@@ -12,7 +12,7 @@ fn reference() -> Result<serde_json::Value> {
 
 fn load(dtype: Option<DType>) -> Result<Model> {
     let path = common::smollm2_gguf()?;
-    Ok(Model::load(path.to_str().expect("utf-8 path"), &LoadOptions { dtype, ..common::load_options()? })?)
+    Ok(Model::load(path.to_str().expect("utf-8 path"), &LoadOptions { dtype, ..common::gguf_load_options()? })?)
 }
 
 /// The prompt ids our tokenizer and chat template produce for a fixture entry.
@@ -166,7 +166,7 @@ fn quantized_q4_1_agrees_with_llama_cpp_step_by_step() -> Result<()> {
     // The f32 cache (as the reference ran) and the f16 one (`--kv-cache-dtype f16`, whose
     // rounding is far below the activations' 8-bit noise).
     for kv in [DType::F32, DType::F16] {
-        let opts = LoadOptions { kv_cache_dtype: Some(kv), ..common::load_options()? };
+        let opts = LoadOptions { kv_cache_dtype: Some(kv), ..common::gguf_load_options()? };
         let model = Model::load(path.to_str().expect("utf-8 path"), &opts)?;
         assert_eq!(model.kv_cache_dtype(), kv);
         agrees_with_llama_cpp(&model, &reference, &format!("{name}, {} KV cache", kv.as_str()))?;

@@ -83,8 +83,10 @@ fn user_text(case: &Case) -> Result<String> {
     Ok(parts.iter().filter_map(|p| p["text"].as_str()).collect::<String>())
 }
 
+/// The largest |a − b|, compared on the CPU in f32 (the model's outputs may be on a GPU, the
+/// references are read onto the CPU).
 fn max_abs_diff(a: &Tensor, b: &Tensor, what: &str) -> Result<f32> {
-    let (a, b) = (a.flatten_all()?, b.flatten_all()?);
+    let (a, b) = (common::on_cpu(a)?.flatten_all()?, common::on_cpu(b)?.flatten_all()?);
     ensure!(a.dims() == b.dims(), "{what}: {} values vs the reference's {}", a.dim(0)?, b.dim(0)?);
     Ok((a - b)?.abs()?.max_all()?.to_scalar::<f32>()?)
 }
@@ -278,7 +280,7 @@ fn unpermute_rope_rows(w: &Tensor, heads: usize) -> Result<Tensor> {
 fn real_smollm2_decoder_runs_through_the_idefics3_text_path() -> Result<()> {
     use tessera_decoder::{GgufMode, Weights};
     let gguf = common::smollm2_gguf()?;
-    let f32_opts = LoadOptions { dtype: Some(candle_core::DType::F32), ..common::load_options()? };
+    let f32_opts = LoadOptions { dtype: Some(candle_core::DType::F32), ..common::gguf_load_options()? };
     let llama = Model::load(gguf.to_str().context("utf-8")?, &f32_opts)?;
     let d = llama.config().decoder.clone();
     assert_eq!((d.hidden_size, d.num_attention_heads, d.num_key_value_heads), (576, 9, 3));
