@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -77,12 +78,10 @@ def word_level_tokenizer(config, folder, dst):
 
     text = config.get_text_config()
     added = json.loads((folder / "added_tokens.json").read_text()) if (folder / "added_tokens.json").exists() else {}
-    vocab = {f"w{i}": i for i in range(text.vocab_size)}
-    vocab.update({"<unk>": 0})
-    for content, idx in added.items():
-        vocab.pop(f"w{idx}", None)
-    tok = Tokenizer(models.WordLevel(vocab={k: v for k, v in vocab.items() if v not in added.values()},
-                                     unk_token="<unk>"))
+    # Every id below vocab_size once: the added tokens at their own ids, "<unk>" at 0, "w{i}" elsewhere.
+    names = {0: "<unk>", **{idx: content for content, idx in added.items()}}
+    vocab = {names.get(i, f"w{i}"): i for i in range(text.vocab_size)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     for content, idx in sorted(added.items(), key=lambda kv: kv[1]):
         tok.add_special_tokens([AddedToken(content, special=True)])
@@ -252,6 +251,7 @@ def main():
                 row["image_to_first_token"] = first_token(dst, args, device)
         except (Exception, SystemExit) as e:  # noqa: BLE001  (reported, and the next model runs)
             report["models"][name] = {"error": str(e)}
+            traceback.print_exc()
             print(f"\n{name}: FAILED: {e}", file=sys.stderr)
             write(args.out, report)
             continue
