@@ -7,9 +7,10 @@
 #   .gpu/smollm2.skeleton.xz   the test GGUF's header without its weights (scripts/gpu/gguf_skeleton.py):
 #                              the GPU machine fills in random weights for the quantized CUDA decode figure
 # scripts/gpu/device.sh unpacks and runs them there. What travels is limited to 64 MiB with the
-# tracked files (~37 MB); all of it (~27 MB) fits in one run, or one run carries the suite and
-# another the binaries:
-#   scripts/gpu/build.sh            # all three (first run: ~15 min on 2 cores, toolkit ~700 MB)
+# tracked files (35.2 MiB on 2026-11-26); all of it (26.9 MiB: suite 8.7, tessera 9.4,
+# tessera-bench 8.0, data 0.8) fits in one run with ~2 MiB to spare, or one run carries the
+# suite and another the binaries:
+#   scripts/gpu/build.sh            # all three (20 min on 2 cores from a clean target/cuda, toolkit ~700 MB)
 #   scripts/gpu/build.sh suite      # or: bins
 # The CUDA toolkit (nvcc 13.4 from PyPI, a libcuda link stub) is installed by
 # ../shared/tools/cuda-check.sh into ~/.cache/cuda-ci; the build runs in target/cuda.
