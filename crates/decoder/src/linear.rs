@@ -10,6 +10,7 @@ use tessera_kernels::dense::Epilogue;
 use tessera_kernels::QMatrix;
 
 use crate::activation::Activation;
+use crate::cpu_op::kernels_take;
 use crate::error::{DecoderError, Result};
 use crate::weights::MatrixWeight;
 
@@ -94,7 +95,7 @@ impl Linear {
             return Ok(y);
         }
         if let LinearWeight::Packed(p) = &self.weight {
-            if self.bias.is_none() && f32_cpu(x) && f32_cpu(residual) {
+            if self.bias.is_none() && kernels_take(x) && kernels_take(residual) {
                 // The kernels add the residual as they write each output.
                 return Ok(x.contiguous()?.apply_op2_no_bwd(&residual.contiguous()?, p)?);
             }
@@ -117,10 +118,10 @@ impl Linear {
     /// in the matmul's pass. `None` where it does not apply (other devices, dtypes, weights).
     fn dense_cpu(&self, x: &Tensor, residual: Option<&Tensor>, epilogue: Epilogue) -> Result<Option<Tensor>> {
         let LinearWeight::Dense(l) = &self.weight else { return Ok(None) };
-        if !f32_cpu(x)
-            || !f32_cpu(l.weight())
-            || !self.bias.as_ref().is_none_or(f32_cpu)
-            || !residual.is_none_or(f32_cpu)
+        if !kernels_take(x)
+            || !kernels_take(l.weight())
+            || !self.bias.as_ref().is_none_or(kernels_take)
+            || !residual.is_none_or(kernels_take)
         {
             return Ok(None);
         }
@@ -183,11 +184,6 @@ fn with_residual<'a>(
         candle_core::bail!("{op}: residual {:?}, the output is {want:?}", l2.shape().dims());
     }
     Ok((x, residual))
-}
-
-/// Whether the CPU kernels take `t` (f32 on the CPU, kernels on).
-fn f32_cpu(t: &Tensor) -> bool {
-    crate::cpu_op::kernels_take(t)
 }
 
 /// `x Wᵢᵀ` for each quantized `Wᵢ`, by [`QMatrix::matmul_shared_uninit`]: `x` `(..., in)`,

@@ -45,6 +45,7 @@ pub fn tiny_model(name: &str) -> Result<tessera::Model> {
 /// The device the parity tests run on: `TESSERA_TEST_DEVICE` (`cpu`, the default, `cuda[:N]`,
 /// `metal[:N]`). scripts/gpu/ runs the suite with `cuda`; an unknown or unavailable device
 /// fails every test that asks (never a silent fallback to the CPU).
+///
 /// Opened once per test executable: every model of the tests shares one device (Candle's CUDA
 /// devices opened twice are two devices, whose tensors do not mix).
 pub fn test_device() -> Result<tessera::Device> {
@@ -76,6 +77,14 @@ pub fn gguf_load_options() -> Result<tessera::LoadOptions> {
 /// device) with references (read onto the CPU).
 pub fn on_cpu(t: &candle_core::Tensor) -> Result<candle_core::Tensor> {
     Ok(t.to_device(&candle_core::Device::Cpu)?.to_dtype(candle_core::DType::F32)?)
+}
+
+/// The images a chat fixture's conversation names (paths relative to the repository), in order.
+pub fn conversation_images(conv: &tessera::Conversation) -> Result<Vec<tessera::RgbImage>> {
+    conv.images
+        .iter()
+        .map(|src| Ok(tessera::load_image(&repo_root().join(src), tessera::DEFAULT_MAX_PIXELS)?))
+        .collect()
 }
 
 pub fn read_json(path: &std::path::Path) -> Result<serde_json::Value> {

@@ -23,7 +23,7 @@ mod common;
 
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
-use tessera::{load_image, DType, GenerateParams, LoadOptions, Model, RgbImage, DEFAULT_MAX_PIXELS};
+use tessera::{DType, GenerateParams, LoadOptions, Model};
 
 /// 8 bf16 ulps of a logit in [8, 16).
 const MARGIN: f64 = 0.5;
@@ -94,6 +94,7 @@ fn compare(what: &str, model: &Model, prompt: &tessera::Prompt, reference: &Valu
         GenerateParams { max_new_tokens: ids.len(), ignore_eos: true, logprobs: Some(2), ..Default::default() };
     let out = model.generate(prompt, &params, &mut |_| {})?;
     let sampled = out.sampled_tokens();
+    tally.total += N_STEPS;
     ensure!(sampled.len() == ids.len(), "{what}: {} steps, expected {}", sampled.len(), ids.len());
     for i in 0..ids.len() {
         if sampled[i].id != ids[i] {
@@ -108,7 +109,6 @@ fn compare(what: &str, model: &Model, prompt: &tessera::Prompt, reference: &Valu
             );
             tally.flips.push(format!("{what} step {i} (margin {})", margins[i]));
             tally.compared += i;
-            tally.total += N_STEPS;
             return Ok(());
         }
         let d = f64::from((sampled[i].logprob - logprobs[i]).abs());
@@ -116,7 +116,6 @@ fn compare(what: &str, model: &Model, prompt: &tessera::Prompt, reference: &Valu
         tally.worst = tally.worst.max(d);
     }
     tally.compared += ids.len();
-    tally.total += N_STEPS;
     Ok(())
 }
 
@@ -149,11 +148,7 @@ fn vlm_chats_in_bf16_and_f16_match_transformers_on_the_same_device() -> Result<(
             let model = Model::load(dir.to_str().context("utf-8")?, &opts(dtype(dtype_name)?)?)?;
             for chat in chats.as_array().context("chats")? {
                 let conv = tessera::Conversation::from_json(&chat["messages"])?;
-                let images = conv
-                    .images
-                    .iter()
-                    .map(|src| Ok(load_image(&common::repo_root().join(src), DEFAULT_MAX_PIXELS)?))
-                    .collect::<Result<Vec<RgbImage>>>()?;
+                let images = common::conversation_images(&conv)?;
                 let prompt = model.encode_chat(&conv.messages, &images)?;
                 if prompt.ids() != common::ids(&chat["input_ids"]).as_slice() {
                     bail!("{name} {}: prompt ids differ from the processor's", chat["name"]);

@@ -450,11 +450,7 @@ fn multi_turn_chats_with_images_match_transformers() -> Result<()> {
                 chat["rendered"].as_str().context("rendered")?,
                 "{what}"
             );
-            let images = conv
-                .images
-                .iter()
-                .map(|src| Ok(load_image(&common::repo_root().join(src), DEFAULT_MAX_PIXELS)?))
-                .collect::<Result<Vec<_>>>()?;
+            let images = common::conversation_images(&conv)?;
             let prompt = model.encode_chat(&conv.messages, &images)?;
             assert_eq!(prompt.ids(), common::ids(&chat["input_ids"]), "{what}: prompt ids");
             let greedy = common::ids(&chat["greedy_ids"]);
