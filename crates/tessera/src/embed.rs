@@ -191,8 +191,7 @@ impl Model {
             flat.extend(ids.iter().copied());
             flat.extend(std::iter::repeat_n(pad, longest - ids.len()));
         }
-        let ids = Tensor::from_vec(flat, (all.len(), longest), self.device())?;
-        let embeds = self.embed_id_tensor(&ids)?;
+        let embeds = self.embed_id_rows(&flat, (all.len(), longest))?;
         let mut trace = Trace { capture_hidden: true, ..Default::default() };
         let last = self.forward_hidden(&embeds, &mut self.new_cache(), &mut trace)?;
         let states = trace.hidden_states;

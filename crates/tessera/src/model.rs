@@ -68,6 +68,8 @@ pub struct Model {
     pub(crate) generation_config: GenerationConfig,
     pub(crate) eos_ids: Vec<u32>,
     pub(crate) embed: TokenEmbedding,
+    /// The config's `embed_scale` as a scalar on the device in the embeddings' dtype, made once.
+    pub(crate) embed_scale: Option<Tensor>,
     pub(crate) decoder: Decoder,
     pub(crate) lm_head: Linear,
     pub(crate) image_encoder: Option<ImageEncoder>,
@@ -224,6 +226,10 @@ impl Model {
         };
         eos_ids.sort_unstable();
         eos_ids.dedup();
+        let embed_scale = match config.embed_scale {
+            Some(scale) => Some(Tensor::new(scale as f32, &opts.device)?.to_dtype(embed.dtype())?),
+            None => None,
+        };
         Ok(Self {
             config,
             info,
@@ -233,6 +239,7 @@ impl Model {
             generation_config,
             eos_ids,
             embed,
+            embed_scale,
             decoder,
             lm_head,
             image_encoder: None,
@@ -306,10 +313,11 @@ impl Model {
         &self.embed
     }
 
-    /// Token embeddings `(b, t, hidden)` for ids `(b, t)`, scaled as the model scales them
-    /// (Gemma: by √width, in the weights' dtype).
-    pub fn embed_id_tensor(&self, ids: &Tensor) -> Result<Tensor> {
-        let e = self.embed.forward(ids).map_err(|e| match e {
+    /// Token embeddings `(b, t, hidden)` for `ids`, `b` rows of `t` ids one after the other,
+    /// scaled as the model scales them (Gemma: by √width, in the weights' dtype). The ids are
+    /// checked on the host; only they are sent to the device.
+    pub fn embed_id_rows(&self, ids: &[u32], (b, t): (usize, usize)) -> Result<Tensor> {
+        let e = self.embed.lookup(ids, (b, t)).map_err(|e| match e {
             // Ids come from the tokenizer (or the caller): name where the tokenizer came from.
             e @ tessera_text::TextError::TokenOutOfRange { .. } => TesseraError::InvalidInput(format!(
                 "{e}: the model has no embedding for it (tokenizer: {})",
@@ -317,18 +325,15 @@ impl Model {
             )),
             e => e.into(),
         })?;
-        Ok(match self.config.embed_scale {
-            Some(scale) => {
-                let scale = Tensor::new(scale as f32, e.device())?.to_dtype(e.dtype())?;
-                e.broadcast_mul(&scale)?
-            }
+        Ok(match &self.embed_scale {
+            Some(scale) => e.broadcast_mul(scale)?,
             None => e,
         })
     }
 
     /// Token embeddings `(1, t, hidden)` for `ids`.
     pub fn embed_ids(&self, ids: &[u32]) -> Result<Tensor> {
-        self.embed_id_tensor(&Tensor::new(ids, &self.device)?.unsqueeze(0)?)
+        self.embed_id_rows(ids, (1, ids.len()))
     }
 
     /// The LM head: hidden `(1, t, hidden)` → f32 logits `(t, vocab)`.

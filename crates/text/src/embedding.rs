@@ -69,24 +69,33 @@ impl TokenEmbedding {
         }
     }
 
-    /// `ids`: `(b, t)` u32 → `(b, t, hidden)`. Every id is checked against the vocabulary.
+    /// `ids`: `(b, t)` u32 → `(b, t, hidden)`. The ids are read to the host and checked
+    /// ([`lookup`](Self::lookup)); ids already on the host should go there directly.
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
-        let flat = ids.flatten_all()?;
+        self.lookup(&ids.flatten_all()?.to_vec1::<u32>()?, (b, t))
+    }
+
+    /// `ids`: `b` rows of `t` ids, row after row, on the host → `(b, t, hidden)` on the table's
+    /// device. Every id is checked against the vocabulary here, before anything is sent: a
+    /// decode step sends its one id and reads nothing back.
+    pub fn lookup(&self, ids: &[u32], (b, t): (usize, usize)) -> Result<Tensor> {
+        if ids.len() != b * t {
+            return Err(candle_core::Error::Msg(format!("{} token ids for a ({b}, {t}) lookup", ids.len())).into());
+        }
         let vocab = self.vocab_size();
-        let list = flat.to_vec1::<u32>()?;
-        if let Some(&bad) = list.iter().find(|&&i| i as usize >= vocab) {
+        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= vocab) {
             return Err(TextError::TokenOutOfRange { id: bad, vocab_size: vocab });
         }
         let h = self.hidden_size();
         let rows = match &self.table {
-            Table::Dense(w) => w.index_select(&flat, 0)?,
+            Table::Dense(w) => w.index_select(&Tensor::from_slice(ids, ids.len(), w.device())?, 0)?,
             Table::Packed { weight, dtype, device } => {
-                let mut out = vec![0f32; list.len() * h];
-                for (&id, row) in list.iter().zip(out.chunks_exact_mut(h)) {
+                let mut out = vec![0f32; ids.len() * h];
+                for (&id, row) in ids.iter().zip(out.chunks_exact_mut(h)) {
                     weight.dequantize_rows(id as usize, id as usize + 1, row);
                 }
-                Tensor::from_vec(out, (list.len(), h), device)?.to_dtype(*dtype)?
+                Tensor::from_vec(out, (ids.len(), h), device)?.to_dtype(*dtype)?
             }
         };
         Ok(rows.reshape((b, t, h))?)
