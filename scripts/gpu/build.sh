@@ -76,6 +76,9 @@ if [ "$what" != suite ]; then
   pack tessera "$CARGO_TARGET_DIR/release/tessera"
   pack tessera-bench "$CARGO_TARGET_DIR/release/tessera-bench"
 fi
+# What the binaries were built from: device.sh prints it beside the GPU's name, and a later session
+# here compares it with `git rev-parse HEAD` before reusing .gpu/ instead of building again.
+echo "$(git rev-parse HEAD)$(git diff --quiet HEAD|| echo ' with uncommitted changes') ($what, $(date -u +%F))" >.gpu/REVISION
 echo "built in $((SECONDS - start)) s; what travels besides the tracked files (limit: 64 MiB in all):"
 du -ch .gpu/*.xz | tail -1
 echo "libraries the GPU machine must provide:"

@@ -35,6 +35,7 @@ PY
 )
 export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+echo "binaries built from $(cat .gpu/REVISION 2>/dev/null || echo 'an unknown revision (no .gpu/REVISION)')" | tee -a "$out/gpu.txt"
 python3 -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__)' | tee -a "$out/gpu.txt"
 for b in "$bin"/*; do
   missing=$(ldd "$b" | grep "not found" || true)
