@@ -7,9 +7,9 @@
 #   .gpu/smollm2.skeleton.xz   the test GGUF's header without its weights (scripts/gpu/gguf_skeleton.py):
 #                              the GPU machine fills in random weights for the quantized CUDA decode figure
 # scripts/gpu/device.sh unpacks and runs them there. What travels is limited to 64 MiB with the
-# tracked files (35.2 MiB on 2026-11-26); all of it (26.9 MiB: suite 8.7, tessera 9.4,
-# tessera-bench 8.0, data 0.8) fits in one run with ~2 MiB to spare, or one run carries the
-# suite and another the binaries:
+# tracked files (35.2 MiB on 2026-11-26); all of it (27.3 MiB: suite 8.9, tessera 9.5,
+# tessera-bench 8.1, data 0.8) fits in one run with ~1.5 MiB to spare, or one run carries the
+# suite and another the binaries. .gpu/REVISION names the commit they were built from:
 #   scripts/gpu/build.sh            # all three (20 min on 2 cores from a clean target/cuda, toolkit ~700 MB)
 #   scripts/gpu/build.sh suite      # or: bins
 # The CUDA toolkit (nvcc 13.4 from PyPI, a libcuda link stub) is installed by
@@ -78,7 +78,7 @@ if [ "$what" != suite ]; then
 fi
 # What the binaries were built from: device.sh prints it beside the GPU's name, and a later session
 # here compares it with `git rev-parse HEAD` before reusing .gpu/ instead of building again.
-echo "$(git rev-parse HEAD)$(git diff --quiet HEAD|| echo ' with uncommitted changes') ($what, $(date -u +%F))" >.gpu/REVISION
+echo "$(git rev-parse HEAD)$(git diff --quiet HEAD || echo ' with uncommitted changes') ($what, $(date -u +%F))" >.gpu/REVISION
 echo "built in $((SECONDS - start)) s; what travels besides the tracked files (limit: 64 MiB in all):"
 du -ch .gpu/*.xz | tail -1
 echo "libraries the GPU machine must provide:"
