@@ -5,8 +5,9 @@ first; llava-interleave-qwen-0.5b-hf's files could not be fetched here, only the
 llava-interleave-qwen-7b-hf), a
 checkpoint with random weights (seed 0) is written here by transformers in --dtype, beside the real processor
 and template files and a tokenizer (SmolVLM: the SmolLM2 vocabulary that scripts/gpu/build.sh packs into
-.gpu/smolvlm-tokenizer.json; otherwise a word-level stand-in with the config's vocabulary size and added tokens:
-speed does not depend on which ids a prompt has). Then, batch 1:
+.gpu/smolvlm-tokenizer.json; otherwise a word-level stand-in with the config's vocabulary size and its special
+tokens at their ids: speed does not depend on which ids a prompt has). --models also takes a folder of such files.
+Then, batch 1:
   - prefill tok/s at each --prompt-lengths: transformers `model(input_ids)` (attn_implementation="sdpa"), tessera
     `tessera-bench` (the same lengths);
   - decode tok/s: --gen-tokens greedy tokens one at a time after a 64-token prompt (transformers: generate of
@@ -18,9 +19,10 @@ Best of --reps after one warm-up. Prints a table and writes JSON (--out).
 
 On the GPU machine (scripts/gpu/device.sh bins runs it):
     python3 scripts/gpu/bench.py --tessera-bench /tmp/tessera-gpu/tessera-bench --tessera /tmp/tessera-gpu/tessera
-Dry run on a CPU (small sizes):
-    python scripts/gpu/bench.py --device cpu --dtype f32 --models smolvlm-256m-instruct --prompt-lengths 64 \
-        --gen-tokens 8 --reps 1 --tessera-bench target/release/tessera-bench --tessera target/release/tessera
+Dry run on a CPU (small sizes; a copy of llava-1.5-7b-hf's folder with its config shrunk to 2 layers of width 64
+runs the stand-in tokenizer's path in seconds):
+    python scripts/gpu/bench.py --device cpu --dtype f32 --models /tmp/llava-tiny smolvlm-256m-instruct \
+        --prompt-lengths 16 --gen-tokens 4 --reps 1 --tessera-bench target/debug/tessera-bench --tessera target/debug/tessera
 """
 import argparse
 import json
@@ -76,20 +78,40 @@ def word_level_tokenizer(config, folder, dst):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from tokenizers import AddedToken
 
-    text = config.get_text_config()
-    added = json.loads((folder / "added_tokens.json").read_text()) if (folder / "added_tokens.json").exists() else {}
-    # Every id below vocab_size once: the added tokens at their own ids, "<unk>" at 0, "w{i}" elsewhere.
-    names = {0: "<unk>", **{idx: content for content, idx in added.items()}}
-    vocab = {names.get(i, f"w{i}"): i for i in range(text.vocab_size)}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    def read(name):
+        return json.loads((folder / name).read_text()) if (folder / name).exists() else {}
+
+    def content(token):
+        return token.get("content") if isinstance(token, dict) else token
+
+    size = config.get_text_config().vocab_size
+    tc, stm = read("tokenizer_config.json"), read("special_tokens_map.json")
+    # The special tokens at their own ids (tokenizer_config's added_tokens_decoder, added_tokens.json);
+    # one only named (bos/eos/unk/pad, additional_special_tokens) at the lowest free id, so that no
+    # token the processor or template writes falls past the vocabulary.
+    ids = {t["content"]: int(i) for i, t in tc.get("added_tokens_decoder", {}).items()}
+    ids.update(read("added_tokens.json"))
+    unk = content(tc.get("unk_token") or stm.get("unk_token")) or "<unk>"
+    named = [unk] + [content(m.get(k)) for m in (tc, stm) for k in ("bos_token", "eos_token", "pad_token")]
+    named += [content(t) for m in (tc, stm) for t in m.get("additional_special_tokens", [])]
+    used = set(ids.values())
+    free = (i for i in range(size) if i not in used)
+    for name in named:
+        if name and name not in ids:
+            ids[name] = next(free)
+    ids = {c: i for c, i in ids.items() if i < size}
+    names = {i: c for c, i in ids.items()}
+    vocab = {names.get(i, f"w{i}"): i for i in range(size)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=unk))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    for content, idx in sorted(added.items(), key=lambda kv: kv[1]):
-        tok.add_special_tokens([AddedToken(content, special=True)])
+    tok.add_special_tokens([AddedToken(c, special=True) for c, _ in sorted(ids.items(), key=lambda kv: kv[1])])
     tok.save(str(dst / "tokenizer.json"))
 
 
 def checkpoint(name, dtype, device, work):
-    folder, dst = CONFIGS / name, work / name
+    # A name from tests/fixtures/real_configs, or a folder of such files (a dry run's shrunken config).
+    folder = Path(name) if "/" in name else CONFIGS / name
+    dst = work / folder.name
     config = transformers.AutoConfig.from_pretrained(folder)
     if not (dst / "model.safetensors.index.json").exists() and not (dst / "model.safetensors").exists():
         dst.mkdir(parents=True, exist_ok=True)
@@ -101,7 +123,7 @@ def checkpoint(name, dtype, device, work):
         for f in folder.iterdir():
             if f.name != "config.json" and f.suffix in (".json", ".jinja"):
                 shutil.copy(f, dst / f.name)
-        packed = REPO / ".gpu" / f"{name.split('-')[0]}-tokenizer.json"
+        packed = REPO / ".gpu" / f"{dst.name.split('-')[0]}-tokenizer.json"
         if packed.exists():
             shutil.copy(packed, dst / "tokenizer.json")
         else:
@@ -242,21 +264,25 @@ def main():
     for name in args.models:
         # Smallest first, and the report rewritten after each model: a run cut off by its time
         # limit still brings back what it measured; a model that fails is recorded, not fatal.
+        # Within a model, each engine's figures are written as soon as they are measured.
         t0 = time.perf_counter()
+        row = report["models"][name] = {}
         try:
             dst = checkpoint(name, DTYPES[args.dtype], device, Path(args.work))
-            row = {"transformers": transformers_side(dst, args, device), "tessera": tessera_side(dst, args)}
+            row["transformers"] = transformers_side(dst, args, device)
+            write(args.out, report)
+            row["tessera"] = tessera_side(dst, args)
+            write(args.out, report)
             row["transformers"]["peak_gpu_mib"] = transformers_peak(dst, args)
-            if name.startswith("smolvlm"):
+            if Path(name).name.startswith("smolvlm"):
                 row["image_to_first_token"] = first_token(dst, args, device)
         except (Exception, SystemExit) as e:  # noqa: BLE001  (reported, and the next model runs)
-            report["models"][name] = {"error": str(e)}
+            row["error"] = str(e)
             traceback.print_exc()
             print(f"\n{name}: FAILED: {e}", file=sys.stderr)
             write(args.out, report)
             continue
         row["seconds"] = round(time.perf_counter() - t0, 1)
-        report["models"][name] = row
         write(args.out, report)
         print(f"\n{name} ({args.dtype}, {report['device']})")
         for key in row["transformers"]:
