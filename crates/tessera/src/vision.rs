@@ -550,12 +550,21 @@ impl ImageProcessor {
                 Ok(px.unsqueeze(0)?)
             }
             Views::Tiled { tiling, normalize } => {
-                let views = split_image(img, tiling)
-                    .images
-                    .iter()
-                    .map(|t| tessera_vision::preprocess::to_tensor(t, normalize, device))
-                    .collect::<std::result::Result<Vec<_>, _>>()?;
-                Ok(Tensor::stack(&views, 0)?)
+                // Every view is one tile's size (an image of one tile or less is its own
+                // view): their values go straight into one buffer, `(views, 3, h, w)`.
+                let views = split_image(img, tiling).images;
+                let (h, w) = views.first().map_or((0, 0), |v| (v.height, v.width));
+                if views.iter().any(|v| (v.height, v.width) != (h, w)) {
+                    return Err(TesseraError::Config {
+                        path: "preprocessor_config.json".into(),
+                        reason: format!("the tiled views of a {}×{} image differ in size", img.width, img.height),
+                    });
+                }
+                let mut values = vec![0f32; views.len() * 3 * h * w];
+                for (view, out) in views.iter().zip(values.chunks_exact_mut((3 * h * w).max(1))) {
+                    tessera_vision::preprocess::normalize_into(view, normalize, out)?;
+                }
+                Ok(Tensor::from_vec(values, (views.len(), 3, h, w), device)?)
             }
             Views::PanAndScan { pas, preprocess: cfg } => {
                 let crops = pas.crops(img.height, img.width);

@@ -157,25 +157,47 @@ pub fn center_crop(img: &RgbImage, height: usize, width: usize) -> RgbImage {
 /// Rescale and normalize to a `(3, H, W)` f32 tensor (channels first).
 pub fn to_tensor(img: &RgbImage, cfg: &PreprocessConfig, device: &Device) -> Result<Tensor> {
     let (h, w) = (img.height, img.width);
+    let mut out = vec![0f32; 3 * h * w];
+    normalize_into(img, cfg, &mut out)?;
+    Ok(Tensor::from_vec(out, (3, h, w), device)?)
+}
+
+/// [`to_tensor`]'s values, written into `out` (`3·H·W`, channels first): several views can
+/// share one buffer and become one tensor without a copy. A channel's value depends only on
+/// its byte, so each channel's 256 values are computed once, with the reference's arithmetic
+/// (rescale in double precision, then normalize in single), and looked up.
+pub fn normalize_into(img: &RgbImage, cfg: &PreprocessConfig, out: &mut [f32]) -> Result<()> {
+    let plane = img.height * img.width;
     let mean = cfg.image_mean.clone().unwrap_or_else(|| vec![0.5; 3]);
     let std = cfg.image_std.clone().unwrap_or_else(|| vec![0.5; 3]);
     if mean.len() != 3 || std.len() != 3 {
         return Err(VisionError::Config("image_mean and image_std need 3 values".into()));
     }
-    let mut out = vec![0f32; 3 * h * w];
-    for c in 0..3 {
-        for i in 0..h * w {
-            let mut v = img.data[i * 3 + c] as f32;
+    if out.len() != 3 * plane || img.data.len() != 3 * plane {
+        return Err(VisionError::Config(format!(
+            "a {}×{} image's values need {} floats, the buffer has {}",
+            img.width,
+            img.height,
+            3 * plane,
+            out.len()
+        )));
+    }
+    for (c, dst) in out.chunks_exact_mut(plane.max(1)).enumerate().take(3) {
+        let table: [f32; 256] = std::array::from_fn(|byte| {
+            let mut v = byte as f32;
             if cfg.do_rescale {
-                v = (img.data[i * 3 + c] as f64 * cfg.rescale_factor) as f32;
+                v = (byte as f64 * cfg.rescale_factor) as f32;
             }
             if cfg.do_normalize {
                 v = (v - mean[c]) / std[c];
             }
-            out[c * h * w + i] = v;
+            v
+        });
+        for (o, px) in dst.iter_mut().zip(img.data.chunks_exact(3)) {
+            *o = table[usize::from(px[c])];
         }
     }
-    Ok(Tensor::from_vec(out, (3, h, w), device)?)
+    Ok(())
 }
 
 /// The image as the processor resizes and crops it, before rescaling: what the model "sees".
