@@ -164,11 +164,12 @@ pub fn resize_u8(
     let (tmp, tmp_w, tmp_y0): (std::borrow::Cow<[u8]>, usize, usize) = if need_h {
         let (in_row, out_row) = (w * channels, out_w * channels);
         let mut out = vec![0u8; out_row * (y_last - y_first)];
-        if out_row > 0 {
-            for (dst, row) in out.chunks_exact_mut(out_row).zip(src[y_first * in_row..].chunks_exact(in_row)) {
+        by_bands(&mut out, out_row, &|first, band| {
+            let rows = src[(y_first + first) * in_row..].chunks_exact(in_row);
+            for (dst, row) in band.chunks_exact_mut(out_row).zip(rows) {
                 horizontal_row(row, dst, &horiz, channels);
             }
-        }
+        });
         (out.into(), out_w, y_first)
     } else {
         (src.into(), w, 0)
@@ -178,22 +179,57 @@ pub fn resize_u8(
     }
     let row_len = tmp_w * channels;
     let mut out = vec![0u8; row_len * out_h];
-    if row_len == 0 {
-        return out;
-    }
-    let mut sums = vec![0i32; row_len];
-    for (yy, (dst, &(ymin, n))) in out.chunks_exact_mut(row_len).zip(&vert.bounds).enumerate() {
-        let k = &vert.weights[yy * vert.ksize..yy * vert.ksize + n];
-        sums.fill(HALF);
-        let rows = tmp[(ymin - tmp_y0) * row_len..].chunks_exact(row_len);
-        for (row, &ky) in rows.zip(k) {
-            tessera_kernels::ops::add_scaled_u8(&mut sums, row, ky);
+    by_bands(&mut out, row_len, &|first, band| {
+        let mut sums = vec![0i32; row_len];
+        for (yy, dst) in (first..).zip(band.chunks_exact_mut(row_len)) {
+            let (ymin, n) = vert.bounds[yy];
+            let k = &vert.weights[yy * vert.ksize..yy * vert.ksize + n];
+            sums.fill(HALF);
+            let rows = tmp[(ymin - tmp_y0) * row_len..].chunks_exact(row_len);
+            for (row, &ky) in rows.zip(k) {
+                tessera_kernels::ops::add_scaled_u8(&mut sums, row, ky);
+            }
+            for (o, &s) in dst.iter_mut().zip(&sums) {
+                *o = clip8(s);
+            }
         }
-        for (o, &s) in dst.iter_mut().zip(&sums) {
-            *o = clip8(s);
-        }
-    }
+    });
     out
+}
+
+/// From this many output bytes a pass is shared out among the kernels' pool threads.
+const PARALLEL_MIN_BYTES: usize = 1 << 16;
+
+/// Runs `f(first_row, band)` over `out`, whose rows are `row_len` bytes: one band of
+/// consecutive rows per thread of the kernels' pool when `out` is large, else all of it here.
+/// Every output value is computed the same way whichever band holds it.
+fn by_bands(out: &mut [u8], row_len: usize, f: &(dyn Fn(usize, &mut [u8]) + Sync)) {
+    if row_len == 0 {
+        return;
+    }
+    let pool = tessera_kernels::ThreadPool::global();
+    let rows = out.len() / row_len;
+    let parts = pool.threads().min(rows);
+    if out.len() < PARALLEL_MIN_BYTES || parts <= 1 {
+        f(0, out);
+        return;
+    }
+    let per = rows.div_ceil(parts);
+    // Each band behind its own lock, taken once by the one part that writes it.
+    let bands: Vec<std::sync::Mutex<(usize, &mut [u8])>> =
+        out.chunks_mut(per * row_len).enumerate().map(|(i, b)| std::sync::Mutex::new((i * per, b))).collect();
+    let shared = pool.run(&|p| {
+        if let Some(band) = bands.get(p) {
+            let mut band = band.lock().unwrap_or_else(|e| e.into_inner());
+            let (first, ref mut rows) = *band;
+            f(first, rows);
+        }
+    });
+    drop(bands);
+    if shared.is_err() {
+        // A part panicked: run it all here, where the panic shows with its message.
+        f(0, out);
+    }
 }
 
 /// One row of the horizontal pass: `row` (`channels` per pixel) → `dst`, one output pixel's
