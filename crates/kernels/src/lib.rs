@@ -41,4 +41,4 @@ pub use blocks::{ActKind, Q8Block, Q8KBlock, QType};
 pub use error::{KernelError, Result};
 pub use invariant::row_invariant;
 pub use matmul::{enabled, Isa, Layout, QMatrix, GEMM_MIN_TOKENS};
-pub use pool::{default_threads, ThreadPool, MAX_THREADS};
+pub use pool::{default_threads, for_each_row, ThreadPool, MAX_THREADS};

@@ -41,7 +41,7 @@ unsafe impl<T> Send for SendPtr<T> {}
 /// Runs `f(r, row r of out)` for each `width`-wide row of `out`: on the calling thread when
 /// there are fewer than `min_rows` rows (or one thread), else in one run of contiguous rows
 /// per pool thread.
-pub(crate) fn for_each_row<T: Send>(
+pub fn for_each_row<T: Send>(
     pool: &ThreadPool,
     out: &mut [T],
     width: usize,

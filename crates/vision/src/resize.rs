@@ -164,11 +164,9 @@ pub fn resize_u8(
     let (tmp, tmp_w, tmp_y0): (std::borrow::Cow<[u8]>, usize, usize) = if need_h {
         let (in_row, out_row) = (w * channels, out_w * channels);
         let mut out = vec![0u8; out_row * (y_last - y_first)];
-        by_bands(&mut out, out_row, &|first, band| {
-            let rows = src[(y_first + first) * in_row..].chunks_exact(in_row);
-            for (dst, row) in band.chunks_exact_mut(out_row).zip(rows) {
-                horizontal_row(row, dst, &horiz, channels);
-            }
+        by_rows(&mut out, out_row, &|r, dst| {
+            let y = y_first + r;
+            horizontal_row(&src[y * in_row..(y + 1) * in_row], dst, &horiz, channels);
         });
         (out.into(), out_w, y_first)
     } else {
@@ -179,19 +177,16 @@ pub fn resize_u8(
     }
     let row_len = tmp_w * channels;
     let mut out = vec![0u8; row_len * out_h];
-    by_bands(&mut out, row_len, &|first, band| {
-        let mut sums = vec![0i32; row_len];
-        for (yy, dst) in (first..).zip(band.chunks_exact_mut(row_len)) {
-            let (ymin, n) = vert.bounds[yy];
-            let k = &vert.weights[yy * vert.ksize..yy * vert.ksize + n];
-            sums.fill(HALF);
-            let rows = tmp[(ymin - tmp_y0) * row_len..].chunks_exact(row_len);
-            for (row, &ky) in rows.zip(k) {
-                tessera_kernels::ops::add_scaled_u8(&mut sums, row, ky);
-            }
-            for (o, &s) in dst.iter_mut().zip(&sums) {
-                *o = clip8(s);
-            }
+    by_rows(&mut out, row_len, &|yy, dst| {
+        let (ymin, n) = vert.bounds[yy];
+        let k = &vert.weights[yy * vert.ksize..yy * vert.ksize + n];
+        let mut sums = vec![HALF; row_len];
+        let rows = tmp[(ymin - tmp_y0) * row_len..].chunks_exact(row_len);
+        for (row, &ky) in rows.zip(k) {
+            tessera_kernels::ops::add_scaled_u8(&mut sums, row, ky);
+        }
+        for (o, &s) in dst.iter_mut().zip(&sums) {
+            *o = clip8(s);
         }
     });
     out
@@ -200,35 +195,15 @@ pub fn resize_u8(
 /// From this many output bytes a pass is shared out among the kernels' pool threads.
 const PARALLEL_MIN_BYTES: usize = 1 << 16;
 
-/// Runs `f(first_row, band)` over `out`, whose rows are `row_len` bytes: one band of
-/// consecutive rows per thread of the kernels' pool when `out` is large, else all of it here.
-/// Every output value is computed the same way whichever band holds it.
-fn by_bands(out: &mut [u8], row_len: usize, f: &(dyn Fn(usize, &mut [u8]) + Sync)) {
-    if row_len == 0 {
-        return;
-    }
+/// Runs `f(r, row r of out)` for each `row_len`-byte row of `out`, in bands of rows among the
+/// kernels' pool threads when `out` is large (`tessera_kernels::for_each_row`). Every row is
+/// computed the same way whichever thread runs it.
+fn by_rows(out: &mut [u8], row_len: usize, f: &(dyn Fn(usize, &mut [u8]) + Sync)) {
     let pool = tessera_kernels::ThreadPool::global();
-    let rows = out.len() / row_len;
-    let parts = pool.threads().min(rows);
-    if out.len() < PARALLEL_MIN_BYTES || parts <= 1 {
-        f(0, out);
-        return;
-    }
-    let per = rows.div_ceil(parts);
-    // Each band behind its own lock, taken once by the one part that writes it.
-    let bands: Vec<std::sync::Mutex<(usize, &mut [u8])>> =
-        out.chunks_mut(per * row_len).enumerate().map(|(i, b)| std::sync::Mutex::new((i * per, b))).collect();
-    let shared = pool.run(&|p| {
-        if let Some(band) = bands.get(p) {
-            let mut band = band.lock().unwrap_or_else(|e| e.into_inner());
-            let (first, ref mut rows) = *band;
-            f(first, rows);
-        }
-    });
-    drop(bands);
-    if shared.is_err() {
-        // A part panicked: run it all here, where the panic shows with its message.
-        f(0, out);
+    let min_rows = PARALLEL_MIN_BYTES.div_ceil(row_len.max(1));
+    if tessera_kernels::for_each_row(pool, out, row_len, min_rows, f).is_err() {
+        // A part panicked: run it all on this thread, where the panic shows with its message.
+        let _ = tessera_kernels::for_each_row(pool, out, row_len, usize::MAX, f);
     }
 }
 
