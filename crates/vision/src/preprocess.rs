@@ -175,10 +175,11 @@ pub fn normalize_into(img: &RgbImage, cfg: &PreprocessConfig, out: &mut [f32]) -
     }
     if out.len() != 3 * plane || img.data.len() != 3 * plane {
         return Err(VisionError::Config(format!(
-            "a {}×{} image's values need {} floats, the buffer has {}",
+            "a {}×{} image needs {} bytes and as many floats: it has {} bytes, the buffer {} floats",
             img.width,
             img.height,
             3 * plane,
+            img.data.len(),
             out.len()
         )));
     }
