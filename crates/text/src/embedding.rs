@@ -69,13 +69,6 @@ impl TokenEmbedding {
         }
     }
 
-    /// `ids`: `(b, t)` u32 → `(b, t, hidden)`. The ids are read to the host and checked
-    /// ([`lookup`](Self::lookup)); ids already on the host should go there directly.
-    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        let (b, t) = ids.dims2()?;
-        self.lookup(&ids.flatten_all()?.to_vec1::<u32>()?, (b, t))
-    }
-
     /// `ids`: `b` rows of `t` ids, row after row, on the host → `(b, t, hidden)` on the table's
     /// device. Every id is checked against the vocabulary here, before anything is sent: a
     /// decode step sends its one id and reads nothing back.
