@@ -9,7 +9,8 @@ and template files and a tokenizer (SmolVLM: the SmolLM2 vocabulary that scripts
 tokens at their ids: speed does not depend on which ids a prompt has). --models also takes a folder of such files.
 Then, batch 1:
   - prefill tok/s at each --prompt-lengths: transformers `model(input_ids)` (attn_implementation="sdpa"), tessera
-    `tessera-bench` (the same lengths);
+    `tessera-bench` (the same lengths, in the blocks generation runs a prompt in: 256 positions by default), and
+    tessera at the longest length in one block (`--prefill-block`: what the block size costs on this device);
   - decode tok/s: --gen-tokens greedy tokens one at a time after a 64-token prompt (transformers: generate of
     N tokens minus generate of 1, over N - 1);
   - peak GPU memory of each engine's process (nvidia-smi, polled every 20 ms; torch's allocator peak beside it);
@@ -180,10 +181,14 @@ def transformers_side(dst, args, device):
 
 def tessera_side(dst, args):
     result = {}
-    for i, n in enumerate(args.prompt_lengths):
+    longest = max(args.prompt_lengths)
+    runs = [(n, None) for n in args.prompt_lengths] + [(longest, longest)]
+    for i, (n, block) in enumerate(runs):
         cmd = [args.tessera_bench, "--model", str(dst), "--device", args.device, "--dtype", args.dtype,
-               "--prompt-tokens", str(n), "--gen-tokens", str(args.gen_tokens), "--depth", "64" if i == 0 else "0",
-               "--reps", str(args.reps), "--json"]
+               "--prompt-tokens", str(n), "--gen-tokens", str(args.gen_tokens if i == 0 else 1),
+               "--depth", "64" if i == 0 else "0", "--reps", str(args.reps), "--json"]
+        if block:
+            cmd += ["--prefill-block", str(block)]
         if args.device == "cpu":
             cmd += ["--threads", str(os.cpu_count())]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
@@ -192,7 +197,7 @@ def tessera_side(dst, args):
         if proc.returncode != 0:
             raise SystemExit(f"tessera-bench failed: {' '.join(cmd)}")
         row = json.loads(out)
-        result[f"prefill_{n}_tok_s"] = row["pp_tok_s"]
+        result[f"prefill_{n}_{'one_block_' if block else ''}tok_s"] = row["pp_tok_s"]
         if i == 0:
             result["decode_tok_s"] = row["tg_tok_s"]
         result["peak_gpu_mib"] = max(result.get("peak_gpu_mib", 0), peak.peak)
@@ -286,9 +291,10 @@ def main():
         write(args.out, report)
         print(f"\n{name} ({args.dtype}, {report['device']})")
         for key in row["transformers"]:
-            if key in row["tessera"]:
-                a, b = row["tessera"][key], row["transformers"][key]
-                print(f"  {key:24} tessera {a:10.1f}  transformers {b:10.1f}  ratio {a / b if b else float('nan'):.2f}")
+            for mine in dict.fromkeys([key, key.replace("_tok_s", "_one_block_tok_s")]):
+                if mine in row["tessera"]:
+                    a, b = row["tessera"][mine], row["transformers"][key]
+                    print(f"  {mine:32} tessera {a:10.1f}  transformers {b:10.1f}  ratio {a / b if b else float('nan'):.2f}")
         if "image_to_first_token" in row:
             r = row["image_to_first_token"]
             print(f"  image -> first token (s) tessera {r['tessera_s']:.3f}  transformers {r['transformers_s']:.3f}  "

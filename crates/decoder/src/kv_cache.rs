@@ -3,7 +3,10 @@
 //! Each layer keeps preallocated buffers `(b, kv_heads, capacity, head_dim)`; new positions
 //! are written in place (`slice_set`), and attention reads a narrowed view of the filled part,
 //! so a decode step copies only the new token's keys and values. Capacity grows by doubling
-//! up to the model's context, so short prompts do not reserve the whole context.
+//! up to the model's context, so short prompts do not reserve the whole context; a caller that
+//! knows how long the sequence can get ([`KvCache::reserve`]: the prompt + the tokens it may
+//! generate) gets buffers of that size at the first write instead, and no regrowth (a new
+//! buffer beside the old one, and a copy of every cached position) on the way.
 //!
 //! The buffers hold the keys and values in the dtype they come in, or in the one the cache was
 //! made with ([`KvCache::with_dtype`]): an f16 cache under f32 activations (llama.cpp's default)
@@ -24,8 +27,8 @@ pub struct LayerKv {
 
 impl LayerKv {
     /// Appends `k`, `v`: `(b, kv_heads, t, head_dim)`, returns views over every cached position.
-    fn append(&mut self, k: &Tensor, v: &Tensor, max_len: usize, dtype: Option<DType>) -> Result<(Tensor, Tensor)> {
-        self.write(k, v, 0..k.dim(2)?, max_len, dtype)?;
+    fn append(&mut self, k: &Tensor, v: &Tensor, room: Room) -> Result<(Tensor, Tensor)> {
+        self.write(k, v, 0..k.dim(2)?, room)?;
         let (kb, vb) = self.buffers()?;
         Ok((kb.narrow(2, 0, self.len)?, vb.narrow(2, 0, self.len)?))
     }
@@ -38,14 +41,8 @@ impl LayerKv {
     }
 
     /// Appends positions `ts` (along dim 2) of `k`, `v` `(b, kv_heads, t, head_dim)`.
-    fn write(
-        &mut self,
-        k: &Tensor,
-        v: &Tensor,
-        ts: std::ops::Range<usize>,
-        max_len: usize,
-        dtype: Option<DType>,
-    ) -> Result<()> {
+    fn write(&mut self, k: &Tensor, v: &Tensor, ts: std::ops::Range<usize>, room: Room) -> Result<()> {
+        let Room { max_len, reserve, dtype } = room;
         let store = dtype.unwrap_or(k.dtype());
         let t = ts.len();
         if ts.end > k.dim(2)? || ts.end > v.dim(2)? {
@@ -61,7 +58,7 @@ impl LayerKv {
         }
         let capacity = self.k.as_ref().map(|b| b.dim(2)).transpose()?.unwrap_or(0);
         if needed > capacity {
-            let new_cap = grown_capacity(needed, capacity, max_len);
+            let new_cap = grown_capacity(needed.max(reserve), capacity, max_len);
             self.k = Some(grow(self.k.take(), k, store, new_cap, self.len)?);
             self.v = Some(grow(self.v.take(), v, store, new_cap, self.len)?);
         }
@@ -71,6 +68,15 @@ impl LayerKv {
         self.len = needed;
         Ok(())
     }
+}
+
+/// What a layer's write may allocate: up to the context `max_len`, at least `reserve` positions
+/// when it allocates, in `dtype` (`None`: as the keys and values come).
+#[derive(Debug, Clone, Copy)]
+struct Room {
+    max_len: usize,
+    reserve: usize,
+    dtype: Option<DType>,
 }
 
 /// The capacity a buffer of `capacity` positions grows to when it must hold `needed`: at least
@@ -214,11 +220,25 @@ pub struct KvCache {
     position_delta: i64,
     /// The dtype keys and values are stored in; `None`: as they come.
     dtype: Option<DType>,
+    /// Positions a buffer holds at least when it is allocated (see [`reserve`](Self::reserve)).
+    reserve: usize,
 }
 
 impl KvCache {
     pub fn new(num_layers: usize, max_len: usize) -> Self {
-        Self { layers: vec![LayerKv::default(); num_layers], max_len, position_delta: 0, dtype: None }
+        Self { layers: vec![LayerKv::default(); num_layers], max_len, position_delta: 0, dtype: None, reserve: 0 }
+    }
+
+    /// Makes the buffers allocated from now on hold at least `positions` (at most the context):
+    /// a sequence that will hold its prompt and up to N generated tokens reserves their sum
+    /// before its prompt runs, and its buffers are made once, at the prompt's first write.
+    /// Buffers already larger are kept; smaller ones grow to it at their next growth.
+    pub fn reserve(&mut self, positions: usize) {
+        self.reserve = positions.min(self.max_len);
+    }
+
+    fn room(&self) -> Room {
+        Room { max_len: self.max_len, reserve: self.reserve, dtype: self.dtype }
     }
 
     /// The same cache storing its keys and values as `dtype` (`None`: as they come).
@@ -302,7 +322,9 @@ impl KvCache {
                 Ok(LayerKv { k: copy(&l.k)?, v: copy(&l.v)?, len })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(KvCache { layers, max_len: self.max_len, position_delta: self.position_delta, dtype: self.dtype })
+        // The reserve belongs to the sequence that set it, not to the one continuing from here.
+        let (max_len, position_delta, dtype) = (self.max_len, self.position_delta, self.dtype);
+        Ok(KvCache { layers, max_len, position_delta, dtype, reserve: 0 })
     }
 
     /// Bytes the buffers take (their capacity, not only the filled part).
@@ -315,9 +337,9 @@ impl KvCache {
     /// batched step's row for this sequence), without making views; [`layer`](Self::layer)
     /// gives the buffers.
     pub fn append_row(&mut self, layer: usize, k: &Tensor, v: &Tensor, row: usize) -> Result<()> {
-        let (max_len, dtype) = (self.max_len, self.dtype);
+        let room = self.room();
         let l = self.layer_mut(layer)?;
-        l.write(k, v, row..row + 1, max_len, dtype)?;
+        l.write(k, v, row..row + 1, room)?;
         Ok(())
     }
 
@@ -334,8 +356,8 @@ impl KvCache {
 
     /// Appends to layer `layer`; see [`LayerKv::append`].
     pub fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
-        let (max_len, dtype) = (self.max_len, self.dtype);
+        let room = self.room();
         let l = self.layer_mut(layer)?;
-        l.append(k, v, max_len, dtype)
+        l.append(k, v, room)
     }
 }

@@ -539,3 +539,38 @@ fn a_resumed_prefix_appends_in_place_and_holds_what_an_exact_copy_holds() -> Res
     }
     Ok(())
 }
+
+/// A cache that reserves a prompt plus what may follow allocates its buffers once, at the first
+/// write, with that many positions (the context at most): appending up to it never regrows
+/// them (their bytes do not change), and what it holds equals what a doubling cache holds.
+#[test]
+fn a_reserved_cache_allocates_once_and_holds_what_a_growing_one_holds() -> Result<()> {
+    use tessera_decoder::KvCache;
+    let per_position = 2 * 3 * 8 * 4; // keys + values, 3 heads of 8, f32
+    let (mut reserved, mut growing) = (KvCache::new(1, 1000), KvCache::new(1, 1000));
+    reserved.reserve(300 + 64);
+    let (k, v) = (random(&[1, 3, 300, 8], 91)?, random(&[1, 3, 300, 8], 92)?);
+    reserved.append(0, &k, &v)?;
+    growing.append(0, &k, &v)?;
+    assert_eq!(reserved.bytes(), 364 * per_position, "the reserve, at the prompt's write");
+    assert_eq!(growing.bytes(), 300 * per_position, "exactly the prompt, without one");
+    for step in 0..64u64 {
+        let (k1, v1) = (random(&[1, 3, 1, 8], 100 + step)?, random(&[1, 3, 1, 8], 200 + step)?);
+        let (kr, vr) = reserved.append(0, &k1, &v1)?;
+        let (kg, vg) = growing.append(0, &k1, &v1)?;
+        let bits = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.flatten_all()?.to_vec1()?) };
+        assert_eq!((bits(&kr)?, bits(&vr)?), (bits(&kg)?, bits(&vg)?), "step {step}");
+    }
+    assert_eq!(reserved.bytes(), 364 * per_position, "no regrowth up to the reserve");
+    assert_eq!(growing.bytes(), 600 * per_position, "doubled at the first decode step");
+    // Past the reserve it grows as any cache does; a reserve past the context is the context.
+    reserved.append(0, &random(&[1, 3, 1, 8], 7)?, &random(&[1, 3, 1, 8], 8)?)?;
+    assert_eq!(reserved.bytes(), 728 * per_position);
+    let mut whole = KvCache::new(1, 50);
+    whole.reserve(10_000);
+    whole.append(0, &random(&[1, 3, 2, 8], 9)?, &random(&[1, 3, 2, 8], 10)?)?;
+    assert_eq!(whole.bytes(), 50 * per_position);
+    // A copy continuing elsewhere does not inherit the reserve: exactly what was asked for.
+    assert_eq!(reserved.copy_prefix(100)?.bytes(), 100 * per_position);
+    Ok(())
+}

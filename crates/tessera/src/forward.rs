@@ -14,9 +14,9 @@ use crate::error::{Result, TesseraError};
 use crate::model::Model;
 use crate::prompt::{Chunk, ImageFeatures, Prompt};
 
-/// Positions per prefill block (see [`Model::prefill_blocks`]): enough rows for the GEMM
-/// kernels to read each weight once for many tokens, few enough that a long prompt shares
-/// the engine with running streams.
+/// Positions per prefill block by default (see [`Model::prefill_blocks`],
+/// [`crate::LoadOptions::prefill_block`]): enough rows for the GEMM kernels to read each weight
+/// once for many tokens, few enough that a long prompt shares the engine with running streams.
 pub const PREFILL_BLOCK: usize = 256;
 
 impl Model {
@@ -150,7 +150,8 @@ impl Model {
 
     /// Where `prompt`'s prefill blocks end (ascending; the last is its length). Generation runs a
     /// prompt block by block ([`forward_prompt_in`](Self::forward_prompt_in)). A block ends
-    /// after each end-of-turn token (an EOS id: a chat's turns), or after [`PREFILL_BLOCK`]
+    /// after each end-of-turn token (an EOS id: a chat's turns), or after the model's block size
+    /// ([`PREFILL_BLOCK`] unless [`LoadOptions::prefill_block`](crate::LoadOptions) set one)
     /// positions, never inside an image that attends both ways (Gemma 3); a prefix-LM prompt
     /// (PaliGemma) is one block. The ends depend on the prompt's content alone, so a prompt
     /// computes bit for bit the same whether it runs alone, between other requests' decode
@@ -172,7 +173,7 @@ impl Model {
         let mut ends = Vec::new();
         let mut at = 0;
         while at < len {
-            let mut end = (at + PREFILL_BLOCK).min(len);
+            let mut end = at.saturating_add(self.prefill_block).min(len);
             if let Some(&turn) = turn_ends.iter().find(|&&e| e > at && e < end) {
                 end = turn;
             }

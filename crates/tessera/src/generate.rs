@@ -387,6 +387,9 @@ impl Model {
     ) -> Result<GenerationOutput> {
         let mut seq = Sequence::new(self, prompt, params)?;
         let mut cache = self.new_cache();
+        // Buffers for the whole sequence at the prompt's first write: none regrows (a second
+        // buffer beside the first, every position copied) at the first generated token.
+        cache.reserve(prompt.len().saturating_add(params.max_new_tokens));
         let start = Instant::now();
         let (mut logits, mut attn_row) = self.step(StepInput::Prompt(prompt), &mut cache, params.capture_attention)?;
         let prompt_s = start.elapsed().as_secs_f64();

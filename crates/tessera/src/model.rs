@@ -18,6 +18,7 @@ use tessera_text::{ChatTemplate, Message, TokenEmbedding, Tokenizer};
 
 use crate::config::{GenerationConfig, ModelConfig};
 use crate::error::{Result, TesseraError};
+use crate::forward::PREFILL_BLOCK;
 use crate::source::{self, ModelSource};
 use crate::vision::ImageEncoder;
 
@@ -40,11 +41,21 @@ pub struct LoadOptions {
     /// step reads (llama.cpp's default cache type), at the price of rounding the keys and values
     /// to 16 bits.
     pub kv_cache_dtype: Option<DType>,
+    /// Positions per prompt block ([`Model::prefill_blocks`]); `None`: [`PREFILL_BLOCK`]. One
+    /// at least the prompt's length runs a prompt (up to its turn ends) in one forward.
+    pub prefill_block: Option<usize>,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        Self { device: Device::Cpu, dtype: None, vision_q8_0: false, pan_and_scan: false, kv_cache_dtype: None }
+        Self {
+            device: Device::Cpu,
+            dtype: None,
+            vision_q8_0: false,
+            pan_and_scan: false,
+            kv_cache_dtype: None,
+            prefill_block: None,
+        }
     }
 }
 
@@ -75,6 +86,8 @@ pub struct Model {
     pub(crate) image_encoder: Option<ImageEncoder>,
     /// The KV cache's dtype when it differs from the working dtype.
     pub(crate) kv_cache_dtype: Option<DType>,
+    /// Positions per prompt block ([`LoadOptions::prefill_block`]).
+    pub(crate) prefill_block: usize,
     /// Structured output's token trie, built on first use.
     pub(crate) grammars: std::sync::OnceLock<std::result::Result<std::sync::Arc<crate::structured::Grammars>, String>>,
 }
@@ -244,6 +257,15 @@ impl Model {
             lm_head,
             image_encoder: None,
             kv_cache_dtype: kv_cache_dtype(opts, info_dtype)?,
+            prefill_block: match opts.prefill_block {
+                None => PREFILL_BLOCK,
+                Some(0) => {
+                    return Err(TesseraError::InvalidInput(
+                        "a prefill block (--prefill-block) of 0 positions: it must hold at least 1".into(),
+                    ))
+                }
+                Some(n) => n,
+            },
             grammars: std::sync::OnceLock::new(),
         })
     }

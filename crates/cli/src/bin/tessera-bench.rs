@@ -42,6 +42,10 @@ struct Args {
     /// llama-bench's `-d`.
     #[arg(long, default_value_t = 0)]
     depth: usize,
+    /// Positions per prompt block (default: the model's, 256): pp runs the prompt block by
+    /// block, as `tessera generate` does; a number at least --prompt-tokens runs it in one forward.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    prefill_block: Option<u32>,
     /// Timed repetitions (after one warm-up).
     #[arg(long, default_value_t = 3)]
     reps: usize,
@@ -67,8 +71,9 @@ fn main() -> Result<()> {
     let dtype = args.dtype.as_deref().map(parse_dtype).transpose()?;
     let kv_cache_dtype = args.kv_cache_dtype.as_deref().map(parse_dtype).transpose()?;
     let t0 = Instant::now();
-    let model = Model::load(&args.model, &LoadOptions { device, dtype, kv_cache_dtype, ..Default::default() })
-        .context("loading model")?;
+    let prefill_block = args.prefill_block.map(|n| n as usize);
+    let opts = LoadOptions { device, dtype, kv_cache_dtype, prefill_block, ..Default::default() };
+    let model = Model::load(&args.model, &opts).context("loading model")?;
     let load_s = t0.elapsed().as_secs_f64();
 
     // A prompt of real text, cut to the requested length.
@@ -84,6 +89,8 @@ fn main() -> Result<()> {
         anyhow::bail!("--depth {}: the bench text has only {} tokens", args.depth, context.len());
     }
 
+    // The prompt's blocks, as generation cuts them (no image, no end-of-turn token in the text).
+    let ends = model.prefill_blocks(&model.prompt(prompt.clone(), &[])?);
     let mut pp = Vec::new();
     let mut tg = Vec::new();
     for rep in 0..=args.reps {
@@ -93,19 +100,31 @@ fn main() -> Result<()> {
             model.forward_last(&context, &mut cache)?;
         }
         let start = Instant::now();
-        let logits = model.forward_last(&prompt, &mut cache)?;
-        let _ = logits.to_vec1::<f32>()?;
+        let mut hidden = None;
+        let mut at = 0;
+        for &end in &ends {
+            hidden =
+                Some(model.forward_hidden(&model.embed_ids(&prompt[at..end])?, &mut cache, &mut Default::default())?);
+            at = end;
+        }
+        let _ = model.last_logits(&hidden.context("an empty prompt")?)?.to_vec1::<f32>()?;
         let pp_s = start.elapsed().as_secs_f64();
         // Generation: one token at a time after `depth` cached tokens (at least one), for
         // `batch` sequences together (a single one through `forward_last`, as the CLI runs).
         let mut cache = model.new_cache();
+        // As `Model::generate` reserves the whole sequence's positions.
+        cache.reserve(args.depth.max(1) + args.gen_tokens);
         let first = if context.is_empty() { &prompt[..1] } else { &context[..] };
         let logits: Vec<f32> = model.forward_last(first, &mut cache)?.to_vec1()?;
         let mut next = tessera::sampling::argmax(&logits);
         let batch = args.batch as usize;
         // Each sequence its own copy of the cache (a clone would share the buffers), so the
-        // step reads `batch` caches from memory as a server's does.
-        let mut caches = (0..batch).map(|_| cache.copy_prefix(cache.len())).collect::<Result<Vec<_>, _>>()?;
+        // step reads `batch` caches from memory as a server's does; one sequence decodes on
+        // the cache its first tokens made, as `Model::generate` does.
+        let mut caches = match batch {
+            1 => vec![cache],
+            _ => (0..batch).map(|_| cache.copy_prefix(cache.len())).collect::<Result<Vec<_>, _>>()?,
+        };
         let mut ids = vec![next; batch];
         let start = Instant::now();
         for _ in 0..args.gen_tokens {
@@ -139,7 +158,7 @@ fn main() -> Result<()> {
             "{}",
             serde_json::json!({
                 "model": args.model, "weights": label, "threads": args.threads,
-                "prompt_tokens": prompt.len(), "gen_tokens": args.gen_tokens, "depth": args.depth, "batch": args.batch,
+                "prompt_tokens": prompt.len(), "prefill_blocks": ends.len(), "gen_tokens": args.gen_tokens, "depth": args.depth, "batch": args.batch,
                 "kv_cache_dtype": model.kv_cache_dtype().as_str(), "pp_tok_s": mean(&pp), "tg_tok_s": mean(&tg), "peak_rss_mib": peak_mib, "load_s": load_s,
             })
         );
