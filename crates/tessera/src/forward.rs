@@ -223,7 +223,7 @@ impl Model {
     /// Runs what `cache` does not yet hold of `prompt` (it holds none of it, or the positions
     /// up to one of its block ends) block by block, as generation does; returns the hidden
     /// states of the last block. `trace` records the last block only (its last row sees every
-    /// position).
+    /// position). Each image is encoded (`encode`) once, however many blocks its tokens span.
     pub fn prefill(
         &self,
         prompt: &Prompt,
@@ -232,13 +232,24 @@ impl Model {
         encode: &mut dyn FnMut(usize, &RgbImage) -> Result<ImageFeatures>,
     ) -> Result<Tensor> {
         let ends = self.prefill_blocks(prompt);
+        let mut encoded: Vec<Option<ImageFeatures>> = vec![None; prompt.images().len()];
+        let mut once = |i: usize, img: &RgbImage| -> Result<ImageFeatures> {
+            if let Some(Some(f)) = encoded.get(i) {
+                return Ok(f.clone());
+            }
+            let f = encode(i, img)?;
+            if let Some(slot) = encoded.get_mut(i) {
+                *slot = Some(f.clone());
+            }
+            Ok(f)
+        };
         let mut hidden = None;
         let cached = cache.len();
         for (i, &end) in ends.iter().enumerate().filter(|&(_, &end)| end > cached) {
             let range = cache.len()..end;
             hidden = Some(match i + 1 == ends.len() {
-                true => self.forward_prompt_in(prompt, range, cache, trace, encode)?,
-                false => self.forward_prompt_in(prompt, range, cache, &mut Trace::default(), encode)?,
+                true => self.forward_prompt_in(prompt, range, cache, trace, &mut once)?,
+                false => self.forward_prompt_in(prompt, range, cache, &mut Trace::default(), &mut once)?,
             });
         }
         hidden.ok_or_else(|| TesseraError::InvalidInput("empty input: no tokens to run".into()))

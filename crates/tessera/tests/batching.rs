@@ -337,3 +337,29 @@ fn the_prefill_block_size_is_a_load_option() -> Result<()> {
     assert!(refused.contains("--prefill-block"), "{refused}");
     Ok(())
 }
+
+/// Generation's prefill encodes each image once, however many blocks its tokens span (it once
+/// encoded it again for every block: SmolVLM's 13-view photo four times), and the blocks give
+/// what one forward over the whole prompt gives.
+#[test]
+fn a_prefill_encodes_each_image_once_across_its_blocks() -> Result<()> {
+    let opts = tessera::LoadOptions { prefill_block: Some(8), ..common::load_options()? };
+    let model = Model::load(common::repo_root().join("models/shapes-vlm").to_str().unwrap(), &opts)?;
+    let prompt = image_prompts(&model, 1)?.remove(0);
+    let runs = prompt.image_runs();
+    let ends = model.prefill_blocks(&prompt);
+    let spanned = ends.iter().filter(|&&e| runs.iter().any(|r| r.start < e && e < r.end)).count();
+    assert!(spanned >= 2, "the image's tokens {runs:?} cross {spanned} block ends of {ends:?}");
+    let mut calls = 0;
+    let mut encode = |_: usize, img: &tessera::RgbImage| {
+        calls += 1;
+        model.encode_image_with_deepstack(img)
+    };
+    let blocked = model.prefill(&prompt, &mut model.new_cache(), &mut Default::default(), &mut encode)?;
+    assert_eq!(calls, prompt.images().len(), "image encodes for {} blocks", ends.len());
+    let one = model.forward_prompt(&prompt, &mut model.new_cache(), &mut Default::default())?;
+    let (a, b): (Vec<f32>, Vec<f32>) = (model.last_logits(&blocked)?.to_vec1()?, model.last_logits(&one)?.to_vec1()?);
+    let diff = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    assert!(diff < 1e-4, "blocks of 8 move the last logits by {diff}");
+    Ok(())
+}
