@@ -407,6 +407,10 @@ struct Prefilling<'m> {
     image_keys: Vec<ImageKey>,
     ends: Vec<usize>,
     cache: KvCache,
+    /// Its images' features once encoded, until its prompt is in: a later block that holds more
+    /// of an image's tokens takes them from here, whether or not the image cache kept them
+    /// (too large for it, evicted by other requests between blocks, or turned off).
+    encoded: Vec<Option<ImageFeatures>>,
     /// Time spent on its blocks so far.
     prompt_s: f64,
 }
@@ -492,7 +496,8 @@ impl<'a> Scheduler<'a> {
         })();
         match started {
             Ok((seq, ends, keys, image_keys, cache)) => {
-                Some(Prefilling { seq, job, keys, image_keys, ends, cache, prompt_s: 0.0 })
+                let encoded = vec![None; job.prompt.images().len()];
+                Some(Prefilling { seq, job, keys, image_keys, ends, cache, encoded, prompt_s: 0.0 })
             }
             Err(e) => {
                 self.fail(&mut job.sink, e);
@@ -511,9 +516,17 @@ impl<'a> Scheduler<'a> {
         let images = &mut self.images;
         let stats = self.stats;
         let image_keys = &p.image_keys;
+        let encoded = &mut p.encoded;
         let mut encode = |i: usize, img: &RgbImage| {
+            if let Some(Some(f)) = encoded.get(i) {
+                return Ok(f.clone());
+            }
             let key = image_keys.get(i).copied().unwrap_or_else(|| ImageCache::key(img));
-            images.features(model, img, key, stats)
+            let f = images.features(model, img, key, stats)?;
+            if let Some(slot) = encoded.get_mut(i) {
+                *slot = Some(f.clone());
+            }
+            Ok(f)
         };
         let hidden =
             model.forward_prompt_in(&p.job.prompt, done..end, &mut p.cache, &mut Trace::default(), &mut encode)?;

@@ -363,3 +363,23 @@ fn a_prefill_encodes_each_image_once_across_its_blocks() -> Result<()> {
     assert!(diff < 1e-4, "blocks of 8 move the last logits by {diff}");
     Ok(())
 }
+
+/// The engine too encodes a prompt's image once while its blocks run between other work, with
+/// no image cache to keep it (or one it does not fit, or that evicts it between blocks).
+#[test]
+fn the_engine_encodes_an_image_once_across_its_blocks_without_an_image_cache() -> Result<()> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let opts = tessera::LoadOptions { prefill_block: Some(8), ..common::load_options()? };
+    let model = Model::load(common::repo_root().join("models/shapes-vlm").to_str().unwrap(), &opts)?;
+    let prompt = image_prompts(&model, 1)?.remove(0);
+    assert!(model.prefill_blocks(&prompt).len() > 3);
+    let params = GenerateParams { max_new_tokens: 4, ..Default::default() };
+    let solo = model.generate(&prompt, &params, &mut |_| {})?;
+    let config = EngineConfig { image_cache_bytes: 0, kv_cache_bytes: 0, ..Default::default() };
+    let engine = Engine::start(Arc::new(model), config)?;
+    let out = engine.generate(prompt, params, &mut |_| {})?;
+    assert_eq!(out.generated_tokens, solo.generated_tokens);
+    let stats = engine.stats();
+    assert_eq!((stats.image_cache_misses.load(Relaxed), stats.image_cache_hits.load(Relaxed)), (1, 0));
+    Ok(())
+}
