@@ -21,6 +21,20 @@ fn shapes() -> Result<Model> {
     Ok(Model::load(common::repo_root().join("models/shapes-vlm").to_str().unwrap(), &common::load_options()?)?)
 }
 
+/// The shapes model with prompt blocks of `block` positions, and an image prompt.
+fn shapes_in_blocks_of(block: usize) -> Result<(Model, Prompt)> {
+    let opts = tessera::LoadOptions { prefill_block: Some(block), ..common::load_options()? };
+    let model = Model::load(common::repo_root().join("models/shapes-vlm").to_str().unwrap(), &opts)?;
+    let prompt = image_prompts(&model, 1)?.remove(0);
+    Ok((model, prompt))
+}
+
+/// The largest difference between the last-position logits of two hidden states.
+fn last_logits_diff(model: &Model, a: &tessera::Tensor, b: &tessera::Tensor) -> Result<f32> {
+    let (a, b): (Vec<f32>, Vec<f32>) = (model.last_logits(a)?.to_vec1()?, model.last_logits(b)?.to_vec1()?);
+    Ok(a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max))
+}
+
 fn smollm2() -> Result<Model> {
     Ok(Model::load(common::smollm2_gguf()?.to_str().unwrap(), &common::gguf_load_options()?)?)
 }
@@ -327,8 +341,7 @@ fn the_prefill_block_size_is_a_load_option() -> Result<()> {
     };
     let blocked = by_100.prefill(&prompt, &mut by_100.new_cache(), &mut Default::default(), &mut encode)?;
     let one = by_100.forward_prompt(&prompt, &mut by_100.new_cache(), &mut Default::default())?;
-    let (a, b): (Vec<f32>, Vec<f32>) = (by_100.last_logits(&blocked)?.to_vec1()?, by_100.last_logits(&one)?.to_vec1()?);
-    let diff = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    let diff = last_logits_diff(&by_100, &blocked, &one)?;
     assert!(diff < 1e-4, "blocks of 100 move the last logits by {diff}");
     let params = GenerateParams { max_new_tokens: 8, ..Default::default() };
     let (x, y) = (by_100.generate(&prompt, &params, &mut |_| {})?, default.generate(&prompt, &params, &mut |_| {})?);
@@ -343,9 +356,7 @@ fn the_prefill_block_size_is_a_load_option() -> Result<()> {
 /// what one forward over the whole prompt gives.
 #[test]
 fn a_prefill_encodes_each_image_once_across_its_blocks() -> Result<()> {
-    let opts = tessera::LoadOptions { prefill_block: Some(8), ..common::load_options()? };
-    let model = Model::load(common::repo_root().join("models/shapes-vlm").to_str().unwrap(), &opts)?;
-    let prompt = image_prompts(&model, 1)?.remove(0);
+    let (model, prompt) = shapes_in_blocks_of(8)?;
     let runs = prompt.image_runs();
     let ends = model.prefill_blocks(&prompt);
     let spanned = ends.iter().filter(|&&e| runs.iter().any(|r| r.start < e && e < r.end)).count();
@@ -358,8 +369,7 @@ fn a_prefill_encodes_each_image_once_across_its_blocks() -> Result<()> {
     let blocked = model.prefill(&prompt, &mut model.new_cache(), &mut Default::default(), &mut encode)?;
     assert_eq!(calls, prompt.images().len(), "image encodes for {} blocks", ends.len());
     let one = model.forward_prompt(&prompt, &mut model.new_cache(), &mut Default::default())?;
-    let (a, b): (Vec<f32>, Vec<f32>) = (model.last_logits(&blocked)?.to_vec1()?, model.last_logits(&one)?.to_vec1()?);
-    let diff = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    let diff = last_logits_diff(&model, &blocked, &one)?;
     assert!(diff < 1e-4, "blocks of 8 move the last logits by {diff}");
     Ok(())
 }
@@ -369,9 +379,7 @@ fn a_prefill_encodes_each_image_once_across_its_blocks() -> Result<()> {
 #[test]
 fn the_engine_encodes_an_image_once_across_its_blocks_without_an_image_cache() -> Result<()> {
     use std::sync::atomic::Ordering::Relaxed;
-    let opts = tessera::LoadOptions { prefill_block: Some(8), ..common::load_options()? };
-    let model = Model::load(common::repo_root().join("models/shapes-vlm").to_str().unwrap(), &opts)?;
-    let prompt = image_prompts(&model, 1)?.remove(0);
+    let (model, prompt) = shapes_in_blocks_of(8)?;
     assert!(model.prefill_blocks(&prompt).len() > 3);
     let params = GenerateParams { max_new_tokens: 4, ..Default::default() };
     let solo = model.generate(&prompt, &params, &mut |_| {})?;
