@@ -72,7 +72,9 @@ case "$what" in
         "$bin/tessera-bench" "${flags[@]}" | tee "$out/gguf_$dt.json" || echo "tessera-bench on the GGUF ($dt) failed"
       done
     fi
-    python3 scripts/gpu/bench.py --tessera-bench "$bin/tessera-bench" --out "$out/bench.json" 2>&1 | tee "$out/bench.log"
+    python3 scripts/gpu/bench.py --tessera-bench "$bin/tessera-bench" --tessera "$bin/tessera" --out "$out/bench.json" 2>&1 | tee "$out/bench.log"
+    # The README's rows, with each figure's ratio and issue 11's target (also after a bench cut short).
+    python3 scripts/gpu/table.py "$out/bench.json" | tee "$out/table.md"
     ;;
   *) echo "usage: $0 suite|bins" >&2; exit 2 ;;
 esac

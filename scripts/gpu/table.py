@@ -1,0 +1,80 @@
+"""The README's GPU benchmark rows from what scripts/gpu/device.sh brought back (issue 11's figures and targets).
+
+Reads bench.json (scripts/gpu/bench.py), and when present beside it gpu.txt (the GPU, driver, versions and the
+revision the binaries were built from) and gguf_quantized.json / gguf_bf16.json (tessera-bench on the GGUF file).
+Prints Markdown: one table per model, tessera against transformers with the ratio and the issue's target for each
+figure (decode >= 2x, prefill >= 0.9x, image -> first token <= 0.7x, peak GPU memory <= transformers'), then the
+GGUF decode figures. Standard library only, so it runs on either machine:
+    python3 scripts/gpu/table.py gpu-out/bench.json
+"""
+import json
+import sys
+from pathlib import Path
+
+# figure -> (higher is better, target ratio tessera / transformers)
+TARGETS = {"decode": (True, 2.0), "prefill": (True, 0.9), "memory": (False, 1.0), "first_token": (False, 0.7)}
+
+
+def verdict(kind, ratio):
+    higher, target = TARGETS[kind]
+    met = ratio >= target if higher else ratio <= target
+    return f"{'≥' if higher else '≤'} {target:g}×: {'met' if met else 'missed'}"
+
+
+def rows(model):
+    hf, ts = model.get("transformers", {}), model.get("tessera", {})
+    out = []
+    for key, theirs in hf.items():
+        if key.startswith("prefill_"):
+            n = key.split("_")[1]
+            for mine, label in ((key, f"prefill {n} tokens (tok/s)"),
+                                (f"prefill_{n}_one_block_tok_s", f"prefill {n} tokens, one block (tok/s)")):
+                if mine in ts:
+                    out.append((label, ts[mine], theirs, "prefill"))
+        elif key == "decode_tok_s" and key in ts:
+            out.append(("decode, batch 1 (tok/s)", ts[key], theirs, "decode"))
+        elif key == "peak_gpu_mib" and key in ts:
+            out.append(("peak GPU memory (MiB, nvidia-smi)", ts[key], theirs, "memory"))
+    first = model.get("image_to_first_token")
+    if first:
+        out.append(("image → first token (s)", first["tessera_s"], first["transformers_s"], "first_token"))
+    return out
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    path = Path(sys.argv[1])
+    report = json.loads(path.read_text())
+    gpu = path.with_name("gpu.txt")
+    if gpu.exists():
+        print("```\n" + gpu.read_text().strip() + "\n```\n")
+    print(f"{report['device']}, {report['dtype']}, torch {report['torch']}, transformers {report['transformers']}\n")
+    for name, model in report["models"].items():
+        print(f"**{Path(name).name}**" + (f": failed: {model['error']}" if "error" in model else ""))
+        table = rows(model)
+        if not table:
+            print()
+            continue
+        print("\n| figure | tessera | transformers | ratio | target |\n| --- | --- | --- | --- | --- |")
+        for label, mine, theirs, kind in table:
+            fmt = "{:.3f}" if kind == "first_token" else "{:.0f}"
+            if mine and theirs:
+                ratio = mine / theirs
+                print(f"| {label} | {fmt.format(mine)} | {fmt.format(theirs)} | {ratio:.2f} | {verdict(kind, ratio)} |")
+            else:  # nvidia-smi saw no process (a CPU dry run): nothing measured
+                print(f"| {label} | {fmt.format(mine)} | {fmt.format(theirs)} | – | not measured |")
+        torch_peak = model.get("transformers", {}).get("torch_peak_allocated_mib")
+        if torch_peak:
+            print(f"\ntransformers' own allocator peak (torch.cuda.max_memory_allocated): {torch_peak:.0f} MiB")
+        print()
+    for dt in ("quantized", "bf16"):
+        g = path.with_name(f"gguf_{dt}.json")
+        if g.exists() and g.read_text().strip():
+            r = json.loads(g.read_text().strip().splitlines()[-1])
+            print(f"GGUF ({r['weights']}): pp{r['prompt_tokens']} {r['pp_tok_s']:.0f} tok/s, "
+                  f"tg{r['gen_tokens']} {r['tg_tok_s']:.0f} tok/s")
+
+
+if __name__ == "__main__":
+    main()
