@@ -10,7 +10,8 @@ tokens at their ids: speed does not depend on which ids a prompt has). --models 
 Then, batch 1:
   - prefill tok/s at each --prompt-lengths: transformers `model(input_ids)` (attn_implementation="sdpa"), tessera
     `tessera-bench` (the same lengths, in the blocks generation runs a prompt in: 256 positions by default), and
-    tessera at the longest length in one block (`--prefill-block`: what the block size costs on this device);
+    tessera at the longest length in blocks of 256, 512, 1024 and in one block (`--prefill-sweep`, in a process of
+    its own, whose GPU memory is not counted in the peak: what the block size costs on this device);
   - decode tok/s: --gen-tokens greedy tokens one at a time after a 64-token prompt (transformers: generate of
     N tokens minus generate of 1, over N - 1);
   - peak GPU memory of each engine's process (nvidia-smi, polled every 20 ms; torch's allocator peak beside it);
@@ -182,13 +183,14 @@ def transformers_side(dst, args, device):
 def tessera_side(dst, args):
     result = {}
     longest = max(args.prompt_lengths)
-    runs = [(n, None) for n in args.prompt_lengths] + [(longest, longest)]
-    for i, (n, block) in enumerate(runs):
+    sweep = sorted({b for b in (256, 512, 1024) if b < longest} | {longest})
+    runs = [(n, None) for n in args.prompt_lengths] + [(longest, sweep)]
+    for i, (n, blocks) in enumerate(runs):
         cmd = [args.tessera_bench, "--model", str(dst), "--device", args.device, "--dtype", args.dtype,
                "--prompt-tokens", str(n), "--gen-tokens", str(args.gen_tokens if i == 0 else 1),
                "--depth", "64" if i == 0 else "0", "--reps", str(args.reps), "--json"]
-        if block:
-            cmd += ["--prefill-block", str(block)]
+        if blocks:
+            cmd += ["--prefill-sweep", ",".join(map(str, blocks))]
         if args.device == "cpu":
             cmd += ["--threads", str(os.cpu_count())]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
@@ -197,7 +199,12 @@ def tessera_side(dst, args):
         if proc.returncode != 0:
             raise SystemExit(f"tessera-bench failed: {' '.join(cmd)}")
         row = json.loads(out)
-        result[f"prefill_{n}_{'one_block_' if block else ''}tok_s"] = row["pp_tok_s"]
+        if blocks:
+            result[f"prefill_{n}_by_block_tok_s"] = row["pp_by_block"]
+            result[f"prefill_{n}_one_block_tok_s"] = row["pp_by_block"][str(longest)]
+            result["peak_gpu_mib_sweep"] = peak.peak
+            continue
+        result[f"prefill_{n}_tok_s"] = row["pp_tok_s"]
         if i == 0:
             result["decode_tok_s"] = row["tg_tok_s"]
         result["peak_gpu_mib"] = max(result.get("peak_gpu_mib", 0), peak.peak)

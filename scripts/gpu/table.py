@@ -67,6 +67,11 @@ def main():
         torch_peak = model.get("transformers", {}).get("torch_peak_allocated_mib")
         if torch_peak:
             print(f"\ntransformers' own allocator peak (torch.cuda.max_memory_allocated): {torch_peak:.0f} MiB")
+        for key, rates in model.get("tessera", {}).items():
+            if key.endswith("_by_block_tok_s"):
+                n = key.split("_")[1]
+                print(f"\ntessera prefill of {n} tokens by block size (tok/s): "
+                      + ", ".join(f"{b}: {r:.0f}" for b, r in rates.items()))
         print()
     for dt in ("quantized", "bf16"):
         g = path.with_name(f"gguf_{dt}.json")

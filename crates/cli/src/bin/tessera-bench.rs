@@ -46,6 +46,11 @@ struct Args {
     /// block, as `tessera generate` does; a number at least --prompt-tokens runs it in one forward.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     prefill_block: Option<u32>,
+    /// After the measurements, prompt processing again in blocks of each of these sizes
+    /// (comma-separated; a size at least --prompt-tokens is one forward): what the block size
+    /// costs on this device. JSON `pp_by_block`.
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..))]
+    prefill_sweep: Vec<u32>,
     /// Timed repetitions (after one warm-up).
     #[arg(long, default_value_t = 3)]
     reps: usize,
@@ -91,10 +96,8 @@ fn main() -> Result<()> {
 
     // The prompt's blocks, as generation cuts them (no image, no end-of-turn token in the text).
     let ends = model.prefill_blocks(&model.prompt(prompt.clone(), &[])?);
-    let mut pp = Vec::new();
-    let mut tg = Vec::new();
-    for rep in 0..=args.reps {
-        // Prompt processing: `prompt` after `depth` cached tokens.
+    // Prompt processing: `prompt` after `depth` cached tokens, in blocks ending at `ends`; seconds.
+    let prefill_s = |ends: &[usize]| -> Result<f64> {
         let mut cache = model.new_cache();
         if !context.is_empty() {
             model.forward_last(&context, &mut cache)?;
@@ -102,13 +105,18 @@ fn main() -> Result<()> {
         let start = Instant::now();
         let mut hidden = None;
         let mut at = 0;
-        for &end in &ends {
+        for &end in ends {
             hidden =
                 Some(model.forward_hidden(&model.embed_ids(&prompt[at..end])?, &mut cache, &mut Default::default())?);
             at = end;
         }
         let _ = model.last_logits(&hidden.context("an empty prompt")?)?.to_vec1::<f32>()?;
-        let pp_s = start.elapsed().as_secs_f64();
+        Ok(start.elapsed().as_secs_f64())
+    };
+    let mut pp = Vec::new();
+    let mut tg = Vec::new();
+    for rep in 0..=args.reps {
+        let pp_s = prefill_s(&ends)?;
         // Generation: one token at a time after `depth` cached tokens (at least one), for
         // `batch` sequences together (a single one through `forward_last`, as the CLI runs).
         let mut cache = model.new_cache();
@@ -143,6 +151,19 @@ fn main() -> Result<()> {
         }
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let mut by_block = serde_json::Map::new();
+    for &n in &args.prefill_sweep {
+        // Blocks of `n` positions: what `prefill_blocks` cuts a text without turn ends into.
+        let ends: Vec<usize> = (n as usize..prompt.len()).step_by(n as usize).chain([prompt.len()]).collect();
+        let mut rates = Vec::new();
+        for rep in 0..=args.reps {
+            let s = prefill_s(&ends)?;
+            if rep > 0 {
+                rates.push(prompt.len() as f64 / s);
+            }
+        }
+        by_block.insert(n.to_string(), mean(&rates).into());
+    }
     let peak_mib = peak_rss_mib();
     let label = match (&args.dtype, &model.info().quantization) {
         (Some(d), _) => d.clone(),
@@ -159,7 +180,7 @@ fn main() -> Result<()> {
             serde_json::json!({
                 "model": args.model, "weights": label, "threads": args.threads,
                 "prompt_tokens": prompt.len(), "prefill_blocks": ends.len(), "gen_tokens": args.gen_tokens, "depth": args.depth, "batch": args.batch,
-                "kv_cache_dtype": model.kv_cache_dtype().as_str(), "pp_tok_s": mean(&pp), "tg_tok_s": mean(&tg), "peak_rss_mib": peak_mib, "load_s": load_s,
+                "kv_cache_dtype": model.kv_cache_dtype().as_str(), "pp_tok_s": mean(&pp), "pp_by_block": by_block, "tg_tok_s": mean(&tg), "peak_rss_mib": peak_mib, "load_s": load_s,
             })
         );
     } else {
@@ -173,6 +194,9 @@ fn main() -> Result<()> {
             mean(&tg),
             peak_mib.map(|m| format!("{m:.0}")).unwrap_or_else(|| "?".into())
         );
+        for (n, rate) in &by_block {
+            println!("pp{} in blocks of {n}: {:.1} tok/s", prompt.len(), rate.as_f64().unwrap_or(f64::NAN));
+        }
     }
     Ok(())
 }
