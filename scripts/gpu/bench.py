@@ -9,7 +9,7 @@ and template files and a tokenizer (SmolVLM: the SmolLM2 vocabulary that scripts
 tokens at their ids: speed does not depend on which ids a prompt has). --models also takes a folder of such files.
 Then, batch 1:
   - prefill tok/s at each --prompt-lengths: transformers `model(input_ids)` (attn_implementation="sdpa"), tessera
-    `tessera-bench` (the same lengths, in the blocks generation runs a prompt in: 256 positions by default), and
+    `tessera-bench` (the same lengths, in the blocks generation runs a prompt in: 512 positions by default), and
     tessera at the longest length in blocks of 256, 512, 1024 and in one block (`--prefill-sweep`, in a process of
     its own, whose GPU memory is not counted in the peak: what the block size costs on this device);
   - decode tok/s: --gen-tokens greedy tokens one at a time after a 64-token prompt (transformers: generate of

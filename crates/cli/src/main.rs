@@ -253,7 +253,7 @@ struct ModelArgs {
     #[arg(long, value_parser = dtype_name)]
     kv_cache_dtype: Option<String>,
     /// Positions per prompt block: a prompt runs block by block (each block also ends after an
-    /// end-of-turn token). Default: 256. A number at least the prompt's length runs it in one
+    /// end-of-turn token). Default: 512. A number at least the prompt's length runs it in one
     /// forward. Outputs may differ slightly between block sizes: the attention sums in another
     /// order (f32: ~1e-5 in a logit), which on quantized GGUF weights the int8 rounding of the
     /// activations can grow to ~0.5.

@@ -270,6 +270,11 @@ impl Model {
         })
     }
 
+    /// Positions per prompt block ([`Model::prefill_blocks`]).
+    pub fn prefill_block(&self) -> usize {
+        self.prefill_block
+    }
+
     /// The text decoder (for callers that drive it with their own mask plan and positions).
     pub fn decoder(&self) -> &Decoder {
         &self.decoder

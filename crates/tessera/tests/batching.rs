@@ -260,11 +260,13 @@ fn a_long_prompt_prefills_in_blocks_between_the_running_streams_decode_steps() -
     use tessera::Event;
     let model = smollm2()?;
     let long = model.encode_prompt(&"The quick brown fox jumps over the lazy dog. ".repeat(120), None, true, &[])?;
-    assert!(long.len() > 4 * tessera::PREFILL_BLOCK, "{} positions", long.len());
     let short = text_prompts(&model, 1)?.remove(0);
     let params = GenerateParams { max_new_tokens: 8, ..Default::default() };
     let alone = model.generate(&long, &params, &mut |_| {})?;
+    // Three blocks or more: the engine runs at most one block of its default size per step,
+    // so two decode steps or more fall between the long prompt's arrival and its first token.
     let blocks = model.prefill_blocks(&long).len();
+    assert!(blocks >= 3, "{} positions in {blocks} blocks", long.len());
     let engine = Engine::start(Arc::new(model), EngineConfig::default())?;
 
     // The short request streams; each of its events is counted.
@@ -335,6 +337,7 @@ fn the_prefill_block_size_is_a_load_option() -> Result<()> {
     assert!(len > 300, "{len} positions");
     let want: Vec<usize> = (100..len).step_by(100).chain([len]).collect();
     assert_eq!(by_100.prefill_blocks(&prompt), want);
+    assert_eq!(default.prefill_block(), tessera::PREFILL_BLOCK);
     assert_eq!(default.prefill_blocks(&prompt).len(), len.div_ceil(tessera::PREFILL_BLOCK));
     let mut encode = |_: usize, _: &tessera::RgbImage| -> tessera::Result<tessera::ImageFeatures> {
         Err(tessera::TesseraError::InvalidInput("a text prompt encodes no image".into()))

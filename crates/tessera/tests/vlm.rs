@@ -677,7 +677,7 @@ fn qwen3_vl_deepstack_features_join_the_first_layers() -> Result<()> {
 /// decode step's, that one forward over the whole prompt gives (within f32 reordering).
 #[test]
 fn prompts_prefilled_in_blocks_match_one_forward_on_every_family() -> Result<()> {
-    use tessera::{ContentPart, PromptStyle, PREFILL_BLOCK};
+    use tessera::{ContentPart, PromptStyle};
     let image = load_image(&common::fixtures().join("images/chelsea.png"), DEFAULT_MAX_PIXELS)?;
     let mut straddled = Vec::new();
     for name in FAMILIES {
@@ -685,6 +685,7 @@ fn prompts_prefilled_in_blocks_match_one_forward_on_every_family() -> Result<()>
         if model.config().prompt == PromptStyle::PrefixLm {
             continue; // no chat template; one block by design (the whole prefix attends both ways)
         }
+        let block = model.prefill_block();
         // Words before the image (in its message, or in a turn before it where the template puts
         // a message's images first) until a block boundary would fall inside the image.
         let prompt_with = |n: usize, earlier_turn: bool| -> Option<tessera::Prompt> {
@@ -701,16 +702,16 @@ fn prompts_prefilled_in_blocks_match_one_forward_on_every_family() -> Result<()>
             model.encode_chat(&chat, std::slice::from_ref(&image)).ok()
         };
         let inside = |ends: &[usize], r: &std::ops::Range<usize>| ends.iter().any(|&e| r.start < e && e < r.end);
-        let found = [false, true].into_iter().flat_map(|t| (0..300).map(move |n| (n, t))).find_map(|(n, t)| {
+        let found = [false, true].into_iter().flat_map(|t| (0..block + 44).map(move |n| (n, t))).find_map(|(n, t)| {
             let prompt = prompt_with(n, t)?;
             let ends = model.prefill_blocks(&prompt);
             let runs = prompt.image_runs();
             let hit = match model.config().bidirectional_images {
                 false => runs.iter().any(|r| inside(&ends, r)),
                 // A block that would have ended inside an image ends at the image's start.
-                true => ends.windows(2).any(|w| {
-                    runs.iter().any(|r| w[1] == r.start && (r.start + 1..r.end).contains(&(w[0] + PREFILL_BLOCK)))
-                }),
+                true => ends
+                    .windows(2)
+                    .any(|w| runs.iter().any(|r| w[1] == r.start && (r.start + 1..r.end).contains(&(w[0] + block)))),
             };
             hit.then_some((prompt, ends))
         });
@@ -722,7 +723,7 @@ fn prompts_prefilled_in_blocks_match_one_forward_on_every_family() -> Result<()>
         let (prompt, ends) = match found {
             Some(f) => f,
             None => {
-                let p = prompt_with(300, true).with_context(|| format!("{name}: a two-turn chat"))?;
+                let p = prompt_with(block + 44, true).with_context(|| format!("{name}: a two-turn chat"))?;
                 let ends = model.prefill_blocks(&p);
                 (p, ends)
             }

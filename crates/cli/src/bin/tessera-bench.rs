@@ -42,7 +42,7 @@ struct Args {
     /// llama-bench's `-d`.
     #[arg(long, default_value_t = 0)]
     depth: usize,
-    /// Positions per prompt block (default: the model's, 256): pp runs the prompt block by
+    /// Positions per prompt block (default: the model's, 512): pp runs the prompt block by
     /// block, as `tessera generate` does; a number at least --prompt-tokens runs it in one forward.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     prefill_block: Option<u32>,
