@@ -33,7 +33,7 @@ use tessera_vision::RgbImage;
 use crate::error::{Result, TesseraError};
 use crate::generate::{GenerateParams, GenerationOutput, SampledToken, Sequence, Timings};
 use crate::model::Model;
-use crate::prompt::{Chunk, ImageFeatures, Prompt};
+use crate::prompt::{Chunk, EncodedImages, ImageFeatures, Prompt};
 
 /// Prompt positions prefilled between two decode steps (whole blocks, at least one: the last
 /// one may pass it).
@@ -410,7 +410,7 @@ struct Prefilling<'m> {
     /// Its images' features once encoded, until its prompt is in: a later block that holds more
     /// of an image's tokens takes them from here, whether or not the image cache kept them
     /// (too large for it, evicted by other requests between blocks, or turned off).
-    encoded: Vec<Option<ImageFeatures>>,
+    encoded: EncodedImages,
     /// Time spent on its blocks so far.
     prompt_s: f64,
 }
@@ -496,7 +496,7 @@ impl<'a> Scheduler<'a> {
         })();
         match started {
             Ok((seq, ends, keys, image_keys, cache)) => {
-                let encoded = vec![None; job.prompt.images().len()];
+                let encoded = EncodedImages::new(&job.prompt);
                 Some(Prefilling { seq, job, keys, image_keys, ends, cache, encoded, prompt_s: 0.0 })
             }
             Err(e) => {
@@ -518,15 +518,10 @@ impl<'a> Scheduler<'a> {
         let image_keys = &p.image_keys;
         let encoded = &mut p.encoded;
         let mut encode = |i: usize, img: &RgbImage| {
-            if let Some(Some(f)) = encoded.get(i) {
-                return Ok(f.clone());
-            }
-            let key = image_keys.get(i).copied().unwrap_or_else(|| ImageCache::key(img));
-            let f = images.features(model, img, key, stats)?;
-            if let Some(slot) = encoded.get_mut(i) {
-                *slot = Some(f.clone());
-            }
-            Ok(f)
+            encoded.get_or_encode(i, img, &mut |i, img| {
+                let key = image_keys.get(i).copied().unwrap_or_else(|| ImageCache::key(img));
+                images.features(model, img, key, stats)
+            })
         };
         let hidden =
             model.forward_prompt_in(&p.job.prompt, done..end, &mut p.cache, &mut Trace::default(), &mut encode)?;

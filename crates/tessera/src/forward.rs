@@ -12,7 +12,7 @@ use tessera_vision::RgbImage;
 use crate::config::PromptStyle;
 use crate::error::{Result, TesseraError};
 use crate::model::Model;
-use crate::prompt::{Chunk, ImageFeatures, Prompt};
+use crate::prompt::{Chunk, EncodedImages, ImageFeatures, Prompt};
 
 /// Positions per prefill block by default (see [`Model::prefill_blocks`],
 /// [`crate::LoadOptions::prefill_block`]): enough rows for the GEMM kernels to read each weight
@@ -235,17 +235,8 @@ impl Model {
         encode: &mut dyn FnMut(usize, &RgbImage) -> Result<ImageFeatures>,
     ) -> Result<Tensor> {
         let ends = self.prefill_blocks(prompt);
-        let mut encoded: Vec<Option<ImageFeatures>> = vec![None; prompt.images().len()];
-        let mut once = |i: usize, img: &RgbImage| -> Result<ImageFeatures> {
-            if let Some(Some(f)) = encoded.get(i) {
-                return Ok(f.clone());
-            }
-            let f = encode(i, img)?;
-            if let Some(slot) = encoded.get_mut(i) {
-                *slot = Some(f.clone());
-            }
-            Ok(f)
-        };
+        let mut encoded = EncodedImages::new(prompt);
+        let mut once = |i: usize, img: &RgbImage| encoded.get_or_encode(i, img, encode);
         let mut hidden = None;
         let cached = cache.len();
         for (i, &end) in ends.iter().enumerate().filter(|&(_, &end)| end > cached) {

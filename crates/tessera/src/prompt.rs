@@ -17,6 +17,33 @@ use crate::model::Model;
 /// One image encoded: its tokens `(1, n, hidden)` and its DeepStack features (Qwen3-VL).
 pub type ImageFeatures = (Tensor, Vec<Tensor>);
 
+/// A prompt's images' features once encoded, by image index, while its blocks run: a later
+/// block that holds more of an image's tokens takes them from here instead of encoding again.
+pub(crate) struct EncodedImages(Vec<Option<ImageFeatures>>);
+
+impl EncodedImages {
+    pub(crate) fn new(prompt: &Prompt) -> Self {
+        Self(vec![None; prompt.images().len()])
+    }
+
+    /// Image `i`'s features: kept ones, or `encode(i, img)`'s, kept for the next block.
+    pub(crate) fn get_or_encode(
+        &mut self,
+        i: usize,
+        img: &RgbImage,
+        encode: &mut dyn FnMut(usize, &RgbImage) -> Result<ImageFeatures>,
+    ) -> Result<ImageFeatures> {
+        if let Some(Some(f)) = self.0.get(i) {
+            return Ok(f.clone());
+        }
+        let f = encode(i, img)?;
+        if let Some(slot) = self.0.get_mut(i) {
+            *slot = Some(f.clone());
+        }
+        Ok(f)
+    }
+}
+
 /// One run of the sequence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Chunk {
