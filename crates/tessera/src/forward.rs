@@ -162,6 +162,13 @@ impl Model {
     /// where the engine reuses a prefix. A chat's next turn shares the blocks of the turns
     /// before it, so it continues after them.
     pub fn prefill_blocks(&self, prompt: &Prompt) -> Vec<usize> {
+        self.prefill_blocks_of(prompt, self.prefill_block)
+    }
+
+    /// [`prefill_blocks`](Self::prefill_blocks) with blocks of at most `block` positions (at
+    /// least 1) instead of the model's: what another block size would cut (a bench's sweep).
+    pub fn prefill_blocks_of(&self, prompt: &Prompt, block: usize) -> Vec<usize> {
+        let block = block.max(1);
         let len = prompt.len();
         if self.config.prompt == PromptStyle::PrefixLm {
             return vec![len];
@@ -176,7 +183,7 @@ impl Model {
         let mut ends = Vec::new();
         let mut at = 0;
         while at < len {
-            let mut end = at.saturating_add(self.prefill_block).min(len);
+            let mut end = at.saturating_add(block).min(len);
             if let Some(&turn) = turn_ends.iter().find(|&&e| e > at && e < end) {
                 end = turn;
             }

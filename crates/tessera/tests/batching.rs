@@ -337,6 +337,7 @@ fn the_prefill_block_size_is_a_load_option() -> Result<()> {
     assert!(len > 300, "{len} positions");
     let want: Vec<usize> = (100..len).step_by(100).chain([len]).collect();
     assert_eq!(by_100.prefill_blocks(&prompt), want);
+    assert_eq!(default.prefill_blocks_of(&prompt, 100), want, "another size, as that size's model cuts");
     assert_eq!(default.prefill_block(), tessera::PREFILL_BLOCK);
     assert_eq!(default.prefill_blocks(&prompt).len(), len.div_ceil(tessera::PREFILL_BLOCK));
     let mut encode = |_: usize, _: &tessera::RgbImage| -> tessera::Result<tessera::ImageFeatures> {

@@ -94,8 +94,9 @@ fn main() -> Result<()> {
         anyhow::bail!("--depth {}: the bench text has only {} tokens", args.depth, context.len());
     }
 
-    // The prompt's blocks, as generation cuts them (no image, no end-of-turn token in the text).
-    let ends = model.prefill_blocks(&model.prompt(prompt.clone(), &[])?);
+    // The prompt's blocks, as generation cuts them.
+    let as_run = model.prompt(prompt.clone(), &[])?;
+    let ends = model.prefill_blocks(&as_run);
     // Prompt processing: `prompt` after `depth` cached tokens, in blocks ending at `ends`; seconds.
     let prefill_s = |ends: &[usize]| -> Result<f64> {
         let mut cache = model.new_cache();
@@ -153,8 +154,7 @@ fn main() -> Result<()> {
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     let mut by_block = serde_json::Map::new();
     for &n in &args.prefill_sweep {
-        // Blocks of `n` positions: what `prefill_blocks` cuts a text without turn ends into.
-        let ends: Vec<usize> = (n as usize..prompt.len()).step_by(n as usize).chain([prompt.len()]).collect();
+        let ends = model.prefill_blocks_of(&as_run, n as usize);
         let mut rates = Vec::new();
         for rep in 0..=args.reps {
             let s = prefill_s(&ends)?;
