@@ -12,6 +12,9 @@ Then, batch 1:
     `tessera-bench` (the same lengths, in the blocks generation runs a prompt in: 512 positions by default), and
     tessera at the longest length in blocks of 256, 512, 1024 and in one block (`--prefill-sweep`, in a process of
     its own, whose GPU memory is not counted in the peak: what the block size costs on this device);
+  - on the first model, tessera's first run again with each of its CUDA allocation changes undone
+    (TESSERA_CUDA_DEFAULTS=events, pool, all: cudarc's per-allocation events, the memory pool's release at
+    every synchronisation), to measure what each is worth;
   - decode tok/s: --gen-tokens greedy tokens one at a time after a 64-token prompt (transformers: generate of
     N tokens minus generate of 1, over N - 1);
   - peak GPU memory of each engine's process (nvidia-smi, polled every 20 ms; torch's allocator peak beside it);
@@ -180,25 +183,35 @@ def transformers_side(dst, args, device):
     return result
 
 
-def tessera_side(dst, args):
+def tessera_side(dst, args, ablate=False):
     result = {}
     longest = max(args.prompt_lengths)
     sweep = sorted({b for b in (256, 512, 1024) if b < longest} | {longest})
-    runs = [(n, None) for n in args.prompt_lengths] + [(longest, sweep)]
-    for i, (n, blocks) in enumerate(runs):
+    runs = [(n, None, None) for n in args.prompt_lengths] + [(longest, sweep, None)]
+    if ablate:
+        # The first run again with each of tessera's CUDA allocation changes undone
+        # (TESSERA_CUDA_DEFAULTS, crates/tessera/src/device.rs): what each is worth here.
+        runs += [(args.prompt_lengths[0], None, keep) for keep in ("events", "pool", "all")]
+    for i, (n, blocks, keep) in enumerate(runs):
+        first = i == 0 or keep is not None
         cmd = [args.tessera_bench, "--model", str(dst), "--device", args.device, "--dtype", args.dtype,
-               "--prompt-tokens", str(n), "--gen-tokens", str(args.gen_tokens if i == 0 else 1),
-               "--depth", "64" if i == 0 else "0", "--reps", str(args.reps), "--json"]
+               "--prompt-tokens", str(n), "--gen-tokens", str(args.gen_tokens if first else 1),
+               "--depth", "64" if first else "0", "--reps", str(args.reps), "--json"]
         if blocks:
             cmd += ["--prefill-sweep", ",".join(map(str, blocks))]
         if args.device == "cpu":
             cmd += ["--threads", str(os.cpu_count())]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        env = dict(os.environ, TESSERA_CUDA_DEFAULTS=keep or "")
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
         with GpuPeak(proc.pid) as peak:
             out, _ = proc.communicate()
         if proc.returncode != 0:
-            raise SystemExit(f"tessera-bench failed: {' '.join(cmd)}")
+            raise SystemExit(f"tessera-bench failed: TESSERA_CUDA_DEFAULTS={keep or ''} {' '.join(cmd)}")
         row = json.loads(out)
+        if keep:
+            result[f"cuda_defaults_{keep}"] = {"prefill_tok_s": row["pp_tok_s"], "decode_tok_s": row["tg_tok_s"],
+                                               "peak_gpu_mib": peak.peak}
+            continue
         if blocks:
             result[f"prefill_{n}_by_block_tok_s"] = row["pp_by_block"]
             result[f"prefill_{n}_one_block_tok_s"] = row["pp_by_block"][str(longest)]
@@ -283,7 +296,7 @@ def main():
             dst = checkpoint(name, DTYPES[args.dtype], device, Path(args.work))
             row["transformers"] = transformers_side(dst, args, device)
             write(args.out, report)
-            row["tessera"] = tessera_side(dst, args)
+            row["tessera"] = tessera_side(dst, args, ablate=name == args.models[0])
             write(args.out, report)
             row["transformers"]["peak_gpu_mib"] = transformers_peak(dst, args)
             if Path(name).name.startswith("smolvlm"):

@@ -3,8 +3,8 @@
 Reads bench.json (scripts/gpu/bench.py), and when present beside it gpu.txt (the GPU, driver, versions and the
 revision the binaries were built from) and gguf_quantized.json / gguf_bf16.json (tessera-bench on the GGUF file).
 Prints Markdown: one table per model, tessera against transformers with the ratio and the issue's target for each
-figure (decode >= 2x, prefill >= 0.9x, image -> first token <= 0.7x, peak GPU memory <= transformers'), then the
-GGUF decode figures. Standard library only, so it runs on either machine:
+figure (decode >= 2x, prefill >= 0.9x, image -> first token <= 0.7x, peak GPU memory <= transformers'), the
+decode with tessera's CUDA allocation changes undone, then the GGUF decode figures. Standard library only, so it runs on either machine:
     python3 scripts/gpu/table.py gpu-out/bench.json
 """
 import json
@@ -67,7 +67,14 @@ def main():
         torch_peak = model.get("transformers", {}).get("torch_peak_allocated_mib")
         if torch_peak:
             print(f"\ntransformers' own allocator peak (torch.cuda.max_memory_allocated): {torch_peak:.0f} MiB")
-        for key, rates in model.get("tessera", {}).items():
+        ts = model.get("tessera", {})
+        kept = [(k.removeprefix("cuda_defaults_"), r) for k, r in ts.items() if k.startswith("cuda_defaults_")]
+        if kept and ts.get("decode_tok_s"):
+            print("\ntessera with CUDA defaults kept (TESSERA_CUDA_DEFAULTS), decode tok/s against "
+                  f"{ts['decode_tok_s']:.0f} without: "
+                  + ", ".join(f"{k}: {r['decode_tok_s']:.0f} ({r['decode_tok_s'] / ts['decode_tok_s']:.2f}×)"
+                              for k, r in kept))
+        for key, rates in ts.items():
             if key.endswith("_by_block_tok_s"):
                 n = key.split("_")[1]
                 print(f"\ntessera prefill of {n} tokens by block size (tok/s): "

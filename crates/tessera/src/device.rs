@@ -45,7 +45,9 @@ impl DeviceChoice {
                         "this build has no CUDA support (rebuild with `--features cuda`)".into(),
                     ));
                 }
-                Device::new_cuda(i).map_err(|e| TesseraError::Device(format!("cuda:{i}"), one_line(e)))
+                let device = Device::new_cuda(i).map_err(|e| TesseraError::Device(format!("cuda:{i}"), one_line(e)))?;
+                tune_cuda(&device)?;
+                Ok(device)
             }
             Self::Metal(i) => {
                 if !cfg!(feature = "metal") {
@@ -59,6 +61,7 @@ impl DeviceChoice {
             Self::Auto => {
                 if cfg!(feature = "cuda") && candle_core::utils::cuda_is_available() {
                     if let Ok(d) = Device::new_cuda(0) {
+                        tune_cuda(&d)?;
                         return Ok(d);
                     }
                 }
@@ -71,6 +74,92 @@ impl DeviceChoice {
             }
         }
     }
+}
+
+/// What `TESSERA_CUDA_DEFAULTS` (a comma-separated list: `events`, `pool`, `all`) keeps of the
+/// CUDA defaults that [`tune_cuda`] changes; unset or empty keeps neither. For measuring what each
+/// change is worth on a GPU (`scripts/gpu/bench.py`), not for users.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+struct CudaDefaults {
+    /// cudarc's two CUDA events made and destroyed with every allocation.
+    events: bool,
+    /// The memory pool's release threshold of 0: freed memory goes back to the driver at every
+    /// synchronisation.
+    pool: bool,
+}
+
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+impl CudaDefaults {
+    fn from_env() -> Result<Self> {
+        Self::parse(&std::env::var("TESSERA_CUDA_DEFAULTS").unwrap_or_default())
+    }
+
+    fn parse(s: &str) -> Result<Self> {
+        let mut keep = Self::default();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            match item {
+                "events" => keep.events = true,
+                "pool" => keep.pool = true,
+                "all" => keep = Self { events: true, pool: true },
+                _ => {
+                    return Err(TesseraError::InvalidInput(format!(
+                        "TESSERA_CUDA_DEFAULTS: unknown item `{item}` (expected a comma-separated list of events, \
+                         pool, all)"
+                    )))
+                }
+            }
+        }
+        Ok(keep)
+    }
+}
+
+/// Two per-allocation costs of cudarc's defaults that tessera does not need, removed before the
+/// device's first allocation (each can be kept with [`CudaDefaults`], to measure it):
+/// - cudarc makes two CUDA events with every allocation and destroys them with it (a few µs of
+///   driver calls each; a decode step allocates for every op of every layer). They are recorded
+///   and waited on only in cudarc's multi-stream mode, which a context enters when a stream is
+///   created on it; Candle's `Device::new_cuda` runs on the per-thread default stream and neither
+///   it nor tessera creates another, so the events are made and never used.
+/// - Allocations come from the device's stream-ordered memory pool, whose release threshold
+///   is 0 by default: at every synchronisation (each generated token reads its logits back) the
+///   pool hands its free memory back to the driver, and the next step maps it again. The
+///   threshold is raised to the maximum, so freed memory stays in the pool for reuse, as
+///   PyTorch's caching allocator keeps it.
+#[cfg(feature = "cuda")]
+fn tune_cuda(device: &Device) -> Result<()> {
+    use candle_core::cuda_backend::cudarc::driver::{result, sys};
+    let Device::Cuda(cuda) = device else { return Ok(()) };
+    let keep = CudaDefaults::from_env()?;
+    if !keep.events {
+        // SAFETY: no tensor exists on this device yet, and no second stream is ever created on
+        // its context (see above), so no event was ever going to order anything.
+        unsafe { cuda.disable_event_tracking() };
+    }
+    let stream = cuda.cuda_stream();
+    let ctx = stream.context();
+    if !keep.pool && ctx.has_async_alloc() {
+        let mut threshold = u64::MAX;
+        // SAFETY: `cu_device` is this context's device; the attribute's value is a cuuint64_t.
+        let set = ctx.bind_to_thread().and_then(|()| unsafe {
+            let pool = result::device::get_default_mem_pool(ctx.cu_device())?;
+            result::mem_pool::set_attribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut threshold as *mut u64).cast(),
+            )
+        });
+        if let Err(e) = set {
+            // Only slower: memory goes back to the driver at each synchronisation, as by default.
+            tracing::warn!("cuda:{}: the memory pool keeps its release threshold of 0 ({e})", ctx.ordinal());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn tune_cuda(_device: &Device) -> Result<()> {
+    Ok(())
 }
 
 /// A device error's message on one line, without Candle's backtrace.
@@ -94,5 +183,26 @@ pub fn parse_dtype(s: &str) -> Result<DType> {
         "f16" | "float16" => Ok(DType::F16),
         "bf16" | "bfloat16" => Ok(DType::BF16),
         _ => Err(TesseraError::InvalidInput(format!("unknown dtype `{s}` (expected f32, f16 or bf16)"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuda_defaults_parse_their_list_and_name_a_bad_item() {
+        let keep = |events, pool| CudaDefaults { events, pool };
+        for (s, want) in [
+            ("", keep(false, false)),
+            ("events", keep(true, false)),
+            (" pool ", keep(false, true)),
+            ("events,pool", keep(true, true)),
+            ("all", keep(true, true)),
+        ] {
+            assert_eq!(CudaDefaults::parse(s).ok(), Some(want), "{s:?}");
+        }
+        let err = CudaDefaults::parse("events,tracking").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("TESSERA_CUDA_DEFAULTS") && err.contains("`tracking`"), "{err}");
     }
 }
