@@ -4,7 +4,8 @@
 # .gpu/ carried along. Writes logs and JSON under $OUT (or ./gpu-out).
 #   scripts/gpu/device.sh suite   # bf16/f16 references by transformers on this GPU, then the parity suite
 #   scripts/gpu/device.sh bins    # the CLI on the GPU (smoke), the GGUF decode figure (random weights in
-#                                 # the test file's layout, gguf_skeleton.py), then scripts/gpu/bench.py
+#                                 # the test file's layout, gguf_skeleton.py), scripts/gpu/bench.py, then
+#                                 # an Nsight Systems summary of a decode where nsys is installed
 # From the machine without a GPU (device tool):
 #   run(command="bash scripts/gpu/device.sh suite && bash scripts/gpu/device.sh bins", carry=[".gpu"])
 set -euo pipefail
@@ -75,6 +76,19 @@ case "$what" in
     python3 scripts/gpu/bench.py --tessera-bench "$bin/tessera-bench" --tessera "$bin/tessera" --out "$out/bench.json" 2>&1 | tee "$out/bench.log"
     # The README's rows, with each figure's ratio and issue 11's target (also after a bench cut short).
     python3 scripts/gpu/table.py "$out/bench.json" | tee "$out/table.md"
+    # Where a decode step's time goes (launches, allocations, copies, synchronisations): Nsight
+    # Systems' CUDA API and kernel summaries of SmolVLM's 64-token prompt and 65 greedy tokens, a
+    # warm-up and one timed repetition (132 forwards in all), when this machine has nsys.
+    nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1 || true)
+    m=/tmp/tessera-gpu-models/smolvlm-256m-instruct
+    if [ -n "$nsys" ] && [ -d "$m" ]; then
+      { timeout 180 "$nsys" profile --trace cuda --force-overwrite true -o /tmp/decode \
+          "$bin/tessera-bench" --model "$m" --device cuda --prompt-tokens 64 --gen-tokens 64 --reps 1 --json \
+        && timeout 120 "$nsys" stats --report cuda_api_sum,cuda_gpu_kern_sum --format csv \
+          --output "$out/nsys_decode" /tmp/decode.nsys-rep; } >"$out/nsys.log" 2>&1 || echo "nsys failed: see nsys.log"
+    else
+      echo "no nsys on this machine (or no SmolVLM checkpoint): no per-step API and kernel counts"
+    fi
     ;;
   *) echo "usage: $0 suite|bins" >&2; exit 2 ;;
 esac
