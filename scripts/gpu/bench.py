@@ -12,7 +12,7 @@ Then, batch 1:
     `tessera-bench` (the same lengths, in the blocks generation runs a prompt in: 512 positions by default), and
     tessera at the longest length in blocks of 256, 512, 1024 and in one block (`--prefill-sweep`, in a process of
     its own, whose GPU memory is not counted in the peak: what the block size costs on this device);
-  - on the first model, tessera's first run again with each of its CUDA allocation changes undone
+  - on SmolVLM, tessera's first run again with each of its CUDA allocation changes undone
     (TESSERA_CUDA_DEFAULTS=events, pool, all: cudarc's per-allocation events, the memory pool's release at
     every synchronisation), to measure what each is worth;
   - decode tok/s: --gen-tokens greedy tokens one at a time after a 64-token prompt (transformers: generate of
@@ -277,6 +277,7 @@ def main():
     ap.add_argument("--tessera", default=str(REPO / "target/release/tessera"))
     ap.add_argument("--work", default="/tmp/tessera-gpu-models")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--append", action="store_true", help="add these models to the report already at --out")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.prompt_lengths = [int(x) for x in str(args.prompt_lengths).split(",")]
@@ -286,6 +287,12 @@ def main():
         return
     report = dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else args.device,
                   torch=torch.__version__, transformers=transformers.__version__, dtype=args.dtype, models={})
+    if args.append and args.out and Path(args.out).exists():
+        # Another model into the report an earlier run wrote (the same machine and settings).
+        earlier = json.loads(Path(args.out).read_text())
+        if {k: earlier.get(k) for k in ("device", "dtype")} != {k: report[k] for k in ("device", "dtype")}:
+            raise SystemExit(f"--append: {args.out} was measured on {earlier.get('device')} in {earlier.get('dtype')}")
+        report["models"] = earlier.get("models", {})
     for name in args.models:
         # Smallest first, and the report rewritten after each model: a run cut off by its time
         # limit still brings back what it measured; a model that fails is recorded, not fatal.
@@ -296,7 +303,7 @@ def main():
             dst = checkpoint(name, DTYPES[args.dtype], device, Path(args.work))
             row["transformers"] = transformers_side(dst, args, device)
             write(args.out, report)
-            row["tessera"] = tessera_side(dst, args, ablate=name == args.models[0])
+            row["tessera"] = tessera_side(dst, args, ablate=Path(name).name.startswith("smolvlm"))
             write(args.out, report)
             row["transformers"]["peak_gpu_mib"] = transformers_peak(dst, args)
             if Path(name).name.startswith("smolvlm"):

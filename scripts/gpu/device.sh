@@ -63,19 +63,14 @@ case "$what" in
     cmp "$out/generate_cuda_f32.txt" "$out/generate_cpu_f32.txt" && echo "cuda f32 answer = cpu answer"
     "$t" "${q[@]}" --device cuda | tee "$out/generate_cuda_bf16.txt"
     "$t" "${q[@]}" --device cuda:7 2>&1 | tee "$out/missing_device.txt" || true
-    # The GGUF path on the GPU (Candle's quantized CUDA matmul), kept quantized and dequantized to
-    # bf16: SmolLM2-135M's real file layout (Q4_1, Q8_0 embeddings) with random weights.
-    if [ -f .gpu/smollm2.skeleton ]; then
-      python3 scripts/gpu/gguf_skeleton.py fill .gpu/smollm2.skeleton /tmp/smollm2-random.gguf
-      for dt in quantized bf16; do
-        flags=(--model /tmp/smollm2-random.gguf --device cuda --prompt-tokens 512 --gen-tokens 128 --depth 64 --reps 3 --json)
-        [ "$dt" = quantized ] || flags+=(--dtype "$dt")
-        "$bin/tessera-bench" "${flags[@]}" | tee "$out/gguf_$dt.json" || echo "tessera-bench on the GGUF ($dt) failed"
-      done
-    fi
-    python3 scripts/gpu/bench.py --tessera-bench "$bin/tessera-bench" --tessera "$bin/tessera" --out "$out/bench.json" 2>&1 | tee "$out/bench.log"
-    # The README's rows, with each figure's ratio and issue 11's target (also after a bench cut short).
-    python3 scripts/gpu/table.py "$out/bench.json" | tee "$out/table.md"
+    # Cheapest and most telling first, so that a run cut short by its time limit keeps the most:
+    # SmolVLM against transformers, then where its decode step's time goes, the GGUF path, and
+    # last llava-1.5-7b (14 GB of weights written and loaded by each engine), added to the same
+    # report. table.py prints the README's rows after each part.
+    bench=(python3 scripts/gpu/bench.py --tessera-bench "$bin/tessera-bench" --tessera "$bin/tessera" --out "$out/bench.json")
+    table() { python3 scripts/gpu/table.py "$out/bench.json" >"$out/table.md" && cat "$out/table.md" || echo "table.py failed"; }
+    "${bench[@]}" --models smolvlm-256m-instruct 2>&1 | tee "$out/bench.log" || echo "bench.py failed"
+    table
     # Where a decode step's time goes (launches, allocations, copies, synchronisations): Nsight
     # Systems' CUDA API and kernel summaries of SmolVLM's 64-token prompt and 65 greedy tokens, a
     # warm-up and one timed repetition (132 forwards in all), when this machine has nsys.
@@ -89,6 +84,18 @@ case "$what" in
     else
       echo "no nsys on this machine (or no SmolVLM checkpoint): no per-step API and kernel counts"
     fi
+    # The GGUF path on the GPU (Candle's quantized CUDA matmul), kept quantized and dequantized to
+    # bf16: SmolLM2-135M's real file layout (Q4_1, Q8_0 embeddings) with random weights.
+    if [ -f .gpu/smollm2.skeleton ]; then
+      python3 scripts/gpu/gguf_skeleton.py fill .gpu/smollm2.skeleton /tmp/smollm2-random.gguf
+      for dt in quantized bf16; do
+        flags=(--model /tmp/smollm2-random.gguf --device cuda --prompt-tokens 512 --gen-tokens 128 --depth 64 --reps 3 --json)
+        [ "$dt" = quantized ] || flags+=(--dtype "$dt")
+        "$bin/tessera-bench" "${flags[@]}" | tee "$out/gguf_$dt.json" || echo "tessera-bench on the GGUF ($dt) failed"
+      done
+    fi
+    "${bench[@]}" --models llava-1.5-7b-hf --append 2>&1 | tee -a "$out/bench.log" || echo "bench.py failed"
+    table
     ;;
   *) echo "usage: $0 suite|bins" >&2; exit 2 ;;
 esac
