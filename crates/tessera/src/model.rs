@@ -126,10 +126,16 @@ impl Model {
                 }
             )));
         }
-        match source {
+        let model = match source {
             ModelSource::Dir(dir) => Self::load_dir(dir, opts),
             ModelSource::Gguf(path) => Self::load_gguf(path, opts),
-        }
+        }?;
+        // On CUDA each host thread queues its work on its own stream (Candle runs on the
+        // per-thread default stream), and a copy from host memory may still be on its way to the
+        // device when the call returns. The server's engine and its request threads read the
+        // weights from other threads' streams: they must be in place before this returns.
+        opts.device.synchronize()?;
+        Ok(model)
     }
 
     fn load_dir(dir: &Path, opts: &LoadOptions) -> Result<Self> {
