@@ -52,8 +52,8 @@ struct Args {
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..))]
     prefill_sweep: Vec<u32>,
     /// Timed repetitions (after one warm-up).
-    #[arg(long, default_value_t = 3)]
-    reps: usize,
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    reps: u32,
     /// Print one JSON object instead of a table row.
     #[arg(long)]
     json: bool,
@@ -64,7 +64,7 @@ fn main() -> Result<()> {
     tessera_kernels::keep_freed_memory();
     std::env::set_var("RAYON_NUM_THREADS", args.threads.to_string());
     if args.read_bandwidth {
-        let gbs = read_bandwidth(args.threads, args.reps.max(1));
+        let gbs = read_bandwidth(args.threads, args.reps as usize);
         if args.json {
             println!("{}", serde_json::json!({ "threads": args.threads, "read_gb_s": gbs }));
         } else {
