@@ -3,11 +3,13 @@
 # repository root of the copy the device tool sends, with what scripts/gpu/build.sh packed into
 # .gpu/ carried along. Writes logs and JSON under $OUT (or ./gpu-out).
 #   scripts/gpu/device.sh suite   # bf16/f16 references by transformers on this GPU, then the parity suite
-#   scripts/gpu/device.sh bins    # the CLI on the GPU (smoke), the GGUF decode figure (random weights in
-#                                 # the test file's layout, gguf_skeleton.py), scripts/gpu/bench.py, then
-#                                 # an Nsight Systems summary of a decode where nsys is installed
+#   scripts/gpu/device.sh bins    # the CLI on the GPU (smoke), then scripts/gpu/bench.py on SmolVLM, an
+#                                 # Nsight Systems summary of its decode where nsys is installed, the GGUF
+#                                 # decode figure (random weights in the test file's layout,
+#                                 # gguf_skeleton.py), and bench.py on llava-1.5-7b
 # From the machine without a GPU (device tool):
-#   run(command="bash scripts/gpu/device.sh suite && bash scripts/gpu/device.sh bins", carry=[".gpu"])
+#   run(command="bash scripts/gpu/device.sh suite; bash scripts/gpu/device.sh bins", carry=[".gpu"], timeout_s=600)
+# (`;`, not `&&`: a failing parity test must not cost the run its figures; suite.log keeps its verdict.)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:?usage: $0 suite|bins}
