@@ -298,15 +298,16 @@ def main():
         # limit still brings back what it measured; a model that fails is recorded, not fatal.
         # Within a model, each engine's figures are written as soon as they are measured.
         t0 = time.perf_counter()
+        smolvlm = Path(name).name.startswith("smolvlm")
         row = report["models"][name] = {}
         try:
             dst = checkpoint(name, DTYPES[args.dtype], device, Path(args.work))
             row["transformers"] = transformers_side(dst, args, device)
             write(args.out, report)
-            row["tessera"] = tessera_side(dst, args, ablate=Path(name).name.startswith("smolvlm"))
+            row["tessera"] = tessera_side(dst, args, ablate=smolvlm)
             write(args.out, report)
             row["transformers"]["peak_gpu_mib"] = transformers_peak(dst, args)
-            if Path(name).name.startswith("smolvlm"):
+            if smolvlm:
                 row["image_to_first_token"] = first_token(dst, args, device)
         except (Exception, SystemExit) as e:  # noqa: BLE001  (reported, and the next model runs)
             row["error"] = str(e)

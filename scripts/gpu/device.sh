@@ -69,7 +69,9 @@ case "$what" in
     # SmolVLM against transformers, then where its decode step's time goes, the GGUF path, and
     # last llava-1.5-7b (14 GB of weights written and loaded by each engine), added to the same
     # report. table.py prints the README's rows after each part.
-    bench=(python3 scripts/gpu/bench.py --tessera-bench "$bin/tessera-bench" --tessera "$bin/tessera" --out "$out/bench.json")
+    work=/tmp/tessera-gpu-models # bench.py writes its checkpoints here
+    bench=(python3 scripts/gpu/bench.py --tessera-bench "$bin/tessera-bench" --tessera "$bin/tessera" --work "$work"
+      --out "$out/bench.json")
     table() { python3 scripts/gpu/table.py "$out/bench.json" >"$out/table.md" && cat "$out/table.md" || echo "table.py failed"; }
     "${bench[@]}" --models smolvlm-256m-instruct 2>&1 | tee "$out/bench.log" || echo "bench.py failed"
     table
@@ -77,7 +79,7 @@ case "$what" in
     # Systems' CUDA API and kernel summaries of SmolVLM's 64-token prompt and 65 greedy tokens, a
     # warm-up and one timed repetition (132 forwards in all), when this machine has nsys.
     nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1 || true)
-    m=/tmp/tessera-gpu-models/smolvlm-256m-instruct
+    m=$work/smolvlm-256m-instruct
     if [ -n "$nsys" ] && [ -d "$m" ]; then
       { timeout 180 "$nsys" profile --trace cuda --force-overwrite true -o /tmp/decode \
           "$bin/tessera-bench" --model "$m" --device cuda --prompt-tokens 64 --gen-tokens 64 --reps 1 --json \
