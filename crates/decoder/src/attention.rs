@@ -18,8 +18,9 @@ use crate::weights::Weights;
 ///
 /// Shapes: `q` `(b, heads, tq, d)`, `k`/`v` `(b, kv_heads, tk, d)` with `heads` a multiple of
 /// `kv_heads`, `bias` `(tq, tk)` additive (0 / −∞). Returns the output `(b, heads, tq, d)`
-/// and the attention weights `(b, heads, tq, tk)` (f32). Scores and softmax run in f32, as
-/// transformers' eager attention does.
+/// and the attention weights `(b, heads, tq, tk)` (f32). As in transformers' eager attention,
+/// the scores are scaled, soft-capped and masked in the activations' dtype (each op rounds to
+/// bf16/f16 there, as PyTorch's do), and the softmax runs in f32.
 pub fn scaled_dot_product_attention(
     q: &Tensor,
     k: &Tensor,
@@ -62,23 +63,173 @@ pub fn capped_attention(
     let dtype = q.dtype();
     // (b, kv_heads, groups·tq, d): the heads of one group become extra query rows.
     let q = q.contiguous()?.reshape((b, kv_heads, groups * tq, d))?;
-    let scores = q.matmul(&k.t()?)?.to_dtype(DType::F32)?; // (b, kv_heads, groups·tq, tk)
-    let scores = (scores * scale)?;
-    let scores = match softcap {
-        Some(cap) => ((scores / cap)?.tanh()? * cap)?,
-        None => scores,
+    let scores = q.matmul(&k.t()?)?; // (b, kv_heads, groups·tq, tk)
+    let logits = if softcap.is_none() && HalfLogits::takes(&scores) {
+        let op = HalfLogits { scale, queries: tq };
+        match bias {
+            Some(bias) => scores.apply_op2_no_bwd(&bias.to_dtype(dtype)?.contiguous()?, &op)?,
+            None => scores.apply_op1_no_bwd(&op)?,
+        }
+    } else {
+        let scores = (scores * scale)?;
+        let scores = match softcap {
+            Some(cap) => ((scores / cap)?.tanh()? * cap)?,
+            None => scores,
+        };
+        let scores = match bias {
+            Some(bias) => scores
+                .reshape((b, kv_heads, groups, tq, tk))?
+                .broadcast_add(&bias.to_dtype(dtype)?)?
+                .reshape((b, kv_heads, groups * tq, tk))?,
+            None => scores,
+        };
+        scores.to_dtype(DType::F32)?
     };
-    let scores = match bias {
-        Some(bias) => scores
-            .reshape((b, kv_heads, groups, tq, tk))?
-            .broadcast_add(&bias.to_dtype(DType::F32)?)?
-            .reshape((b, kv_heads, groups * tq, tk))?,
-        None => scores,
-    };
-    let weights = candle_nn::ops::softmax_last_dim(&scores)?;
+    let weights = candle_nn::ops::softmax_last_dim(&logits)?;
     let out = weights.to_dtype(dtype)?.matmul(&v.contiguous_if_needed()?)?; // (b, kv_heads, groups·tq, d)
     let out = out.reshape((b, heads, tq, d))?;
     Ok((out, weights.reshape((b, heads, tq, tk))?))
+}
+
+/// `scale · s + bias` for bf16/f16 scores `s` `(…, rows, tk)` on the CPU kernels' device, in f32
+/// for the softmax, rounded where Candle's ops round it on the generic path (`Tensor::affine`
+/// with the scale in the scores' dtype, a broadcast add, a cast): one pass instead of three,
+/// the same bits (a test checks). Row `r` takes the bias row `r mod queries` `(queries, tk)`.
+struct HalfLogits {
+    scale: f64,
+    queries: usize,
+}
+
+impl HalfLogits {
+    fn takes(scores: &Tensor) -> bool {
+        matches!(scores.dtype(), DType::BF16 | DType::F16) && crate::cpu_op::kernels_run_on(scores.device())
+    }
+
+    fn logits<T: HalfFloat>(&self, s: &[T], bias: Option<&[T]>, tk: usize) -> candle_core::Result<Vec<f32>> {
+        let queries = self.queries.max(1);
+        if tk == 0 || !s.len().is_multiple_of(tk) || bias.is_some_and(|b| b.len() != queries * tk) {
+            candle_core::bail!("attention logits: {} scores, {tk} keys, {queries} bias rows", s.len());
+        }
+        // `Tensor::affine` rounds its factor to the dtype, then each op rounds its result;
+        // `+ 0.0` is the affine's addend (it turns −0 into +0).
+        let mul = T::round_f64(self.scale);
+        let fill = |r: usize, row: &mut [std::mem::MaybeUninit<f32>]| {
+            let scores = &s[r * tk..(r + 1) * tk];
+            match bias {
+                Some(b) => {
+                    let b = &b[(r % queries) * tk..(r % queries + 1) * tk];
+                    for ((o, &x), &b) in row.iter_mut().zip(scores).zip(b) {
+                        o.write(T::round(T::round(x.to_f32() * mul) + 0.0 + b.to_f32()));
+                    }
+                }
+                None => {
+                    for (o, &x) in row.iter_mut().zip(scores) {
+                        o.write(T::round(x.to_f32() * mul) + 0.0);
+                    }
+                }
+            }
+        };
+        // SAFETY: every row of `tk` is written, and the rows tile the output (`s.len()` is a
+        // multiple of `tk`, checked above).
+        unsafe {
+            crate::cpu_op::written_by(s.len(), |out| {
+                tessera_kernels::for_each_row(tessera_kernels::ThreadPool::global(), out, tk, 64, &fill)
+            })
+        }
+    }
+
+    fn run(
+        &self,
+        s: &candle_core::CpuStorage,
+        sl: &candle_core::Layout,
+        bias: Option<(&candle_core::CpuStorage, &candle_core::Layout)>,
+    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        use candle_core::CpuStorage::{BF16, F16};
+        fn slice<'a, T>(data: &'a [T], l: &candle_core::Layout) -> candle_core::Result<&'a [T]> {
+            match l.contiguous_offsets() {
+                Some((a, b)) => Ok(&data[a..b]),
+                None => candle_core::bail!("attention logits take contiguous tensors"),
+            }
+        }
+        let tk = sl.shape().dims().last().copied().unwrap_or(0);
+        let out = match (s, bias) {
+            (BF16(d), None) => self.logits(slice(d, sl)?, None, tk)?,
+            (BF16(d), Some((BF16(b), bl))) => self.logits(slice(d, sl)?, Some(slice(b, bl)?), tk)?,
+            (F16(d), None) => self.logits(slice(d, sl)?, None, tk)?,
+            (F16(d), Some((F16(b), bl))) => self.logits(slice(d, sl)?, Some(slice(b, bl)?), tk)?,
+            _ => candle_core::bail!("attention logits take bf16 or f16 scores and a bias of the same dtype"),
+        };
+        Ok((candle_core::CpuStorage::F32(out), sl.shape().clone()))
+    }
+}
+
+/// bf16 and f16 as f32 values: exact widening, and rounding to the nearest value of the type
+/// (what `half`'s arithmetic does after each f32 operation).
+trait HalfFloat: Copy + Sync {
+    fn to_f32(self) -> f32;
+    fn round(x: f32) -> f32;
+    /// `x` rounded to the type (once, as `WithDType::from_f64` rounds it).
+    fn round_f64(x: f64) -> f32;
+}
+
+impl HalfFloat for half::bf16 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        half::bf16::to_f32(self)
+    }
+    #[inline(always)]
+    fn round(x: f32) -> f32 {
+        half::bf16::from_f32(x).to_f32()
+    }
+    #[inline(always)]
+    fn round_f64(x: f64) -> f32 {
+        half::bf16::from_f64(x).to_f32()
+    }
+}
+
+impl HalfFloat for half::f16 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        half::f16::to_f32(self)
+    }
+    #[inline(always)]
+    fn round(x: f32) -> f32 {
+        half::f16::from_f32(x).to_f32()
+    }
+    #[inline(always)]
+    fn round_f64(x: f64) -> f32 {
+        half::f16::from_f64(x).to_f32()
+    }
+}
+
+impl candle_core::CustomOp1 for HalfLogits {
+    fn name(&self) -> &'static str {
+        "tessera-half-logits"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s: &candle_core::CpuStorage,
+        l: &candle_core::Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        self.run(s, l, None)
+    }
+}
+
+impl candle_core::CustomOp2 for HalfLogits {
+    fn name(&self) -> &'static str {
+        "tessera-half-logits"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s: &candle_core::CpuStorage,
+        sl: &candle_core::Layout,
+        b: &candle_core::CpuStorage,
+        bl: &candle_core::Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        self.run(s, sl, Some((b, bl)))
+    }
 }
 
 /// Up to this many new queries (decode steps), CPU f32 attention runs fused in one pass
@@ -235,7 +386,13 @@ pub fn attention_in_query_chunks(
     let fused = crate::cpu_op::kernels_take(q) && softcap.is_none();
     // Where later queries see more keys (causal masks), smaller chunks let each one multiply
     // only the keys its queries see: a causal prompt of T tokens does about half of T² work.
-    let rows = if fused && *mask != AttentionMask::Bidirectional { rows.min(CAUSAL_CHUNK_ROWS) } else { rows };
+    // Elsewhere (a GPU) the chunks stay as large as the score budget allows: each costs about
+    // ten kernel launches per layer, which a small model's short prompt would wait on.
+    let rows = match mask {
+        AttentionMask::Bidirectional => rows,
+        _ if crate::cpu_op::kernels_run_on(q.device()) => rows.min(CAUSAL_CHUNK_ROWS),
+        _ => rows,
+    };
     for start in (0..tq).step_by(rows) {
         let n = rows.min(tq - start);
         let qc = if n == tq { q.clone() } else { q.narrow(2, start, n)? };
@@ -243,12 +400,17 @@ pub fn attention_in_query_chunks(
             outs.push(fused_chunk(&qc, k, v, mask, scale, first + start)?);
             continue;
         }
+        let keys = chunk_keys(mask, first + start, n, tk);
+        let (kc, vc) = narrow_keys(k, v, &keys)?;
         let rows_bias = match bias {
-            Some(b) if n == tq => Some(b.clone()),
             Some(b) => Some(b.narrow(0, start, n)?),
-            None => mask.bias_at(first + start, n, tk, DType::F32, q.device())?,
+            None => mask.bias_at(first + start, n, tk, q.dtype(), q.device())?,
         };
-        outs.push(capped_attention(&qc, k, v, rows_bias.as_ref(), scores)?.0);
+        let rows_bias = match rows_bias {
+            Some(b) if keys.len() < tk => Some(b.narrow(1, keys.start, keys.len())?),
+            b => b,
+        };
+        outs.push(capped_attention(&qc, &kc, &vc, rows_bias.as_ref(), scores)?.0);
     }
     if outs.len() == 1 {
         return Ok(outs.remove(0));
@@ -256,9 +418,36 @@ pub fn attention_in_query_chunks(
     Ok(Tensor::cat(&outs, 2)?)
 }
 
-/// Query rows per chunk of the fused CPU path under masks whose visible keys grow with the
-/// query (causal, sliding window, prefix-LM).
+/// Query rows per chunk on the CPU kernels' device (f32 fused, bf16/f16 through [`HalfLogits`])
+/// under every mask but the bidirectional one: each chunk multiplies only the keys its queries
+/// see, so a causal prompt of 2048 tokens computes 53% of the `T × T` scores.
 const CAUSAL_CHUNK_ROWS: usize = 128;
+
+/// The keys that some query of `first_q .. first_q + n` sees among `0..tk`: the union of their
+/// visible ranges (a query outside every block of a block-diagonal mask sees none), or all
+/// `tk` when none sees any.
+fn chunk_keys(mask: &AttentionMask, first_q: usize, n: usize, tk: usize) -> std::ops::Range<usize> {
+    let (mut lo, mut hi) = (tk, 0);
+    for q in first_q..first_q + n {
+        let r = mask.visible_keys(q, tk);
+        if !r.is_empty() {
+            (lo, hi) = (lo.min(r.start), hi.max(r.end));
+        }
+    }
+    if lo < hi {
+        lo..hi
+    } else {
+        0..tk
+    }
+}
+
+/// `k` and `v` `(b, kv_heads, tk, d)` narrowed to the positions `keys`.
+fn narrow_keys(k: &Tensor, v: &Tensor, keys: &std::ops::Range<usize>) -> Result<(Tensor, Tensor)> {
+    if keys.start == 0 && keys.end == k.dim(2)? {
+        return Ok((k.clone(), v.clone()));
+    }
+    Ok((k.narrow(2, keys.start, keys.len())?, v.narrow(2, keys.start, keys.len())?))
+}
 
 /// One chunk of [`attention_in_query_chunks`] on the CPU in f32: the score matmul over the keys
 /// some query of the chunk sees, then scale, mask and softmax fused in place
@@ -270,15 +459,9 @@ fn fused_chunk(q: &Tensor, k: &Tensor, v: &Tensor, mask: &AttentionMask, scale: 
     if kv_heads == 0 || heads % kv_heads != 0 {
         return Err(DecoderError::Config(format!("{heads} query heads cannot share {kv_heads} kv heads")));
     }
-    // Every mask's visible range only moves forward with the query, so the chunk's keys are
-    // from its first query's start to its last query's end.
-    let (lo, hi) = (mask.visible_keys(first_q, tk).start, mask.visible_keys(first_q + n.max(1) - 1, tk).end);
-    let (lo, hi) = (lo.min(hi), hi);
-    let (k, v) = if (lo, hi) == (0, tk) {
-        (k.clone(), v.clone())
-    } else {
-        (k.narrow(2, lo, hi - lo)?, v.narrow(2, lo, hi - lo)?)
-    };
+    let keys = chunk_keys(mask, first_q, n, tk);
+    let (k, v) = narrow_keys(k, v, &keys)?;
+    let lo = keys.start;
     let groups = heads / kv_heads;
     // (b, kv_heads, groups·n, d): the heads of one group become extra query rows.
     let qg = q.contiguous()?.reshape((b, kv_heads, groups * n, d))?;
@@ -698,7 +881,7 @@ impl Attention {
             let bias = match bias {
                 Some(b) => Some(b),
                 None => {
-                    built = mask.bias(t, kv_len, DType::F32, q.device())?;
+                    built = mask.bias(t, kv_len, q.dtype(), q.device())?;
                     built.as_ref()
                 }
             };
@@ -733,5 +916,52 @@ impl Attention {
         let (q, k, v) =
             (q.transpose(1, 2)?.contiguous()?, k.transpose(1, 2)?.contiguous()?, v.transpose(1, 2)?.contiguous()?);
         Ok(Some(candle_flash_attn::flash_attn(&q, &k, &v, self.scale as f32, causal)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// The CPU's one-pass half-precision logits are the generic path's three ops (affine,
+    /// broadcast add, cast to f32) bit for bit: bf16 and f16, a scale that is no power of two,
+    /// grouped rows, no bias, a mask's 0/−∞ bias and arbitrary finite biases (whose adds round).
+    #[test]
+    fn half_logits_are_candles_ops_bit_for_bit() -> Result<()> {
+        let dev = Device::Cpu;
+        let (b, kv_heads, groups, tq, tk) = (2, 3, 4, 5, 70);
+        let scale = 1.0 / 128f64.sqrt();
+        for dtype in [DType::BF16, DType::F16] {
+            let s = Tensor::randn(0f32, 20.0, (b, kv_heads, groups * tq, tk), &dev)?.to_dtype(dtype)?;
+            let mask = AttentionMask::SlidingWindow { window: 30 }.bias(tq, tk, dtype, &dev)?;
+            let arbitrary = Tensor::randn(0f32, 3.0, (tq, tk), &dev)?.to_dtype(dtype)?;
+            for bias in [None, mask.as_ref(), Some(&arbitrary)] {
+                let op = HalfLogits { scale, queries: tq };
+                let fast = match bias {
+                    Some(bias) => s.apply_op2_no_bwd(bias, &op)?,
+                    None => s.apply_op1_no_bwd(&op)?,
+                };
+                let scaled = (&s * scale)?;
+                let slow = match bias {
+                    Some(bias) => scaled.reshape((b, kv_heads, groups, tq, tk))?.broadcast_add(bias)?.reshape((
+                        b,
+                        kv_heads,
+                        groups * tq,
+                        tk,
+                    ))?,
+                    None => scaled,
+                }
+                .to_dtype(DType::F32)?;
+                assert_eq!(fast.dims(), slow.dims());
+                let bits = |t: &Tensor| -> Result<Vec<u32>> {
+                    Ok(t.flatten_all()?.to_vec1::<f32>()?.iter().map(|x| x.to_bits()).collect())
+                };
+                let (fast, slow) = (bits(&fast)?, bits(&slow)?);
+                let differ = fast.iter().zip(&slow).filter(|(a, b)| a != b).count();
+                assert_eq!(differ, 0, "{dtype:?}, bias {}: {differ} of {} logits differ", bias.is_some(), slow.len());
+            }
+        }
+        Ok(())
     }
 }

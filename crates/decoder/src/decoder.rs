@@ -396,7 +396,7 @@ impl Decoder {
         let fused = crate::cpu_op::kernels_take(embeds);
         let shared = caches.len() == 1 && (!fused || !trace.attention_layers.is_empty());
         let biases = if shared && t * kv_len <= MAX_SHARED_BIAS {
-            masks.biases(t, kv_len, embeds.device())?
+            masks.biases(t, kv_len, embeds.dtype(), embeds.device())?
         } else {
             MaskBiases::default()
         };

@@ -91,14 +91,14 @@ impl MaskPlan {
         self.layers.is_empty()
     }
 
-    /// The additive bias of each distinct rule in the plan, built once for a forward of `q_len`
-    /// queries after `kv_len − q_len` cached positions (`None` where nothing is masked), to be
-    /// looked up per layer with [`bias_of`](Self::bias_of).
-    pub fn biases(&self, q_len: usize, kv_len: usize, device: &Device) -> Result<MaskBiases> {
+    /// The additive bias of each distinct rule in the plan, in `dtype` (the activations'), built
+    /// once for a forward of `q_len` queries after `kv_len − q_len` cached positions (`None`
+    /// where nothing is masked), to be looked up per layer with [`bias_of`](Self::bias_of).
+    pub fn biases(&self, q_len: usize, kv_len: usize, dtype: DType, device: &Device) -> Result<MaskBiases> {
         let mut out: Vec<(AttentionMask, Option<Tensor>)> = Vec::new();
         for m in &self.layers {
             if !out.iter().any(|(seen, _)| seen == m) {
-                out.push((m.clone(), m.bias(q_len, kv_len, DType::F32, device)?));
+                out.push((m.clone(), m.bias(q_len, kv_len, dtype, device)?));
             }
         }
         Ok(MaskBiases(out))

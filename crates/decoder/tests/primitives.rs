@@ -98,30 +98,50 @@ fn attention_in_query_chunks_equals_one_pass_for_every_mask() -> Result<()> {
             // built once by the caller, as a decoder forward shares it across layers.
             let q64 = q.to_dtype(DType::F64)?;
             let (k64, v64) = (k.to_dtype(DType::F64)?, v.to_dtype(DType::F64)?);
-            let shared = MaskPlan::uniform(mask.clone(), 2).biases(9, 13, &Device::Cpu)?;
+            let shared = MaskPlan::uniform(mask.clone(), 2).biases(9, 13, DType::F64, &Device::Cpu)?;
             let chunked =
                 attention_in_query_chunks(&q64, &k64, &v64, &mask, shared.bias_of(&mask), Scores::scaled(0.3), rows)?;
             let diff = (&whole - chunked.to_dtype(DType::F32)?)?.abs()?.max_all()?.to_scalar::<f32>()?;
             assert!(diff < 1e-6, "{mask:?} in chunks of {rows} with a shared bias: diff {diff}");
         }
     }
-    // A prompt longer than the CPU path's causal chunk (128 rows): chunks that each multiply
-    // only the keys their queries see, after 10 cached positions.
+    // A prompt longer than the CPU path's causal chunk (128 rows) and the generic path's (256):
+    // chunks that each multiply only the keys their queries see, after 10 cached positions.
+    // f32 runs the CPU kernels, f64 the generic path (the GPU's), with the bias built per chunk
+    // and shared; the block-diagonal mask leaves positions outside every block (seeing nothing),
+    // one of them the last query of a chunk.
     let q = random(&[1, 4, 300, 8], 8)?;
     let k = random(&[1, 2, 310, 8], 9)?;
     let v = random(&[1, 2, 310, 8], 10)?;
+    let (q64, k64, v64) = (q.to_dtype(DType::F64)?, k.to_dtype(DType::F64)?, v.to_dtype(DType::F64)?);
     for mask in [
         AttentionMask::Causal,
         AttentionMask::SlidingWindow { window: 50 },
         AttentionMask::PrefixLm { prefix_len: 200 },
         AttentionMask::SlidingPrefixLm { prefix_len: 200, window: 50 },
         AttentionMask::CausalBlocks { window: Some(50), blocks: Blocks::new(vec![20..120, 150..170])? },
+        AttentionMask::BlockDiagonal { blocks: Blocks::new(vec![0..100, 140..265, 270..310])? },
     ] {
         let bias = mask.bias(300, 310, DType::F32, &Device::Cpu)?;
         let (whole, _) = scaled_dot_product_attention(&q, &k, &v, bias.as_ref(), 0.3)?;
+        // Rows of queries that see no key are NaN in every path; compare the others.
+        let seen: Vec<usize> = (0..300).filter(|&i| !mask.visible_keys(10 + i, 310).is_empty()).collect();
+        let seen = Tensor::new(seen.iter().map(|&i| i as u32).collect::<Vec<_>>(), &Device::Cpu)?;
+        let rows_seen = |t: &Tensor| t.to_dtype(DType::F32)?.index_select(&seen, 2);
+        let whole = rows_seen(&whole)?;
         let chunked = attention_in_query_chunks(&q, &k, &v, &mask, None, Scores::scaled(0.3), 1000)?;
-        let diff = (&whole - chunked)?.abs()?.max_all()?.to_scalar::<f32>()?;
+        let diff = (&whole - rows_seen(&chunked)?)?.abs()?.max_all()?.to_scalar::<f32>()?;
         assert!(diff < 1e-5, "{mask:?} over 300 queries: diff {diff}");
+        let shared = MaskPlan::uniform(mask.clone(), 1).biases(300, 310, DType::F64, &Device::Cpu)?;
+        for bias in [None, shared.bias_of(&mask)] {
+            let generic = attention_in_query_chunks(&q64, &k64, &v64, &mask, bias, Scores::scaled(0.3), 1000)?;
+            let diff = (&whole - rows_seen(&generic)?)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            assert!(
+                diff < 1e-5,
+                "{mask:?} over 300 queries, generic path (shared bias: {}): diff {diff}",
+                bias.is_some()
+            );
+        }
     }
     Ok(())
 }
