@@ -144,19 +144,18 @@ impl HalfLogits {
         sl: &candle_core::Layout,
         bias: Option<(&candle_core::CpuStorage, &candle_core::Layout)>,
     ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        use crate::cpu_op::contiguous as slice;
         use candle_core::CpuStorage::{BF16, F16};
-        fn slice<'a, T>(data: &'a [T], l: &candle_core::Layout) -> candle_core::Result<&'a [T]> {
-            match l.contiguous_offsets() {
-                Some((a, b)) => Ok(&data[a..b]),
-                None => candle_core::bail!("attention logits take contiguous tensors"),
-            }
-        }
         let tk = sl.shape().dims().last().copied().unwrap_or(0);
         let out = match (s, bias) {
-            (BF16(d), None) => self.logits(slice(d, sl)?, None, tk)?,
-            (BF16(d), Some((BF16(b), bl))) => self.logits(slice(d, sl)?, Some(slice(b, bl)?), tk)?,
-            (F16(d), None) => self.logits(slice(d, sl)?, None, tk)?,
-            (F16(d), Some((F16(b), bl))) => self.logits(slice(d, sl)?, Some(slice(b, bl)?), tk)?,
+            (BF16(d), None) => self.logits(slice(d, sl, "attention logits")?, None, tk)?,
+            (BF16(d), Some((BF16(b), bl))) => {
+                self.logits(slice(d, sl, "attention logits")?, Some(slice(b, bl, "attention logits bias")?), tk)?
+            }
+            (F16(d), None) => self.logits(slice(d, sl, "attention logits")?, None, tk)?,
+            (F16(d), Some((F16(b), bl))) => {
+                self.logits(slice(d, sl, "attention logits")?, Some(slice(b, bl, "attention logits bias")?), tk)?
+            }
             _ => candle_core::bail!("attention logits take bf16 or f16 scores and a bias of the same dtype"),
         };
         Ok((candle_core::CpuStorage::F32(out), sl.shape().clone()))
@@ -388,10 +387,10 @@ pub fn attention_in_query_chunks(
     // only the keys its queries see: a causal prompt of T tokens does about half of T² work.
     // Elsewhere (a GPU) the chunks stay as large as the score budget allows: each costs about
     // ten kernel launches per layer, which a small model's short prompt would wait on.
-    let rows = match mask {
-        AttentionMask::Bidirectional => rows,
-        _ if crate::cpu_op::kernels_run_on(q.device()) => rows.min(CAUSAL_CHUNK_ROWS),
-        _ => rows,
+    let rows = if *mask != AttentionMask::Bidirectional && crate::cpu_op::kernels_run_on(q.device()) {
+        rows.min(CAUSAL_CHUNK_ROWS)
+    } else {
+        rows
     };
     for start in (0..tq).step_by(rows) {
         let n = rows.min(tq - start);

@@ -21,6 +21,12 @@ pub(crate) fn kernels_take(t: &Tensor) -> bool {
 /// operation in the error otherwise.
 pub(crate) fn contiguous_f32<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> candle_core::Result<&'a [f32]> {
     let CpuStorage::F32(data) = s else { candle_core::bail!("{op} takes f32 tensors") };
+    contiguous(data, l, op)
+}
+
+/// The values `l` views in `data` (a storage's elements of any dtype), which it must view
+/// contiguously; `op` names the operation in the error otherwise.
+pub(crate) fn contiguous<'a, T>(data: &'a [T], l: &Layout, op: &str) -> candle_core::Result<&'a [T]> {
     match l.contiguous_offsets() {
         Some((a, b)) => Ok(&data[a..b]),
         None => candle_core::bail!("{op} takes contiguous tensors"),
