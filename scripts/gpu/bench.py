@@ -12,6 +12,8 @@ Then, batch 1:
     `tessera-bench` (the same lengths, in the blocks generation runs a prompt in: 512 positions by default), and
     tessera at the longest length in blocks of 256, 512, 1024 and in one block (`--prefill-sweep`, in a process of
     its own, whose GPU memory is not counted in the peak: what the block size costs on this device);
+  - on every model, tessera's longest prompt and its decode again with flash-attention off
+    (TESSERA_FLASH_ATTN=off; the binaries are built with it: scripts/gpu/build.sh), to measure what it is worth;
   - on SmolVLM, tessera's first run again with each of its CUDA allocation changes undone
     (TESSERA_CUDA_DEFAULTS=events, pool, all: cudarc's per-allocation events, the memory pool's release at
     every synchronisation), to measure what each is worth;
@@ -187,13 +189,18 @@ def tessera_side(dst, args, ablate=False):
     result = {}
     longest = max(args.prompt_lengths)
     sweep = sorted({b for b in (256, 512, 1024) if b < longest} | {longest})
-    runs = [(n, None, None) for n in args.prompt_lengths] + [(longest, sweep, None)]
+    # (prompt tokens, --prefill-sweep blocks, the report's key for an ablation, its environment)
+    runs = [(n, None, None, {}) for n in args.prompt_lengths] + [(longest, sweep, None, {})]
+    # The longest prompt and its decode again without flash-attention (TESSERA_FLASH_ATTN=off:
+    # Candle's matmul, masked scores and softmax): what it is worth here, on every model.
+    runs += [(longest, None, "flash_attn_off", {"TESSERA_FLASH_ATTN": "off"})]
     if ablate:
         # The first run again with each of tessera's CUDA allocation changes undone
         # (TESSERA_CUDA_DEFAULTS, crates/tessera/src/device.rs): what each is worth here.
-        runs += [(args.prompt_lengths[0], None, keep) for keep in ("events", "pool", "all")]
-    for i, (n, blocks, keep) in enumerate(runs):
-        first = i == 0 or keep is not None
+        runs += [(args.prompt_lengths[0], None, f"cuda_defaults_{keep}", {"TESSERA_CUDA_DEFAULTS": keep})
+                 for keep in ("events", "pool", "all")]
+    for i, (n, blocks, ablation, extra) in enumerate(runs):
+        first = i == 0 or ablation is not None
         cmd = [args.tessera_bench, "--model", str(dst), "--device", args.device, "--dtype", args.dtype,
                "--prompt-tokens", str(n), "--gen-tokens", str(args.gen_tokens if first else 1),
                "--depth", "64" if first else "0", "--reps", str(args.reps), "--json"]
@@ -201,17 +208,21 @@ def tessera_side(dst, args, ablate=False):
             cmd += ["--prefill-sweep", ",".join(map(str, blocks))]
         if args.device == "cpu":
             cmd += ["--threads", str(os.cpu_count())]
-        env = dict(os.environ, TESSERA_CUDA_DEFAULTS=keep or "")
+        env = {**os.environ, "TESSERA_CUDA_DEFAULTS": "", **extra}
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
         with GpuPeak(proc.pid) as peak:
             out, _ = proc.communicate()
         if proc.returncode != 0:
-            raise SystemExit(f"tessera-bench failed: TESSERA_CUDA_DEFAULTS={keep or ''} {' '.join(cmd)}")
+            setting = " ".join(f"{k}={v}" for k, v in extra.items())
+            raise SystemExit(f"tessera-bench failed: {setting} {' '.join(cmd)}")
         row = json.loads(out)
-        if keep:
-            result[f"cuda_defaults_{keep}"] = {"prefill_tok_s": row["pp_tok_s"], "decode_tok_s": row["tg_tok_s"],
-                                               "peak_gpu_mib": peak.peak}
+        if ablation:
+            result[ablation] = {"prompt_tokens": n, "prefill_tok_s": row["pp_tok_s"],
+                                "decode_tok_s": row["tg_tok_s"], "peak_gpu_mib": peak.peak,
+                                "flash_attn": row.get("flash_attn")}
             continue
+        if i == 0:
+            result["flash_attn"] = row.get("flash_attn")
         if blocks:
             result[f"prefill_{n}_by_block_tok_s"] = row["pp_by_block"]
             result[f"prefill_{n}_one_block_tok_s"] = row["pp_by_block"][str(longest)]

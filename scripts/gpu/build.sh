@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
 # Builds tessera for an NVIDIA Hopper GPU (sm_90) on this machine, which has no GPU, and packs what
 # the GPU machine runs into .gpu/ (ignored by git; name it in the device tool's `carry`):
-#   .gpu/device_suite.xz   the parity tests in one executable (crates/tessera/tests/device_suite)
-#   .gpu/tessera.xz        the CLI            .gpu/tessera-bench.xz   the speed bench
+#   .gpu/binaries.tar.xz   stripped, in one archive: device_suite (the parity tests in one executable,
+#                          crates/tessera/tests/device_suite), tessera (the CLI), tessera-bench (the
+#                          speed bench). One xz stream with a 256 MiB window, so that Candle's CUDA
+#                          kernels and flash-attention's, which each binary embeds, are stored once
+#                          (without flash-attention: 12.5 MB for the three, 26.5 MB packed one by one).
 #   .gpu/smolvlm-tokenizer.json.xz   SmolVLM's tokenizer for bench.py's image -> first token
 #   .gpu/smollm2.skeleton.xz   the test GGUF's header without its weights (scripts/gpu/gguf_skeleton.py):
 #                              the GPU machine fills in random weights for the quantized CUDA decode figure
 # scripts/gpu/device.sh unpacks and runs them there. What travels is limited to 64 MiB with the
-# tracked files (35.2 MiB on 2026-11-26); all of it (27.3 MiB: suite 8.9, tessera 9.5,
-# tessera-bench 8.1, data 0.8) fits in one run with ~1.5 MiB to spare, or one run carries the
-# suite and another the binaries. .gpu/REVISION names the commit they were built from:
-#   scripts/gpu/build.sh            # all three (20 min on 2 cores from a clean target/cuda, toolkit ~700 MB)
-#   scripts/gpu/build.sh suite      # or: bins
+# tracked files (35.3 MiB on 2026-11-26); the script prints the sizes. .gpu/REVISION names the
+# commit they were built from:
+#   scripts/gpu/build.sh            # all three
+#   scripts/gpu/build.sh suite      # or: bins (the archive then holds only those)
+# Features: cuda and flash-attn (FEATURES=cuda builds without flash-attention). flash-attn's build
+# (candle-flash-attn: 53 kernel files, over an hour on 2 cores the first time) needs CUTLASS at the
+# commit its build script names, which cudaforge clones from GitHub into ~/.cudaforge; offline,
+# this script clones it from CUTLASS_GIT (a local clone or mirror of github.com/NVIDIA/cutlass).
+# The compiled kernels are kept in ~/.cache/flash-attn-sm$CUDA_COMPUTE_CAP across clean builds.
 # The CUDA toolkit (nvcc 13.4 from PyPI, a libcuda link stub) is installed by
 # ../shared/tools/cuda-check.sh into ~/.cache/cuda-ci; the build runs in target/cuda.
 set -euo pipefail
@@ -36,12 +43,41 @@ fi
 cuda=$("$work/venv/bin/python" -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cu13"))')
 export PATH=$cuda/bin:$PATH CUDA_HOME=$cuda
 export CARGO_TARGET_DIR=$repo/target/cuda
+features=${FEATURES:-cuda,flash-attn}
 mkdir -p .gpu
 
-pack() { # pack NAME BINARY
-  strip -o ".gpu/$1" "$2"
-  xz -T0 -9 -f ".gpu/$1"
-  echo "$1: $(du -h "$2" | cut -f1) built, $(du -h ".gpu/$1.xz" | cut -f1) packed"
+if [[ ",$features," == *",flash-attn,"* ]]; then
+  # CUTLASS where cudaforge looks for it (~/.cudaforge/git/checkouts/cutlass-<commit's first 16>),
+  # at the commit candle-flash-attn's build script pins.
+  cargo fetch -q
+  version=$(grep -A1 '^name = "candle-flash-attn"$' Cargo.lock | sed -n 's/^version = "\(.*\)"$/\1/p')
+  fa=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/candle-flash-attn-"$version" | head -1)
+  commit=$(sed -n 's/^const CUTLASS_COMMIT: &str = "\([0-9a-f]*\)";/\1/p' "$fa/build.rs")
+  [ -n "$commit" ] || { echo "no CUTLASS_COMMIT in $fa/build.rs" >&2; exit 1; }
+  cutlass=${CUDAFORGE_HOME:-$HOME/.cudaforge}/git/checkouts/cutlass-${commit:0:16}
+  if [ "$(git -C "$cutlass" rev-parse HEAD 2>/dev/null)" != "$commit" ] || [ ! -d "$cutlass/include" ]; then
+    [ -n "${CUTLASS_GIT:-}" ] || {
+      echo "CUTLASS $commit is not in $cutlass: set CUTLASS_GIT to a clone of github.com/NVIDIA/cutlass" >&2
+      exit 1
+    }
+    rm -rf "$cutlass"
+    mkdir -p "$(dirname "$cutlass")"
+    git clone -q --no-checkout "$CUTLASS_GIT" "$cutlass"
+    # Only the headers are needed (a mirror may lack large blobs elsewhere in the tree).
+    git -C "$cutlass" checkout -q "$commit" -- include tools/util/include
+    git -C "$cutlass" update-ref --no-deref HEAD "$commit"
+  fi
+  export CANDLE_FLASH_ATTN_BUILD_DIR=${CANDLE_FLASH_ATTN_BUILD_DIR:-$HOME/.cache/flash-attn-sm$CUDA_COMPUTE_CAP}
+  export CUDAFORGE_THREADS=${CUDAFORGE_THREADS:-$(nproc)}
+  mkdir -p "$CANDLE_FLASH_ATTN_BUILD_DIR"
+fi
+
+stage=$CARGO_TARGET_DIR/gpu-pack # the stripped binaries, archived together at the end
+rm -rf "$stage"
+mkdir -p "$stage"
+stripped() { # NAME BINARY
+  strip -o "$stage/$1" "$2"
+  echo "$1: $(du -h "$2" | cut -f1) built, $(du -h "$stage/$1" | cut -f1) stripped"
 }
 
 start=$SECONDS
@@ -63,23 +99,27 @@ PY
   xz -9 -f .gpu/smollm2.skeleton
 fi
 if [ "$what" != bins ]; then
-  suite=$(nice cargo test --release -p tessera --features cuda --test device_suite --no-run --message-format=json-render-diagnostics \
+  suite=$(nice cargo test --release -p tessera --features "$features" --test device_suite --no-run --message-format=json-render-diagnostics \
     | python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "device_suite" and m.get("executable"):
         print(m["executable"])')
-  pack device_suite "$suite"
+  stripped device_suite "$suite"
 fi
 if [ "$what" != suite ]; then
-  nice cargo build --release -p tessera-cli --features cuda --bin tessera --bin tessera-bench
-  pack tessera "$CARGO_TARGET_DIR/release/tessera"
-  pack tessera-bench "$CARGO_TARGET_DIR/release/tessera-bench"
+  nice cargo build --release -p tessera-cli --features "$features" --bin tessera --bin tessera-bench
+  stripped tessera "$CARGO_TARGET_DIR/release/tessera"
+  stripped tessera-bench "$CARGO_TARGET_DIR/release/tessera-bench"
 fi
+rm -f .gpu/device_suite.xz .gpu/tessera.xz .gpu/tessera-bench.xz # packed one by one by earlier builds
+tar -C "$stage" -cf - $(ls "$stage") | xz -T1 --lzma2=preset=9e,dict=256MiB >.gpu/binaries.tar.xz
+echo "binaries.tar.xz: $(du -h .gpu/binaries.tar.xz | cut -f1) ($(ls "$stage" | tr '\n' ' '))"
 # What the binaries were built from: device.sh prints it beside the GPU's name, and a later session
 # here compares it with `git rev-parse HEAD` before reusing .gpu/ instead of building again.
-echo "$(git rev-parse HEAD)$(git diff --quiet HEAD || echo ' with uncommitted changes') ($what, $(date -u +%F))" >.gpu/REVISION
+echo "$(git rev-parse HEAD)$(git diff --quiet HEAD || echo ' with uncommitted changes') ($what, features $features, $(date -u +%F))" >.gpu/REVISION
 echo "built in $((SECONDS - start)) s; what travels besides the tracked files (limit: 64 MiB in all):"
 du -ch .gpu/*.xz | tail -1
+du -h .gpu/*.xz
 echo "libraries the GPU machine must provide:"
 objdump -p "$CARGO_TARGET_DIR/release/tessera" 2>/dev/null | awk '/NEEDED/ {print "  " $2}' || true

@@ -3,6 +3,7 @@
 # repository root of the copy the device tool sends, with what scripts/gpu/build.sh packed into
 # .gpu/ carried along. Writes logs and JSON under $OUT (or ./gpu-out).
 #   scripts/gpu/device.sh suite   # bf16/f16 references by transformers on this GPU, then the parity suite
+#                                 # (and its half-precision attention test again with flash-attention off)
 #   scripts/gpu/device.sh bins    # the CLI on the GPU (smoke), then scripts/gpu/bench.py on SmolVLM, an
 #                                 # Nsight Systems summary of its decode where nsys is installed, the GGUF
 #                                 # decode figure (random weights in the test file's layout,
@@ -16,12 +17,10 @@ what=${1:?usage: $0 suite|bins}
 out=${OUT:-$PWD/gpu-out}
 bin=/tmp/tessera-gpu
 mkdir -p "$out" "$bin"
-for f in .gpu/*.xz; do
-  [ -e "$f" ] || { echo "no .gpu/*.xz: run scripts/gpu/build.sh here first and carry .gpu" >&2; exit 1; }
-  case "$f" in
-    *.json.xz | *.skeleton.xz) xz -dc "$f" >"${f%.xz}" ;; # data, read from .gpu/
-    *) xz -dc "$f" >"$bin/$(basename "$f" .xz)" && chmod +x "$bin/$(basename "$f" .xz)" ;;
-  esac
+[ -f .gpu/binaries.tar.xz ] || { echo "no .gpu/binaries.tar.xz: run scripts/gpu/build.sh here first and carry .gpu" >&2; exit 1; }
+xz -dc .gpu/binaries.tar.xz | tar -C "$bin" -xf -
+for f in .gpu/*.json.xz .gpu/*.skeleton.xz; do
+  if [ -e "$f" ]; then xz -dc "$f" >"${f%.xz}"; fi # data, read from .gpu/
 done
 # cuBLAS / cuRAND / cudart 13: the system toolkit's, or the nvidia-* wheels PyTorch brought.
 libs=$(python3 - <<'PY'
@@ -52,6 +51,13 @@ case "$what" in
     TESSERA_TEST_DEVICE=cuda TESSERA_HALF_REFS="$out/half_refs.json" RUST_BACKTRACE=0 \
       "$bin/device_suite" --test-threads 1 2>&1 | tee "$out/suite.log"
     rc=${PIPESTATUS[0]}
+    # The half-precision attention test again, printing its errors: on flash-attention (where the
+    # binaries have it, as the suite ran it), then on Candle's ops (TESSERA_FLASH_ATTN=off).
+    for flash in on off; do
+      TESSERA_TEST_DEVICE=cuda TESSERA_FLASH_ATTN=$flash RUST_BACKTRACE=0 \
+        "$bin/device_suite" half_attention --nocapture 2>&1 | tee -a "$out/suite.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    done
     set -e
     echo "device_suite exit $rc"
     exit "$rc"

@@ -74,6 +74,16 @@ def main():
                   f"{ts['decode_tok_s']:.0f} without: "
                   + ", ".join(f"{k}: {r['decode_tok_s']:.0f} ({r['decode_tok_s'] / ts['decode_tok_s']:.2f}×)"
                               for k, r in kept))
+        off = ts.get("flash_attn_off")
+        if off and ts.get("flash_attn"):
+            n = off["prompt_tokens"]
+            on = ts.get(f"prefill_{n}_tok_s")
+            print(f"\ntessera with flash-attention off (TESSERA_FLASH_ATTN=off): prefill of {n} tokens "
+                  f"{off['prefill_tok_s']:.0f} tok/s against {on:.0f} with it ({off['prefill_tok_s'] / on:.2f}×), "
+                  f"decode {off['decode_tok_s']:.0f} against {ts['decode_tok_s']:.0f} "
+                  f"({off['decode_tok_s'] / ts['decode_tok_s']:.2f}×), peak {off['peak_gpu_mib']:.0f} MiB")
+        elif "flash_attn" in ts and not ts["flash_attn"]:
+            print("\ntessera-bench ran without flash-attention (built without the flash-attn feature)")
         for key, rates in ts.items():
             if key.endswith("_by_block_tok_s"):
                 n = key.split("_")[1]

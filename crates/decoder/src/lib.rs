@@ -19,7 +19,9 @@ pub mod rope;
 pub mod weights;
 
 pub use activation::Activation;
-pub use attention::{scaled_dot_product_attention, Attention, AttentionConfig, AttentionInput};
+pub use attention::{
+    flash_attention_enabled, scaled_dot_product_attention, Attention, AttentionConfig, AttentionInput,
+};
 pub use cpu_op::kernels_run_on;
 pub use decoder::{Decoder, DecoderConfig, LocalRope, Trace};
 pub use error::{DecoderError, Result};

@@ -181,6 +181,7 @@ fn main() -> Result<()> {
                 "model": args.model, "weights": label, "threads": args.threads,
                 "prompt_tokens": prompt.len(), "prefill_blocks": ends.len(), "gen_tokens": args.gen_tokens, "depth": args.depth, "batch": args.batch,
                 "kv_cache_dtype": model.kv_cache_dtype().as_str(), "pp_tok_s": mean(&pp), "pp_by_block": by_block, "tg_tok_s": mean(&tg), "peak_rss_mib": peak_mib, "load_s": load_s,
+                "flash_attn": tessera::flash_attention_enabled(),
             })
         );
     } else {

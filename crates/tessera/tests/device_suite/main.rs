@@ -12,6 +12,8 @@ mod common;
 mod batching;
 #[path = "../embeddings.rs"]
 mod embeddings;
+#[path = "../half_attention.rs"]
+mod half_attention;
 #[path = "../half_precision.rs"]
 mod half_precision;
 #[path = "../native_model.rs"]
