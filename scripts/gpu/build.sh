@@ -4,18 +4,19 @@
 #   .gpu/binaries.tar.xz   stripped, in one archive: device_suite (the parity tests in one executable,
 #                          crates/tessera/tests/device_suite), tessera (the CLI), tessera-bench (the
 #                          speed bench). One xz stream with a 256 MiB window, so that Candle's CUDA
-#                          kernels and flash-attention's, which each binary embeds, are stored once
-#                          (without flash-attention: 12.5 MB for the three, 26.5 MB packed one by one).
+#                          kernels and flash-attention's, which each binary embeds, are stored once:
+#                          19.4 MB for the three (each ~160 MB stripped, ~90 MB of it flash-attention's
+#                          kernels); without flash-attention 12.5 MB, where one by one took 26.5 MB.
 #   .gpu/smolvlm-tokenizer.json.xz   SmolVLM's tokenizer for bench.py's image -> first token
 #   .gpu/smollm2.skeleton.xz   the test GGUF's header without its weights (scripts/gpu/gguf_skeleton.py):
 #                              the GPU machine fills in random weights for the quantized CUDA decode figure
 # scripts/gpu/device.sh unpacks and runs them there. What travels is limited to 64 MiB with the
-# tracked files (35.3 MiB on 2026-11-26); the script prints the sizes. .gpu/REVISION names the
+# tracked files (35.6 MiB on 2026-11-26: 55 MiB in all with .gpu/); the script prints the sizes. .gpu/REVISION names the
 # commit they were built from:
 #   scripts/gpu/build.sh            # all three
 #   scripts/gpu/build.sh suite      # or: bins (the archive then holds only those)
 # Features: cuda and flash-attn (FEATURES=cuda builds without flash-attention). flash-attn's build
-# (candle-flash-attn: 53 kernel files, over an hour on 2 cores the first time) needs CUTLASS at the
+# (third_party/candle-flash-attn: 17 kernel files, ~25 min on 2 cores the first time) needs CUTLASS at the
 # commit its build script names, which cudaforge clones from GitHub into ~/.cudaforge; offline,
 # this script clones it from CUTLASS_GIT (a local clone or mirror of github.com/NVIDIA/cutlass).
 # The compiled kernels are kept in ~/.cache/flash-attn-sm$CUDA_COMPUTE_CAP across clean builds.
