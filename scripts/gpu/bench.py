@@ -185,6 +185,24 @@ def transformers_side(dst, args, device):
     return result
 
 
+# Set to TESSERA_FLASH_ATTN=off once a tessera run with flash-attention fails (it has not run on a
+# GPU before): that run and every later one go again without it, so that the run still brings
+# back figures, and the report says so (flash_attn_failed).
+FLASH_FALLBACK = {}
+FLASH_FAILURES = []
+
+
+def flash_failed(env, what):
+    """After a failed tessera run: whether to run it again with flash-attention off."""
+    if env.get("TESSERA_FLASH_ATTN") == "off":
+        return False
+    FLASH_FALLBACK["TESSERA_FLASH_ATTN"] = "off"
+    FLASH_FAILURES.append(what)
+    print(f"{what} failed with flash-attention on: running it and the rest with TESSERA_FLASH_ATTN=off",
+          file=sys.stderr)
+    return True
+
+
 def tessera_side(dst, args, ablate=False):
     result = {}
     longest = max(args.prompt_lengths)
@@ -208,10 +226,15 @@ def tessera_side(dst, args, ablate=False):
             cmd += ["--prefill-sweep", ",".join(map(str, blocks))]
         if args.device == "cpu":
             cmd += ["--threads", str(os.cpu_count())]
-        env = {**os.environ, "TESSERA_CUDA_DEFAULTS": "", **extra}
+        env = {**os.environ, "TESSERA_CUDA_DEFAULTS": "", **FLASH_FALLBACK, **extra}
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
         with GpuPeak(proc.pid) as peak:
             out, _ = proc.communicate()
+        if proc.returncode != 0 and flash_failed(env, f"tessera-bench {' '.join(cmd[1:])}"):
+            env = {**env, **FLASH_FALLBACK}
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+            with GpuPeak(proc.pid) as peak:
+                out, _ = proc.communicate()
         if proc.returncode != 0:
             setting = " ".join(f"{k}={v}" for k, v in extra.items())
             raise SystemExit(f"tessera-bench failed: {setting} {' '.join(cmd)}")
@@ -271,7 +294,13 @@ def first_token(dst, args, device):
         cmd = [args.tessera, "generate", "--model", str(dst), "--image", str(photo), "--prompt",
                "Can you describe this image?", "--max-new-tokens", "1", "--json", "--device", args.device,
                "--dtype", args.dtype]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        env = {**os.environ, **FLASH_FALLBACK}
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if done.returncode != 0 and flash_failed(env, f"tessera {' '.join(cmd[1:])}"):
+            done = subprocess.run(cmd, capture_output=True, text=True, env={**env, **FLASH_FALLBACK})
+        if done.returncode != 0:
+            raise SystemExit(f"tessera failed: {' '.join(cmd)}\n{done.stderr[-2000:]}")
+        out = done.stdout
         ts.append(json.loads(out.strip().splitlines()[-1])["timings"]["prompt_s"])
     return {"transformers_s": hf_s, "tessera_s": min(ts)}
 
@@ -304,6 +333,9 @@ def main():
         if {k: earlier.get(k) for k in ("device", "dtype")} != {k: report[k] for k in ("device", "dtype")}:
             raise SystemExit(f"--append: {args.out} was measured on {earlier.get('device')} in {earlier.get('dtype')}")
         report["models"] = earlier.get("models", {})
+        if earlier.get("flash_attn_failed"):  # this run goes without it from the start
+            FLASH_FAILURES.extend(earlier["flash_attn_failed"])
+            FLASH_FALLBACK["TESSERA_FLASH_ATTN"] = "off"
     for name in args.models:
         # Smallest first, and the report rewritten after each model: a run cut off by its time
         # limit still brings back what it measured; a model that fails is recorded, not fatal.
@@ -342,6 +374,8 @@ def main():
 
 
 def write(path, report):
+    if FLASH_FAILURES:
+        report["flash_attn_failed"] = FLASH_FAILURES
     if path:
         Path(path).write_text(json.dumps(report, indent=1) + "\n")
 

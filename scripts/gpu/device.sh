@@ -51,6 +51,12 @@ case "$what" in
     TESSERA_TEST_DEVICE=cuda TESSERA_HALF_REFS="$out/half_refs.json" RUST_BACKTRACE=0 \
       "$bin/device_suite" --test-threads 1 2>&1 | tee "$out/suite.log"
     rc=${PIPESTATUS[0]}
+    if [ "$rc" != 0 ]; then
+      # Whether flash-attention (never run on a GPU before) is what fails: the suite again without it.
+      TESSERA_TEST_DEVICE=cuda TESSERA_HALF_REFS="$out/half_refs.json" TESSERA_FLASH_ATTN=off RUST_BACKTRACE=0 \
+        "$bin/device_suite" --test-threads 1 >"$out/suite_flash_off.log" 2>&1
+      echo "device_suite with TESSERA_FLASH_ATTN=off: exit $? ($(grep '^test result' "$out/suite_flash_off.log"))"
+    fi
     # The half-precision attention test again, printing its errors: on flash-attention (where the
     # binaries have it, as the suite ran it), then on Candle's ops (TESSERA_FLASH_ATTN=off).
     for flash in on off; do

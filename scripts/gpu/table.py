@@ -50,6 +50,9 @@ def main():
     if gpu.exists():
         print("```\n" + gpu.read_text().strip() + "\n```\n")
     print(f"{report['device']}, {report['dtype']}, torch {report['torch']}, transformers {report['transformers']}\n")
+    for what in report.get("flash_attn_failed", []):
+        print(f"**flash-attention failed** in `{what}`: it and every later tessera run went with "
+              "TESSERA_FLASH_ATTN=off\n")
     for name, model in report["models"].items():
         print(f"**{Path(name).name}**" + (f": failed: {model['error']}" if "error" in model else ""))
         table = rows(model)
