@@ -49,24 +49,26 @@ mkdir -p .gpu
 
 if [[ ",$features," == *",flash-attn,"* ]]; then
   # CUTLASS where cudaforge looks for it (~/.cudaforge/git/checkouts/cutlass-<commit's first 16>),
-  # at the commit candle-flash-attn's build script pins.
-  cargo fetch -q
-  version=$(grep -A1 '^name = "candle-flash-attn"$' Cargo.lock | sed -n 's/^version = "\(.*\)"$/\1/p')
-  fa=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/candle-flash-attn-"$version" | head -1)
-  commit=$(sed -n 's/^const CUTLASS_COMMIT: &str = "\([0-9a-f]*\)";/\1/p' "$fa/build.rs")
-  [ -n "$commit" ] || { echo "no CUTLASS_COMMIT in $fa/build.rs" >&2; exit 1; }
+  # at the commit the (vendored) candle-flash-attn build script pins.
+  fa=third_party/candle-flash-attn/build.rs
+  commit=$(sed -n 's/^const CUTLASS_COMMIT: &str = "\([0-9a-f]*\)";/\1/p' "$fa")
+  [ -n "$commit" ] || { echo "no CUTLASS_COMMIT in $fa" >&2; exit 1; }
   cutlass=${CUDAFORGE_HOME:-$HOME/.cudaforge}/git/checkouts/cutlass-${commit:0:16}
   if [ "$(git -C "$cutlass" rev-parse HEAD 2>/dev/null)" != "$commit" ] || [ ! -d "$cutlass/include" ]; then
-    [ -n "${CUTLASS_GIT:-}" ] || {
-      echo "CUTLASS $commit is not in $cutlass: set CUTLASS_GIT to a clone of github.com/NVIDIA/cutlass" >&2
-      exit 1
-    }
-    rm -rf "$cutlass"
-    mkdir -p "$(dirname "$cutlass")"
-    git clone -q --no-checkout "$CUTLASS_GIT" "$cutlass"
-    # Only the headers are needed (a mirror may lack large blobs elsewhere in the tree).
-    git -C "$cutlass" checkout -q "$commit" -- include tools/util/include
-    git -C "$cutlass" update-ref --no-deref HEAD "$commit"
+    if [ -z "${CUTLASS_GIT:-}" ]; then
+      # Online, cudaforge clones it itself; offline, say what to do instead of failing inside cargo.
+      timeout 20 git ls-remote https://github.com/NVIDIA/cutlass.git HEAD >/dev/null 2>&1 || {
+        echo "CUTLASS $commit is not in $cutlass and GitHub is unreachable: set CUTLASS_GIT to a clone of github.com/NVIDIA/cutlass" >&2
+        exit 1
+      }
+    else
+      rm -rf "$cutlass"
+      mkdir -p "$(dirname "$cutlass")"
+      git clone -q --no-checkout "$CUTLASS_GIT" "$cutlass"
+      # Only the headers are needed (a mirror may lack large blobs elsewhere in the tree).
+      git -C "$cutlass" checkout -q "$commit" -- include tools/util/include
+      git -C "$cutlass" update-ref --no-deref HEAD "$commit"
+    fi
   fi
   export CANDLE_FLASH_ATTN_BUILD_DIR=${CANDLE_FLASH_ATTN_BUILD_DIR:-$HOME/.cache/flash-attn-sm$CUDA_COMPUTE_CAP}
   export CUDAFORGE_THREADS=${CUDAFORGE_THREADS:-$(nproc)}
