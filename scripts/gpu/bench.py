@@ -203,6 +203,14 @@ def flash_failed(env, what):
     return True
 
 
+def run_tessera(what, env, run):
+    """run(env) -> (exit status, result), once more with flash-attention off if it failed with it on."""
+    status, result = run(env)
+    if status != 0 and flash_failed(env, what):
+        status, result = run({**env, **FLASH_FALLBACK})
+    return status, result
+
+
 def tessera_side(dst, args, ablate=False):
     result = {}
     longest = max(args.prompt_lengths)
@@ -226,16 +234,15 @@ def tessera_side(dst, args, ablate=False):
             cmd += ["--prefill-sweep", ",".join(map(str, blocks))]
         if args.device == "cpu":
             cmd += ["--threads", str(os.cpu_count())]
-        env = {**os.environ, "TESSERA_CUDA_DEFAULTS": "", **FLASH_FALLBACK, **extra}
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
-        with GpuPeak(proc.pid) as peak:
-            out, _ = proc.communicate()
-        if proc.returncode != 0 and flash_failed(env, f"tessera-bench {' '.join(cmd[1:])}"):
-            env = {**env, **FLASH_FALLBACK}
+        def bench(env):
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
             with GpuPeak(proc.pid) as peak:
                 out, _ = proc.communicate()
-        if proc.returncode != 0:
+            return proc.returncode, (out, peak)
+
+        env = {**os.environ, "TESSERA_CUDA_DEFAULTS": "", **FLASH_FALLBACK, **extra}
+        status, (out, peak) = run_tessera(f"tessera-bench {' '.join(cmd[1:])}", env, bench)
+        if status != 0:
             setting = " ".join(f"{k}={v}" for k, v in extra.items())
             raise SystemExit(f"tessera-bench failed: {setting} {' '.join(cmd)}")
         row = json.loads(out)
@@ -294,11 +301,12 @@ def first_token(dst, args, device):
         cmd = [args.tessera, "generate", "--model", str(dst), "--image", str(photo), "--prompt",
                "Can you describe this image?", "--max-new-tokens", "1", "--json", "--device", args.device,
                "--dtype", args.dtype]
-        env = {**os.environ, **FLASH_FALLBACK}
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if done.returncode != 0 and flash_failed(env, f"tessera {' '.join(cmd[1:])}"):
-            done = subprocess.run(cmd, capture_output=True, text=True, env={**env, **FLASH_FALLBACK})
-        if done.returncode != 0:
+        def generate(env):
+            done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            return done.returncode, done
+
+        status, done = run_tessera(f"tessera {' '.join(cmd[1:])}", {**os.environ, **FLASH_FALLBACK}, generate)
+        if status != 0:
             raise SystemExit(f"tessera failed: {' '.join(cmd)}\n{done.stderr[-2000:]}")
         out = done.stdout
         ts.append(json.loads(out.strip().splitlines()[-1])["timings"]["prompt_s"])

@@ -122,7 +122,6 @@ echo "binaries.tar.xz: $(du -h .gpu/binaries.tar.xz | cut -f1) ($(ls "$stage" | 
 # here compares it with `git rev-parse HEAD` before reusing .gpu/ instead of building again.
 echo "$(git rev-parse HEAD)$(git diff --quiet HEAD || echo ' with uncommitted changes') ($what, features $features, $(date -u +%F))" >.gpu/REVISION
 echo "built in $((SECONDS - start)) s; what travels besides the tracked files (limit: 64 MiB in all):"
-du -ch .gpu/*.xz | tail -1
-du -h .gpu/*.xz
+du -ch .gpu/*.xz
 echo "libraries the GPU machine must provide:"
 objdump -p "$CARGO_TARGET_DIR/release/tessera" 2>/dev/null | awk '/NEEDED/ {print "  " $2}' || true
