@@ -11,12 +11,20 @@
 # From the machine without a GPU (device tool):
 #   run(command="bash scripts/gpu/device.sh suite; bash scripts/gpu/device.sh bins", carry=[".gpu"], timeout_s=600)
 # (`;`, not `&&`: a failing parity test must not cost the run its figures; suite.log keeps its verdict.)
+# TESSERA_GPU_DRY_RUN=1 runs the same steps on this machine's CPU first, so that a slip in this
+# script does not cost device time: the packed binaries (with LD_LIBRARY_PATH reaching CUDA 13's
+# libraries and the libcuda stub of ../shared/tools/cuda-check.sh), python3 with torch and
+# transformers first on PATH, f32 and short prompts, SmolVLM only (no llava-1.5-7b, no nsys).
+# Its figures mean nothing; its failures are the script's or the CPU's.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:?usage: $0 suite|bins}
 out=${OUT:-$PWD/gpu-out}
 bin=/tmp/tessera-gpu
 mkdir -p "$out" "$bin"
+dry=${TESSERA_GPU_DRY_RUN:-}
+dev=cuda
+[ -z "$dry" ] || dev=cpu
 [ -f .gpu/binaries.tar.xz ] || { echo "no .gpu/binaries.tar.xz: run scripts/gpu/build.sh here first and carry .gpu" >&2; exit 1; }
 xz -dc .gpu/binaries.tar.xz | tar -C "$bin" -xf -
 for f in .gpu/*.json.xz .gpu/*.skeleton.xz; do
@@ -36,7 +44,11 @@ print(":".join(d for d in dirs if os.path.isdir(d)))
 PY
 )
 export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+if [ -n "$dry" ]; then
+  echo "dry run on the CPU (TESSERA_GPU_DRY_RUN): no GPU, figures mean nothing" | tee "$out/gpu.txt"
+else
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+fi
 echo "binaries built from $(cat .gpu/REVISION 2>/dev/null || echo 'an unknown revision (no .gpu/REVISION)')" | tee -a "$out/gpu.txt"
 python3 -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__)' | tee -a "$out/gpu.txt"
 for b in "$bin"/*; do
@@ -46,21 +58,21 @@ done
 
 case "$what" in
   suite)
-    python3 scripts/gpu/reference.py --device cuda --out "$out/half_refs.json" 2>"$out/reference.log"
+    python3 scripts/gpu/reference.py --device "$dev" --out "$out/half_refs.json" 2>"$out/reference.log"
     set +e
-    TESSERA_TEST_DEVICE=cuda TESSERA_HALF_REFS="$out/half_refs.json" RUST_BACKTRACE=0 \
+    TESSERA_TEST_DEVICE=$dev TESSERA_HALF_REFS="$out/half_refs.json" RUST_BACKTRACE=0 \
       "$bin/device_suite" --test-threads 1 2>&1 | tee "$out/suite.log"
     rc=${PIPESTATUS[0]}
     if [ "$rc" != 0 ]; then
       # Whether flash-attention (never run on a GPU before) is what fails: the suite again without it.
-      TESSERA_TEST_DEVICE=cuda TESSERA_HALF_REFS="$out/half_refs.json" TESSERA_FLASH_ATTN=off RUST_BACKTRACE=0 \
+      TESSERA_TEST_DEVICE=$dev TESSERA_HALF_REFS="$out/half_refs.json" TESSERA_FLASH_ATTN=off RUST_BACKTRACE=0 \
         "$bin/device_suite" --test-threads 1 >"$out/suite_flash_off.log" 2>&1
       echo "device_suite with TESSERA_FLASH_ATTN=off: exit $? ($(grep '^test result' "$out/suite_flash_off.log"))"
     fi
     # The half-precision attention test again, printing its errors: on flash-attention (where the
     # binaries have it, as the suite ran it), then on Candle's ops (TESSERA_FLASH_ATTN=off).
     for flash in on off; do
-      TESSERA_TEST_DEVICE=cuda TESSERA_FLASH_ATTN=$flash RUST_BACKTRACE=0 \
+      TESSERA_TEST_DEVICE=$dev TESSERA_FLASH_ATTN=$flash RUST_BACKTRACE=0 \
         "$bin/device_suite" half_attention --nocapture 2>&1 | tee -a "$out/suite.log"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1
     done
@@ -72,10 +84,10 @@ case "$what" in
     t=$bin/tessera
     # The main command on the GPU, and the same on the CPU: the same answer.
     q=(generate --model models/shapes-vlm --image models/shapes-vlm/examples/three_shapes.png --prompt "How many shapes are there?")
-    "$t" "${q[@]}" --device cuda --dtype f32 | tee "$out/generate_cuda_f32.txt"
+    "$t" "${q[@]}" --device "$dev" --dtype f32 | tee "$out/generate_cuda_f32.txt"
     "$t" "${q[@]}" --device cpu | tee "$out/generate_cpu_f32.txt"
     cmp "$out/generate_cuda_f32.txt" "$out/generate_cpu_f32.txt" && echo "cuda f32 answer = cpu answer"
-    "$t" "${q[@]}" --device cuda | tee "$out/generate_cuda_bf16.txt"
+    "$t" "${q[@]}" --device "$dev" | tee "$out/generate_cuda_bf16.txt" # the default dtype: bf16 on a GPU
     "$t" "${q[@]}" --device cuda:7 2>&1 | tee "$out/missing_device.txt" || true
     # Cheapest and most telling first, so that a run cut short by its time limit keeps the most:
     # SmolVLM against transformers, then where its decode step's time goes, the GGUF path, and
@@ -83,7 +95,8 @@ case "$what" in
     # report. table.py prints the README's rows after each part.
     work=/tmp/tessera-gpu-models # bench.py writes its checkpoints here
     bench=(python3 scripts/gpu/bench.py --tessera-bench "$bin/tessera-bench" --tessera "$bin/tessera" --work "$work"
-      --out "$out/bench.json")
+      --out "$out/bench.json" --device "$dev")
+    [ -z "$dry" ] || bench+=(--dtype f32 --prompt-lengths 16 --gen-tokens 8 --reps 1)
     table() { python3 scripts/gpu/table.py "$out/bench.json" >"$out/table.md" && cat "$out/table.md" || echo "table.py failed"; }
     "${bench[@]}" --models smolvlm-256m-instruct 2>&1 | tee "$out/bench.log" || echo "bench.py failed"
     table
@@ -92,7 +105,7 @@ case "$what" in
     # warm-up and one timed repetition (132 forwards in all), when this machine has nsys.
     nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1 || true)
     m=$work/smolvlm-256m-instruct
-    if [ -n "$nsys" ] && [ -d "$m" ]; then
+    if [ -z "$dry" ] && [ -n "$nsys" ] && [ -d "$m" ]; then
       { timeout 180 "$nsys" profile --trace cuda --force-overwrite true -o /tmp/decode \
           "$bin/tessera-bench" --model "$m" --device cuda --prompt-tokens 64 --gen-tokens 64 --reps 1 --json \
         && timeout 120 "$nsys" stats --report cuda_api_sum,cuda_gpu_kern_sum --format csv \
@@ -105,13 +118,15 @@ case "$what" in
     if [ -f .gpu/smollm2.skeleton ]; then
       python3 scripts/gpu/gguf_skeleton.py fill .gpu/smollm2.skeleton /tmp/smollm2-random.gguf
       for dt in quantized bf16; do
-        flags=(--model /tmp/smollm2-random.gguf --device cuda --prompt-tokens 512 --gen-tokens 128 --depth 64 --reps 3 --json)
+        flags=(--model /tmp/smollm2-random.gguf --device "$dev" --prompt-tokens 512 --gen-tokens 128 --depth 64 --reps 3 --json)
         [ "$dt" = quantized ] || flags+=(--dtype "$dt")
         "$bin/tessera-bench" "${flags[@]}" | tee "$out/gguf_$dt.json" || echo "tessera-bench on the GGUF ($dt) failed"
       done
     fi
-    "${bench[@]}" --models llava-1.5-7b-hf --append 2>&1 | tee -a "$out/bench.log" || echo "bench.py failed"
-    table
+    if [ -z "$dry" ]; then
+      "${bench[@]}" --models llava-1.5-7b-hf --append 2>&1 | tee -a "$out/bench.log" || echo "bench.py failed"
+      table
+    fi
     ;;
   *) echo "usage: $0 suite|bins" >&2; exit 2 ;;
 esac

@@ -949,7 +949,7 @@ pub fn flash_attention(
 /// masked in the next one up: third_party/candle-flash-attn/README.md).
 #[cfg(feature = "flash-attn")]
 fn flash_takes_head(d: usize) -> bool {
-    d % 8 == 0 && d <= 256
+    d.is_multiple_of(8) && d <= 256
 }
 
 /// Whether attention on CUDA runs flash-attention where it applies (f16/bf16, causal or
