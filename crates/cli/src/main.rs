@@ -300,15 +300,20 @@ struct GenerateArgs {
     /// sample).
     #[arg(long, value_parser = temperature)]
     temperature: Option<f64>,
+    /// Sample among the K most likely tokens only (ties kept): at least 1. Default:
+    /// generation_config.json's when it samples, else all.
     #[arg(long)]
     top_k: Option<usize>,
-    /// Nucleus sampling: in (0, 1].
+    /// Nucleus sampling: sample among the most likely tokens whose probabilities add up to P, in
+    /// (0, 1]. Default: generation_config.json's when it samples, else 1.
     #[arg(long, value_parser = top_p)]
     top_p: Option<f64>,
-    /// In [0, 1].
+    /// Drop tokens less likely than P times the most likely one, in [0, 1]. Default:
+    /// generation_config.json's when it samples, else 0.
     #[arg(long, value_parser = min_p)]
     min_p: Option<f64>,
-    /// Greater than 0 (1 = none).
+    /// Divide the logits of tokens already in the sequence by it (multiply the negative ones), as
+    /// transformers does: greater than 0, 1 = none. Default: generation_config.json's.
     #[arg(long, value_parser = positive)]
     repetition_penalty: Option<f64>,
     /// Seed for sampling (same seed, same output).
