@@ -27,9 +27,12 @@ dev=cuda
 [ -z "$dry" ] || dev=cpu
 [ -f .gpu/binaries.tar.xz ] || { echo "no .gpu/binaries.tar.xz: run scripts/gpu/build.sh here first and carry .gpu" >&2; exit 1; }
 xz -dc .gpu/binaries.tar.xz | tar -C "$bin" -xf -
+unpacked=()
 for f in .gpu/*.json.xz .gpu/*.skeleton.xz; do
-  if [ -e "$f" ]; then xz -dc "$f" >"${f%.xz}"; fi # data, read from .gpu/
+  if [ -e "$f" ]; then xz -dc "$f" >"${f%.xz}" && unpacked+=("${f%.xz}"); fi # data, read from .gpu/
 done
+# A dry run leaves .gpu/ as it was: unpacked, these files would travel beside the archive.
+[ -z "$dry" ] || trap 'rm -f "${unpacked[@]}"' EXIT
 # cuBLAS / cuRAND / cudart 13: the system toolkit's, or the nvidia-* wheels PyTorch brought.
 libs=$(python3 - <<'PY'
 import glob, os
