@@ -19,31 +19,55 @@
 # (third_party/candle-flash-attn: 17 kernel files, ~25 min on 2 cores the first time) needs CUTLASS at the
 # commit its build script names, which cudaforge clones from GitHub into ~/.cudaforge; offline,
 # this script clones it from CUTLASS_GIT (a local clone or mirror of github.com/NVIDIA/cutlass).
-# The compiled kernels are kept in ~/.cache/flash-attn-sm$CUDA_COMPUTE_CAP across clean builds.
-# The CUDA toolkit (nvcc 13.4 from PyPI, a libcuda link stub) is installed by
-# ../shared/tools/cuda-check.sh into ~/.cache/cuda-ci; the build runs in target/cuda.
+# The compiled kernels are kept in ~/.cache/flash-attn-sm$CUDA_COMPUTE_CAP-cuda-$toolkit across clean builds.
+# The CUDA toolkit (13.0, the GPU machine's: see below) comes from PyPI into ~/.cache/cuda-13.0.88,
+# with a libcuda link stub; the build runs in target/cuda-13.0.88.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:-all}
 case "$what" in all | suite | bins) ;; *) echo "usage: $0 [all|suite|bins]" >&2; exit 2 ;; esac
 repo=$PWD
-shared=${SHARED:-$repo/../shared}
-work=${CUDA_CI_DIR:-$HOME/.cache/cuda-ci}
 export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-90}
 
-# The toolkit: cuda-check.sh installs it on its first `build`; a one-file crate is enough to run it.
-if [ ! -x "$work/venv/bin/python" ] || [ ! -e "$work/toolkit-ready" ]; then
-  probe=$(mktemp -d)
-  mkdir -p "$probe/src"
-  printf '[package]\nname = "probe"\nversion = "0.0.0"\nedition = "2021"\n[features]\ncuda = []\n' >"$probe/Cargo.toml"
-  echo 'fn main() {}' >"$probe/src/main.rs"
-  PROJ=$probe CUDA_CI_DIR=$work bash "$shared/tools/cuda-check.sh" build
-  rm -rf "$probe"
-  touch "$work/toolkit-ready"
+# The toolkit: CUDA 13.0 from PyPI, the version of the GPU machine's driver (580, CUDA 13.0:
+# .library/device/KINDS.md). Candle's kernels travel as PTX, which the driver compiles when a
+# program loads them, and a driver compiles PTX only up to its own version's ISA: nvcc 13.4's
+# (cuda-check.sh's, PTX ISA 9.4) would fail to load there (CUDA_ERROR_UNSUPPORTED_PTX_VERSION),
+# where 13.0's is ISA 9.0. cudarc also takes its API version from this nvcc. CUDA_TOOLKIT=13.x.y
+# builds for another driver.
+toolkit=${CUDA_TOOLKIT:-13.0.88}
+tk=$HOME/.cache/cuda-$toolkit
+if [ ! -e "$tk/ready" ]; then
+  python3 -m venv "$tk/venv"
+  minor=${toolkit%.*}
+  "$tk/venv/bin/pip" install -q --disable-pip-version-check nvidia-cuda-nvcc=="$toolkit" \
+    nvidia-cuda-runtime=="$toolkit" nvidia-cuda-crt=="$toolkit" nvidia-nvvm=="$toolkit" \
+    nvidia-cuda-nvrtc=="$toolkit" "nvidia-cuda-cccl==$minor.*" "nvidia-cublas==$minor.*" "nvidia-curand==10.*"
+  touch "$tk/ready"
 fi
-cuda=$("$work/venv/bin/python" -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cu13"))')
-export PATH=$cuda/bin:$PATH CUDA_HOME=$cuda
-export CARGO_TARGET_DIR=$repo/target/cuda
+cuda=$("$tk/venv/bin/python" -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cu13"))')
+for l in cudart.so.13 nvrtc.so.13 curand.so.10 cublas.so.13 cublasLt.so.13; do # names -l finds
+  ln -sf "lib$l" "$cuda/lib/lib${l%%.so.*}.so"
+done
+# libcuda is the driver's, in no wheel: a stub to link against, from this toolkit's cuda.h, whose
+# every entry point returns CUDA_ERROR_NO_DEVICE (as ../shared/tools/cuda-check.sh makes it).
+if [ ! -f "$cuda/lib/stubs/libcuda.so" ]; then
+  mkdir -p "$cuda/lib/stubs"
+  {
+    echo 'typedef int CUresult;'
+    gcc -E -P -x c "$cuda/include/cuda.h" | tr '\n' ' ' \
+      | grep -oE 'CUresult\s+(__attribute__\(\(\w+\)\)\s+)?cu[A-Z]\w*\s*\(' | grep -oE 'cu[A-Z]\w*' | sort -u \
+      | grep -vxE 'cuGetErrorString|cuGetErrorName' | sed 's/.*/CUresult &(void){return 100;}/'
+    echo 'CUresult cuGetErrorString(int e,const char**p){if(p)*p="no CUDA driver (libcuda stub)";return 0;}'
+    echo 'CUresult cuGetErrorName(int e,const char**p){if(p)*p=(e==100?"CUDA_ERROR_NO_DEVICE":"CUDA_ERROR_STUB");return 0;}'
+  } >"$tk/cuda_stub.c"
+  gcc -shared -fPIC -O1 -Wl,-soname,libcuda.so.1 -o "$cuda/lib/stubs/libcuda.so" "$tk/cuda_stub.c"
+  ln -sf libcuda.so "$cuda/lib/stubs/libcuda.so.1"
+fi
+export PATH=$cuda/bin:$PATH CUDA_HOME=$cuda # cudarc: nvcc --version, and $CUDA_HOME/lib{,/stubs} to link
+nvcc --version | tail -1
+# One target folder per toolkit: cargo does not rebuild Candle's PTX when only nvcc changes.
+export CARGO_TARGET_DIR=$repo/target/cuda-$toolkit
 features=${FEATURES:-cuda,flash-attn}
 mkdir -p .gpu
 
@@ -70,7 +94,7 @@ if [[ ",$features," == *",flash-attn,"* ]]; then
       git -C "$cutlass" update-ref --no-deref HEAD "$commit"
     fi
   fi
-  export CANDLE_FLASH_ATTN_BUILD_DIR=${CANDLE_FLASH_ATTN_BUILD_DIR:-$HOME/.cache/flash-attn-sm$CUDA_COMPUTE_CAP}
+  export CANDLE_FLASH_ATTN_BUILD_DIR=${CANDLE_FLASH_ATTN_BUILD_DIR:-$HOME/.cache/flash-attn-sm$CUDA_COMPUTE_CAP-cuda-$toolkit}
   export CUDAFORGE_THREADS=${CUDAFORGE_THREADS:-$(nproc)}
   mkdir -p "$CANDLE_FLASH_ATTN_BUILD_DIR"
 fi
@@ -120,7 +144,7 @@ tar -C "$stage" -cf - $(ls "$stage") | xz -T1 --lzma2=preset=9e,dict=256MiB >.gp
 echo "binaries.tar.xz: $(du -h .gpu/binaries.tar.xz | cut -f1) ($(ls "$stage" | tr '\n' ' '))"
 # What the binaries were built from: device.sh prints it beside the GPU's name, and a later session
 # here compares it with `git rev-parse HEAD` before reusing .gpu/ instead of building again.
-echo "$(git rev-parse HEAD)$(git diff --quiet HEAD || echo ' with uncommitted changes') ($what, features $features, $(date -u +%F))" >.gpu/REVISION
+echo "$(git rev-parse HEAD)$(git diff --quiet HEAD || echo ' with uncommitted changes') ($what, features $features, CUDA $toolkit, $(date -u +%F))" >.gpu/REVISION
 echo "built in $((SECONDS - start)) s; what travels besides the tracked files (limit: 64 MiB in all):"
 du -ch .gpu/*.xz
 echo "libraries the GPU machine must provide:"

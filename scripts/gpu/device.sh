@@ -53,6 +53,14 @@ else
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 fi
 echo "binaries built from $(cat .gpu/REVISION 2>/dev/null || echo 'an unknown revision (no .gpu/REVISION)')" | tee -a "$out/gpu.txt"
+# Candle's kernels travel as PTX, which this driver compiles only up to its own CUDA version's ISA:
+# binaries from a newer toolkit than the driver's fail at their first kernel.
+driver=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9]*\.[0-9]*\).*/\1/p' | head -1 || true)
+built=$(sed -n 's/.*CUDA \([0-9]*\.[0-9]*\).*/\1/p' .gpu/REVISION 2>/dev/null | head -1 || true)
+echo "driver's CUDA: ${driver:-unknown}; toolkit of the binaries: ${built:-unknown}" | tee -a "$out/gpu.txt"
+if [ -n "$driver" ] && [ -n "$built" ] && [ "$(printf '%s\n%s\n' "$built" "$driver" | sort -V | tail -1)" != "$driver" ]; then
+  echo "WARNING: built with CUDA $built, newer than this driver's $driver: Candle's PTX will not load; rebuild with CUDA_TOOLKIT=$driver.x (scripts/gpu/build.sh)" | tee -a "$out/gpu.txt"
+fi
 python3 -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__)' | tee -a "$out/gpu.txt"
 for b in "$bin"/*; do
   missing=$(ldd "$b" | grep "not found" || true)
