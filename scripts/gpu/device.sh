@@ -33,7 +33,7 @@ for f in .gpu/*.json.xz .gpu/*.skeleton.xz; do
 done
 # A dry run leaves .gpu/ as it was: unpacked, these files would travel beside the archive.
 [ -z "$dry" ] || trap 'rm -f "${unpacked[@]}"' EXIT
-# cuBLAS / cuRAND / cudart 13: the system toolkit's, or the nvidia-* wheels PyTorch brought.
+# cuBLAS / cuRAND / cudart 13: the system toolkit's, or the nvidia-* wheels PyTorch brought; and libcuda.
 libs=$(python3 - <<'PY'
 import glob, os
 dirs = ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib"]
@@ -43,6 +43,8 @@ try:
         dirs += glob.glob(os.path.join(p, "*", "lib")) + glob.glob(os.path.join(p, "cu13", "lib"))
 except ImportError:
     pass
+# libcuda.so.1 is the driver's: where containers mount it, should the loader's path not have it.
+dirs += [d for d in ("/usr/local/nvidia/lib64", "/usr/local/nvidia/lib") if os.path.exists(os.path.join(d, "libcuda.so.1"))]
 print(":".join(d for d in dirs if os.path.isdir(d)))
 PY
 )
