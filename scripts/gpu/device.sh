@@ -12,8 +12,9 @@
 #   run(command="bash scripts/gpu/device.sh suite; bash scripts/gpu/device.sh bins", carry=[".gpu"], timeout_s=600)
 # (`;`, not `&&`: a failing parity test must not cost the run its figures; suite.log keeps its verdict.)
 # TESSERA_GPU_DRY_RUN=1 runs the same steps on this machine's CPU first, so that a slip in this
-# script does not cost device time: the packed binaries (with LD_LIBRARY_PATH reaching CUDA 13's
-# libraries and the libcuda stub of ../shared/tools/cuda-check.sh), python3 with torch and
+# script does not cost device time: the packed binaries (with LD_LIBRARY_PATH reaching the CUDA 13
+# libraries and the libcuda stub that scripts/gpu/build.sh installs: L=~/.cache/cuda-13.0.88/venv/
+# lib/python3.11/site-packages/nvidia/cu13/lib; LD_LIBRARY_PATH=$L:$L/stubs), python3 with torch and
 # transformers first on PATH, f32 and short prompts, SmolVLM only (no llava-1.5-7b, no nsys).
 # Its figures mean nothing; its failures are the script's or the CPU's.
 set -euo pipefail
