@@ -139,6 +139,9 @@ if [ "$what" != suite ]; then
   stripped tessera "$CARGO_TARGET_DIR/release/tessera"
   stripped tessera-bench "$CARGO_TARGET_DIR/release/tessera-bench"
 fi
+# The driver's first step there, here: it JIT-compiles the PTX each binary embeds, and refuses PTX
+# its CUDA version's ptxas would (a newer ISA, as cuda-check.sh's 13.4 wrote). ~15 s.
+python3 scripts/gpu/ptx_check.py "$cuda/bin/ptxas" "$stage"/*
 rm -f .gpu/device_suite.xz .gpu/tessera.xz .gpu/tessera-bench.xz # packed one by one by earlier builds
 tar -C "$stage" -cf - $(ls "$stage") | xz -T1 --lzma2=preset=9e,dict=256MiB >.gpu/binaries.tar.xz
 echo "binaries.tar.xz: $(du -h .gpu/binaries.tar.xz | cut -f1) ($(ls "$stage" | tr '\n' ' '))"
