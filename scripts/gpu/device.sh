@@ -50,6 +50,12 @@ print(":".join(d for d in dirs if os.path.isdir(d)))
 PY
 )
 export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# The driver JIT-compiles Candle's PTX at each process's first use of a module (ptxas 13.0 takes
+# ~12 s for the nine modules on one core here) and keeps the result in its compute cache, so only
+# the run's first process pays, not each of its dozen: a folder that is surely writable, and room
+# for the ~8 MB of machine code (the default folder is under $HOME).
+export CUDA_CACHE_PATH=${CUDA_CACHE_PATH:-$bin/nv-compute-cache} CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-1073741824}
+unset CUDA_CACHE_DISABLE
 if [ -n "$dry" ]; then
   echo "dry run on the CPU (TESSERA_GPU_DRY_RUN): no GPU, figures mean nothing" | tee "$out/gpu.txt"
 else
