@@ -114,7 +114,7 @@ case "$what" in
     # last llava-1.5-7b (14 GB of weights written and loaded by each engine), added to the same
     # report. table.py prints the README's rows after each part.
     work=/tmp/tessera-gpu-models # bench.py writes its checkpoints here
-    bench=(python3 scripts/gpu/bench.py --tessera-bench "$bin/tessera-bench" --tessera "$bin/tessera" --work "$work"
+    bench=(python3 scripts/gpu/bench.py --tessera-bench "$bin/tessera-bench" --work "$work"
       --out "$out/bench.json" --device "$dev")
     [ -z "$dry" ] || bench+=(--dtype f32 --prompt-lengths 16 --gen-tokens 8 --reps 1)
     table() { python3 scripts/gpu/table.py "$out/bench.json" >"$out/table.md" && cat "$out/table.md" || echo "table.py failed"; }

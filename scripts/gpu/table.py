@@ -67,6 +67,11 @@ def main():
                 print(f"| {label} | {fmt.format(mine)} | {fmt.format(theirs)} | {ratio:.2f} | {verdict(kind, ratio)} |")
             else:  # nvidia-smi saw no process (a CPU dry run): nothing measured
                 print(f"| {label} | {fmt.format(mine)} | {fmt.format(theirs)} | – | not measured |")
+        first = model.get("image_to_first_token") or {}
+        if "tessera_cold_s" in first:
+            print(f"\nimage → first token, {first['prompt_positions']} positions ({first['image_tokens']} of the image): "
+                  f"tessera's first run in its process (what each `tessera generate` pays) {first['tessera_cold_s']:.3f} s; "
+                  "both engines' figure above is the best warm run")
         torch_peak = model.get("transformers", {}).get("torch_peak_allocated_mib")
         if torch_peak:
             print(f"\ntransformers' own allocator peak (torch.cuda.max_memory_allocated): {torch_peak:.0f} MiB")

@@ -1,7 +1,7 @@
 """Image -> first token on full-size SmolVLM-256M-Instruct: tessera against transformers, side by side.
 
 Dev-time only (needs torch + transformers, ~3 GB; not part of CI). Run with a Python that has them:
-    /work/py/bin/python scripts/peers/smolvlm_first_token.py [--threads 2] [--reps 3]
+    /work/refvenv/bin/python scripts/peers/smolvlm_first_token.py [--threads 2] [--reps 3]
 
 1. Writes (once) ~/.cache/tessera-peers/smolvlm-256m-random/: Idefics3ForConditionalGeneration built by transformers from
    the real config in tests/fixtures/real_configs/smolvlm-256m-instruct (random weights, seed 0, f32 safetensors), the
@@ -10,10 +10,10 @@ Dev-time only (needs torch + transformers, ~3 GB; not part of CI). Run with a Py
 2. The photo: scikit-image's `chelsea` (451x300), saved as PNG next to the model.
 3. transformers (f32, attn_implementation="sdpa", torch threads = --threads): processor(text, image) + generate(1 token),
    best of --reps after one warm-up.
-4. tessera (`target/release/tessera generate --max-new-tokens 1 --json --threads N`), in f32 and with
-   `--vision-int8`: the reported `prompt_s` (image preprocessing + vision tower + connector + prefill + first
-   logits), best of --reps; the process is started once per rep, so its load time is not counted (transformers' is
-   not either).
+4. tessera (`target/release/tessera-bench --image --threads N`), in f32 and with `--vision-int8`: in one process as
+   transformers, from the decoded image and the question (template, image preprocessing, vision tower, connector,
+   prefill, the first token's logits), best of --reps after one cold run, whose time is printed beside it (what each
+   `tessera generate` process pays). Neither engine's load time is counted.
 Prints one table row per engine and the ratio.
 """
 import argparse
@@ -113,46 +113,41 @@ def main():
     ).eval()
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": PROMPT}]}]
     prompt = processor.apply_chat_template(messages, add_generation_prompt=True)
-    times, n_tokens, hf_first = [], 0, None
+    times, cold, n_tokens, hf_first = [], [], 0, None
     for rep in range(args.reps + 1):
         t0 = time.perf_counter()
         inputs = processor(text=prompt, images=[image], return_tensors="pt")
         with torch.no_grad():
             out = model.generate(**inputs, max_new_tokens=1, do_sample=False)
-        if rep > 0:
-            times.append(time.perf_counter() - t0)
+        (times if rep > 0 else cold).append(time.perf_counter() - t0)
         n_tokens = inputs["input_ids"].shape[1]
         hf_first = int(out[0, -1])
-    hf = min(times)
+    hf, hf_cold = min(times), cold[0]
 
-    exe = REPO / "target/release/tessera"
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "tessera-cli", "--bin", "tessera"], cwd=REPO, check=True)
+    exe = REPO / "target/release/tessera-bench"
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "tessera-cli", "--bin", "tessera-bench"], cwd=REPO,
+                   check=True)
 
     def tessera(extra):
-        times, tokens, first = [], 0, None
-        for rep in range(args.reps + 1):
-            res = subprocess.run(
-                [str(exe), "generate", "--model", str(OUT), "--image", str(photo), "--prompt", PROMPT,
-                 "--max-new-tokens", "1", "--json", "--threads", str(args.threads), *extra],
-                capture_output=True, text=True, check=True,
-            )
-            j = json.loads(res.stdout.strip().splitlines()[-1])
-            if rep > 0:
-                times.append(j["timings"]["prompt_s"])
-            tokens = j["prompt_tokens"]
-            first = j["generated_tokens"][0] if j["generated_tokens"] else None
-        return min(times), len(tokens), first
+        res = subprocess.run(
+            [str(exe), "--model", str(OUT), "--image", str(photo), "--image-prompt", PROMPT, "--threads",
+             str(args.threads), "--reps", str(args.reps), "--json", *extra],
+            capture_output=True, text=True, check=True,
+        )
+        j = json.loads(res.stdout.strip().splitlines()[-1])
+        return j["first_token_s"], j["cold_first_token_s"], j["prompt_positions"], j["first_token"][0]
 
-    ts, ts_tokens, ts_first = tessera([])
-    ti, _, ti_first = tessera(["--vision-int8"])
+    ts, ts_cold, ts_tokens, ts_first = tessera([])
+    ti, ti_cold, _, ti_first = tessera(["--vision-int8"])
 
     print(f"# SmolVLM-256M-Instruct (real config, random weights), {image.width}x{image.height} photo, f32, "
           f"{args.threads} threads, best of {args.reps}")
-    print("| engine | prompt tokens | image -> first token (s) | first token id |")
-    print("| --- | --- | --- | --- |")
-    print(f"| transformers {transformers.__version__} (torch {torch.__version__}, sdpa) | {n_tokens} | {hf:.2f} | {hf_first} |")
-    print(f"| tessera (f32) | {ts_tokens} | {ts:.2f} | {ts_first} |")
-    print(f"| tessera --vision-int8 | {ts_tokens} | {ti:.2f} | {ti_first} |")
+    print("| engine | prompt tokens | image -> first token (s) | first run in the process (s) | first token id |")
+    print("| --- | --- | --- | --- | --- |")
+    print(f"| transformers {transformers.__version__} (torch {torch.__version__}, sdpa) | {n_tokens} | {hf:.2f} | "
+          f"{hf_cold:.2f} | {hf_first} |")
+    print(f"| tessera (f32) | {ts_tokens} | {ts:.2f} | {ts_cold:.2f} | {ts_first} |")
+    print(f"| tessera --vision-int8 | {ts_tokens} | {ti:.2f} | {ti_cold:.2f} | {ti_first} |")
     print(f"tessera / transformers: f32 {ts / hf:.2f}, --vision-int8 {ti / hf:.2f}")
 
 

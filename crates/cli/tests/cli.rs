@@ -92,6 +92,31 @@ fn default_model_answers_about_an_image_and_reports_timings() -> Result<()> {
     Ok(())
 }
 
+/// `tessera-bench --image` times the work `tessera generate` does for the same image and question:
+/// the same positions and the same first token, a cold run and the best of --reps.
+#[test]
+fn bench_image_mode_runs_what_generate_runs() -> Result<()> {
+    let image = shapes("examples/three_shapes.png");
+    let question = "How many shapes are there?";
+    let o = tessera(&["generate", "--image", &image, "--prompt", question, "--max-new-tokens", "1", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let generate: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
+    let o = Command::new(env!("CARGO_BIN_EXE_tessera-bench"))
+        .args(["--model", &shapes(""), "--image", &image, "--image-prompt", question, "--reps", "2", "--json"])
+        .output()?;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bench: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
+    assert_eq!(bench["image_tokens"], 64);
+    assert_eq!(bench["prompt_positions"], generate["prompt_positions"]);
+    assert_eq!(bench["first_token"], generate["generated_tokens"]);
+    assert_eq!(bench["reps"], 2);
+    for key in ["first_token_s", "cold_first_token_s"] {
+        let s = bench[key].as_f64().unwrap_or(-1.0);
+        assert!(s > 0.0 && s < 60.0, "{key}: {s}");
+    }
+    Ok(())
+}
+
 #[test]
 fn explain_draws_one_picture_per_answer_token_from_the_captured_attention() -> Result<()> {
     let image_path = shapes("examples/three_shapes.png");

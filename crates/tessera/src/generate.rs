@@ -92,7 +92,8 @@ fn sampled_tokens(ids: &[u32], tops: Option<&[Vec<TokenLogprob>]>, sampled: Opti
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Timings {
-    /// Seconds spent on the prompt (the first forward, which also yields the first token).
+    /// Seconds spent on the prompt: its images encoded and its forward, up to the first token's
+    /// logits on the host (where the first token is sampled).
     pub prompt_s: f64,
     /// Seconds spent on every later token.
     pub generate_s: f64,
@@ -391,11 +392,15 @@ impl Model {
         // buffer beside the first, every position copied) at the first generated token.
         cache.reserve(prompt.len().saturating_add(params.max_new_tokens));
         let start = Instant::now();
-        let (mut logits, mut attn_row) = self.step(StepInput::Prompt(prompt), &mut cache, params.capture_attention)?;
+        let (logits, mut attn_row) = self.step(StepInput::Prompt(prompt), &mut cache, params.capture_attention)?;
+        // Read back before the clock stops: on a GPU the step only queues its kernels, and the
+        // first token exists once its logits are on the host.
+        let mut logits = logits.to_vec1::<f32>()?;
         let prompt_s = start.elapsed().as_secs_f64();
         let decode_start = Instant::now();
-        while let Some(next) = seq.accept(self, prompt, &logits.to_vec1::<f32>()?, attn_row.take(), on_text)? {
-            (logits, attn_row) = self.step(StepInput::Token(next), &mut cache, params.capture_attention)?;
+        while let Some(next) = seq.accept(self, prompt, &logits, attn_row.take(), on_text)? {
+            let (next_logits, next_attn) = self.step(StepInput::Token(next), &mut cache, params.capture_attention)?;
+            (logits, attn_row) = (next_logits.to_vec1::<f32>()?, next_attn);
         }
         let timings = Timings::new(prompt.len(), seq.generated().len(), prompt_s, decode_start.elapsed().as_secs_f64());
         seq.finish(self, timings, on_text)

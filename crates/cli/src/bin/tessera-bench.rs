@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use tessera::{parse_dtype, DeviceChoice, LoadOptions, Model};
+use tessera::{parse_dtype, DeviceChoice, GenerateParams, LoadOptions, Model};
 
 #[derive(Parser)]
 #[command(about = "Measure prompt processing and generation speed of one model configuration")]
@@ -51,6 +51,20 @@ struct Args {
     /// costs on this device. JSON `pp_by_block`.
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..))]
     prefill_sweep: Vec<u32>,
+    /// Instead of pp and tg: image → first token. The image (decoded once, beforehand) and
+    /// --image-prompt through the model's template, the image processor, the vision tower and
+    /// the prompt's forward, up to the first greedy token (its logits read back from the
+    /// device), in this one process: one cold run, then best of --reps (as a server that is up
+    /// answers; the cold run's time is printed too).
+    #[arg(long)]
+    image: Option<std::path::PathBuf>,
+    /// The question asked about --image (in one user message, after the image).
+    #[arg(long, default_value = "Can you describe this image?")]
+    image_prompt: String,
+    /// As `tessera generate --vision-int8`: the vision tower's and connector's matmuls on the
+    /// CPU's int8 kernels.
+    #[arg(long)]
+    vision_int8: bool,
     /// Timed repetitions (after one warm-up).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     reps: u32,
@@ -77,9 +91,19 @@ fn main() -> Result<()> {
     let kv_cache_dtype = args.kv_cache_dtype.as_deref().map(parse_dtype).transpose()?;
     let t0 = Instant::now();
     let prefill_block = args.prefill_block.map(|n| n as usize);
-    let opts = LoadOptions { device, dtype, kv_cache_dtype, prefill_block, ..Default::default() };
+    let opts = LoadOptions {
+        device,
+        dtype,
+        kv_cache_dtype,
+        prefill_block,
+        vision_q8_0: args.vision_int8,
+        ..Default::default()
+    };
     let model = Model::load(&args.model, &opts).context("loading model")?;
     let load_s = t0.elapsed().as_secs_f64();
+    if let Some(image) = &args.image {
+        return image_first_token(&model, image, &args, load_s);
+    }
 
     // A prompt of real text, cut to the requested length.
     let text = "The history of the city begins with a small settlement on the river, where traders met to \
@@ -198,6 +222,45 @@ fn main() -> Result<()> {
         for (n, rate) in &by_block {
             println!("pp{} in blocks of {n}: {:.1} tok/s", prompt.len(), rate.as_f64().unwrap_or(f64::NAN));
         }
+    }
+    Ok(())
+}
+
+/// `--image`: seconds from the decoded image and the question to the first token, cold and
+/// then best of `--reps`.
+fn image_first_token(model: &Model, path: &std::path::Path, args: &Args, load_s: f64) -> Result<()> {
+    let image = tessera::load_image(path, tessera::DEFAULT_MAX_PIXELS)?;
+    let params = GenerateParams { max_new_tokens: 1, ignore_eos: true, ..Default::default() };
+    let mut times = Vec::new();
+    let mut last = None;
+    for _ in 0..=args.reps {
+        let start = Instant::now();
+        let prompt = model.encode_prompt(&args.image_prompt, None, false, std::slice::from_ref(&image))?;
+        let out = model.generate(&prompt, &params, &mut |_| {})?;
+        times.push(start.elapsed().as_secs_f64());
+        last = Some(out);
+    }
+    let out = last.context("no run")?;
+    let cold_s = times[0];
+    let best_s = times[1..].iter().copied().fold(f64::INFINITY, f64::min);
+    let peak_mib = peak_rss_mib();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "model": args.model, "image": path, "threads": args.threads, "prompt_positions": out.prompt_positions,
+                "image_tokens": out.image_tokens, "first_token": out.generated_tokens, "first_token_s": best_s,
+                "cold_first_token_s": cold_s, "reps": args.reps, "peak_rss_mib": peak_mib, "load_s": load_s,
+                "flash_attn": tessera::flash_attention_enabled(),
+            })
+        );
+    } else {
+        println!(
+            "| tessera | {} | image → first token ({} positions, {} of them the image's) | {best_s:.3} s (cold {cold_s:.3} s) |",
+            path.display(),
+            out.prompt_positions,
+            out.image_tokens,
+        );
     }
     Ok(())
 }
