@@ -286,7 +286,8 @@ def first_token(dst, args, device):
     processor = transformers.AutoProcessor.from_pretrained(dst)
     model = transformers.AutoModelForImageTextToText.from_pretrained(
         dst, dtype=DTYPES[args.dtype], attn_implementation="sdpa").to(device).eval()
-    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Can you describe this image?"}]}]
+    question = "Can you describe this image?"
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
     prompt = processor.apply_chat_template(messages, add_generation_prompt=True)
     image = Image.open(photo).convert("RGB")
 
@@ -303,7 +304,7 @@ def first_token(dst, args, device):
     # The CLI's per-process start-up on a GPU (cuBLAS handles, kernel modules, the memory pool) is
     # the cold figure, reported beside it; CPU threads as `tessera generate` has them, all cores.
     cmd = [args.tessera_bench, "--model", str(dst), "--image", str(photo), "--image-prompt",
-           "Can you describe this image?", "--device", args.device, "--dtype", args.dtype,
+           question, "--device", args.device, "--dtype", args.dtype,
            "--threads", str(os.cpu_count()), "--reps", str(args.reps), "--json"]
 
     def generate(env):

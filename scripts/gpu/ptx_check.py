@@ -28,7 +28,7 @@ NOT_PTX = re.compile(rb"[^\t\n\r\x20-\x7e]")
 
 
 def modules(data: bytes):
-    """The distinct PTX modules in `data`, in the order they first appear."""
+    """The distinct PTX modules in `data`, in the order they first appear, each with its sha256."""
     starts = [m.start() for m in re.finditer(re.escape(HEADER), data)]
     seen = set()
     for i, s in enumerate(starts):
@@ -40,7 +40,7 @@ def modules(data: bytes):
         digest = hashlib.sha256(chunk).digest()
         if digest not in seen:
             seen.add(digest)
-            yield chunk
+            yield digest, chunk
 
 
 def field(ptx: bytes, name: bytes) -> str:
@@ -63,12 +63,11 @@ def main() -> int:
                 failures += 1
                 continue
             versions, targets, entries, failed = set(), set(), 0, 0
-            for n, ptx in enumerate(found):
+            for n, (digest, ptx) in enumerate(found):
                 target = field(ptx, b"target")
                 versions.add(field(ptx, b"version"))
                 targets.add(target)
                 entries += len(re.findall(rb"^(?:\.visible\s+)?\.entry\s", ptx, re.M))
-                digest = hashlib.sha256(ptx).digest()
                 if digest not in verdicts:
                     path = Path(tmp) / "module.ptx"
                     path.write_bytes(ptx)

@@ -392,15 +392,11 @@ impl Model {
         // buffer beside the first, every position copied) at the first generated token.
         cache.reserve(prompt.len().saturating_add(params.max_new_tokens));
         let start = Instant::now();
-        let (logits, mut attn_row) = self.step(StepInput::Prompt(prompt), &mut cache, params.capture_attention)?;
-        // Read back before the clock stops: on a GPU the step only queues its kernels, and the
-        // first token exists once its logits are on the host.
-        let mut logits = logits.to_vec1::<f32>()?;
+        let (mut logits, mut attn_row) = self.step(StepInput::Prompt(prompt), &mut cache, params.capture_attention)?;
         let prompt_s = start.elapsed().as_secs_f64();
         let decode_start = Instant::now();
         while let Some(next) = seq.accept(self, prompt, &logits, attn_row.take(), on_text)? {
-            let (next_logits, next_attn) = self.step(StepInput::Token(next), &mut cache, params.capture_attention)?;
-            (logits, attn_row) = (next_logits.to_vec1::<f32>()?, next_attn);
+            (logits, attn_row) = self.step(StepInput::Token(next), &mut cache, params.capture_attention)?;
         }
         let timings = Timings::new(prompt.len(), seq.generated().len(), prompt_s, decode_start.elapsed().as_secs_f64());
         seq.finish(self, timings, on_text)
@@ -441,13 +437,15 @@ impl Model {
     }
 
     /// `input`: the whole prompt (its images encoded once, its masks and positions) or the
-    /// next token after what `cache` holds.
+    /// next token after what `cache` holds. The logits come back on the host: on a GPU the
+    /// forward only queues its kernels, and the next token exists once they are read back, so
+    /// a clock around the step measures the whole of it.
     pub(crate) fn step(
         &self,
         input: StepInput<'_>,
         cache: &mut KvCache,
         capture: bool,
-    ) -> Result<(Tensor, Option<Vec<f32>>)> {
+    ) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
         let layers = if capture { (0..self.config().decoder.num_hidden_layers).collect() } else { Vec::new() };
         let mut trace = Trace { attention_layers: layers, ..Default::default() };
         let hidden = match input {
@@ -456,7 +454,7 @@ impl Model {
             }
             StepInput::Token(id) => self.forward_hidden(&self.embed_ids(&[id])?, cache, &mut trace)?,
         };
-        let logits = self.last_logits(&hidden)?;
+        let logits = self.last_logits(&hidden)?.to_vec1::<f32>()?;
         if !capture {
             return Ok((logits, None));
         }
