@@ -12,8 +12,7 @@ use tessera_decoder::{Activation, DecoderConfig, NormStyle, RopeConfig, RopeScal
 
 use crate::error::{Result, TesseraError};
 pub use crate::families::{
-    ConnectorConfig, ModelConfig, Placeholder, ProcessorRule, PromptStyle, TextFamily, TokenIds, TowerSpec, VisionSpec,
-    WeightRoots,
+    ConnectorConfig, ModelConfig, Placeholder, ProcessorRule, PromptStyle, TextFamily, TokenIds, TowerSpec, WeightRoots,
 };
 
 impl ModelConfig {
@@ -33,7 +32,7 @@ impl ModelConfig {
                 return Err(TesseraError::UnsupportedArchitecture {
                     found: other.to_string(),
                     path: path.to_path_buf(),
-                    supported: crate::families::SUPPORTED.to_string(),
+                    supported: crate::families::supported(),
                 })
             }
         };

@@ -13,7 +13,7 @@ use tessera_vision::RgbImage;
 
 use crate::error::{Result, TesseraError};
 use crate::model::Model;
-use crate::prompt::Prompt;
+use crate::prompt::{ImageInputs, Prompt};
 
 /// How per-token vectors become one vector.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,7 +114,7 @@ impl Model {
     /// `prompt`, indexed as transformers' `output_hidden_states`.
     pub fn hidden_states(&self, prompt: &Prompt) -> Result<Vec<Tensor>> {
         let mut trace = Trace { capture_hidden: true, ..Default::default() };
-        let last = self.forward_prompt(prompt, &mut self.new_cache(), &mut trace)?;
+        let last = self.forward(prompt, .., &mut self.new_cache(), &mut ImageInputs::default(), &mut trace)?;
         let mut states = trace.hidden_states;
         // Replace the last block's raw output with the final-normed one, as transformers does.
         states.pop();
@@ -193,7 +193,7 @@ impl Model {
         }
         let embeds = self.embed_id_rows(&flat, (all.len(), longest))?;
         let mut trace = Trace { capture_hidden: true, ..Default::default() };
-        let last = self.forward_hidden(&embeds, &mut self.new_cache(), &mut trace)?;
+        let last = self.forward_embeds(&embeds, &[], &mut self.new_cache(), &mut trace)?;
         let states = trace.hidden_states;
         let chosen = if layer == self.config().decoder.num_hidden_layers { last } else { states[layer].clone() };
         all.into_iter()
@@ -217,7 +217,7 @@ impl Model {
     /// # Ok::<(), tessera::TesseraError>(())
     /// ```
     pub fn image_embeddings(&self, image: &RgbImage) -> Result<Tensor> {
-        Ok(self.encode_image(image)?.squeeze(0)?.to_dtype(DType::F32)?)
+        Ok(self.encode_image(image)?.tokens().squeeze(0)?.to_dtype(DType::F32)?)
     }
 
     /// The vision tower's patch features for `image`, f32 `(views, patches, tower_width)`: what
@@ -315,7 +315,7 @@ impl Model {
             )));
         }
         let mut trace = Trace { attention_layers: layers.to_vec(), ..Default::default() };
-        self.forward_prompt(prompt, &mut self.new_cache(), &mut trace)?;
+        self.forward(prompt, .., &mut self.new_cache(), &mut ImageInputs::default(), &mut trace)?;
         trace.attentions.into_iter().map(|(l, w)| Ok((l, w.squeeze(0)?))).collect()
     }
 }

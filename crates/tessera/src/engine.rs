@@ -31,9 +31,10 @@ use tessera_decoder::{KvCache, Trace};
 use tessera_vision::RgbImage;
 
 use crate::error::{Result, TesseraError};
+use crate::families::ImageFeatures;
 use crate::generate::{GenerateParams, GenerationOutput, SampledToken, Sequence, Timings};
 use crate::model::Model;
-use crate::prompt::{Chunk, EncodedImages, ImageFeatures, Prompt};
+use crate::prompt::{Chunk, ImageInputs, Prompt};
 
 /// Prompt positions prefilled between two decode steps (whole blocks, at least one: the last
 /// one may pass it).
@@ -158,11 +159,8 @@ impl ImageCache {
             return Ok(hit.features.clone());
         }
         stats.image_cache_misses.fetch_add(1, Ordering::Relaxed);
-        let features = model.encode_image_with_deepstack(img)?;
-        let size = std::iter::once(&features.0)
-            .chain(&features.1)
-            .map(|t| t.elem_count() * t.dtype().size_in_bytes())
-            .sum::<usize>();
+        let features = model.encode_image(img)?;
+        let size = features.bytes();
         if size <= self.max_bytes {
             while self.bytes + size > self.max_bytes {
                 let Some((&oldest, _)) = self.entries.iter().min_by_key(|(_, c)| c.used) else { break };
@@ -410,7 +408,7 @@ struct Prefilling<'m> {
     /// Its images' features once encoded, until its prompt is in: a later block that holds more
     /// of an image's tokens takes them from here, whether or not the image cache kept them
     /// (too large for it, evicted by other requests between blocks, or turned off).
-    encoded: EncodedImages,
+    encoded: ImageInputs,
     /// Time spent on its blocks so far.
     prompt_s: f64,
 }
@@ -496,7 +494,7 @@ impl<'a> Scheduler<'a> {
         })();
         match started {
             Ok((seq, ends, keys, image_keys, cache)) => {
-                let encoded = EncodedImages::new(&job.prompt);
+                let encoded = ImageInputs::default();
                 Some(Prefilling { seq, job, keys, image_keys, ends, cache, encoded, prompt_s: 0.0 })
             }
             Err(e) => {
@@ -513,18 +511,17 @@ impl<'a> Scheduler<'a> {
         let start = Instant::now();
         let done = p.cache.len();
         let end = p.ends.iter().copied().find(|&e| e > done).unwrap_or(p.job.prompt.len());
-        let images = &mut self.images;
-        let stats = self.stats;
-        let image_keys = &p.image_keys;
-        let encoded = &mut p.encoded;
-        let mut encode = |i: usize, img: &RgbImage| {
-            encoded.get_or_encode(i, img, &mut |i, img| {
-                let key = image_keys.get(i).copied().unwrap_or_else(|| ImageCache::key(img));
-                images.features(model, img, key, stats)
-            })
-        };
-        let hidden =
-            model.forward_prompt_in(&p.job.prompt, done..end, &mut p.cache, &mut Trace::default(), &mut encode)?;
+        // The block's images, from the cache of encoded images (or encoded into it) once each.
+        for chunk in p.job.prompt.chunks_in(done..end) {
+            if let Chunk::Image { image: i, .. } = chunk {
+                if !p.encoded.contains(i) {
+                    let img = &p.job.prompt.images()[i];
+                    let key = p.image_keys.get(i).copied().unwrap_or_else(|| ImageCache::key(img));
+                    p.encoded.insert(i, self.images.features(model, img, key, self.stats)?);
+                }
+            }
+        }
+        let hidden = model.forward(&p.job.prompt, done..end, &mut p.cache, &mut p.encoded, &mut Trace::default())?;
         self.stats.prefilled_positions.fetch_add((end - done) as u64, Ordering::Relaxed);
         let row = match end == p.job.prompt.len() {
             true => Some(model.last_logits(&hidden)?.to_vec1::<f32>()?),

@@ -3,16 +3,15 @@
 //! positions) derived from a prompt, then the decoder over its embeddings — or over plain token
 //! ids after a cache.
 
-use std::ops::Range;
+use std::ops::{Bound, Range, RangeBounds};
 
 use candle_core::Tensor;
 use tessera_decoder::{AttentionMask, Blocks, KvCache, MaskPlan, Trace};
-use tessera_vision::RgbImage;
 
 use crate::config::PromptStyle;
 use crate::error::{Result, TesseraError};
 use crate::model::Model;
-use crate::prompt::{Chunk, EncodedImages, ImageFeatures, Prompt};
+use crate::prompt::{Chunk, ImageInputs, Prompt};
 
 /// Positions per prefill block by default (see [`Model::prefill_blocks`],
 /// [`crate::LoadOptions::prefill_block`]): enough rows for the GEMM kernels to read each weight
@@ -23,15 +22,9 @@ use crate::prompt::{Chunk, EncodedImages, ImageFeatures, Prompt};
 pub const PREFILL_BLOCK: usize = 512;
 
 impl Model {
-    /// Runs `ids` after what `cache` holds; returns f32 logits `(t, vocab)` for every new position.
-    pub fn forward_all(&self, ids: &[u32], cache: &mut KvCache) -> Result<Tensor> {
-        let hidden = self.forward_hidden(&self.embed_ids(ids)?, cache, &mut Trace::default())?;
-        self.logits(&hidden)
-    }
-
     /// Runs `ids` after what `cache` holds; returns f32 logits `(vocab,)` of the last position.
     pub fn forward_last(&self, ids: &[u32], cache: &mut KvCache) -> Result<Tensor> {
-        self.last_logits(&self.forward_hidden(&self.embed_ids(ids)?, cache, &mut Trace::default())?)
+        self.last_logits(&self.forward_embeds(&self.embed_ids(ids)?, &[], cache, &mut Trace::default())?)
     }
 
     /// The f32 logits `(vocab,)` of the last row of hidden states `(1, t, hidden)`.
@@ -107,48 +100,20 @@ impl Model {
         ))
     }
 
-    /// The decoder over embeddings `(b, t, hidden)` → final-normed hidden states.
-    pub fn forward_hidden(&self, embeds: &Tensor, cache: &mut KvCache, trace: &mut Trace) -> Result<Tensor> {
-        self.forward_hidden_with_images(embeds, cache, trace, &[])
-    }
-
-    /// [`forward_hidden`](Self::forward_hidden) over rows of which `image_runs` hold images
-    /// (a prompt's [`Prompt::image_runs`](crate::Prompt::image_runs)), for the masks that
-    /// treat images apart.
-    pub fn forward_hidden_with_images(
+    /// The decoder over embeddings `(1, t, hidden)` after what `cache` holds → final-normed
+    /// hidden states, at consecutive positions; `image_runs`: the rows holding images (a
+    /// prompt's [`Prompt::image_runs`](crate::Prompt::image_runs)), for the masks that treat
+    /// images apart (empty for text).
+    pub fn forward_embeds(
         &self,
         embeds: &Tensor,
+        image_runs: &[Range<usize>],
         cache: &mut KvCache,
         trace: &mut Trace,
-        image_runs: &[Range<usize>],
     ) -> Result<Tensor> {
         let t = embeds.dim(1)?;
         let positions = self.decoder.consecutive_positions(Self::next_position(cache)?, t, embeds.device())?;
         self.run_decoder(embeds, cache, trace, image_runs, &positions, &[])
-    }
-
-    /// The decoder over `prompt` (its embeddings, see [`Model::prompt_inputs`]) after what
-    /// `cache` holds, with the prompt's masks (image blocks) and RoPE positions (M-RoPE
-    /// grid positions for the images of Qwen2-VL); the cache then remembers where the next
-    /// token's position is.
-    pub fn forward_prompt(&self, prompt: &Prompt, cache: &mut KvCache, trace: &mut Trace) -> Result<Tensor> {
-        self.forward_prompt_with(prompt, cache, trace, &mut |_, img| self.encode_image_with_deepstack(img))
-    }
-
-    /// [`forward_prompt`](Self::forward_prompt) with each image's features from `encode` (see
-    /// [`Model::prompt_inputs_with`]).
-    pub fn forward_prompt_with(
-        &self,
-        prompt: &Prompt,
-        cache: &mut KvCache,
-        trace: &mut Trace,
-        encode: &mut dyn FnMut(usize, &RgbImage) -> Result<ImageFeatures>,
-    ) -> Result<Tensor> {
-        let (embeds, additions) = self.prompt_inputs_with(prompt, encode)?;
-        let (positions, delta) = self.prompt_positions(prompt, cache)?;
-        let hidden = self.run_decoder(&embeds, cache, trace, &prompt.image_runs(), &positions, &additions)?;
-        cache.set_position_delta(delta);
-        Ok(hidden)
     }
 
     /// Where `prompt`'s prefill blocks end (ascending; the last is its length). Generation runs a
@@ -196,19 +161,32 @@ impl Model {
         ends
     }
 
-    /// Runs positions `range` of `prompt` (one of its [`prefill_blocks`](Self::prefill_blocks),
-    /// or several together) after `cache`, which must hold exactly the positions before
-    /// `range` of this same prompt. Only the images with tokens in `range` are encoded (by
-    /// `encode`). Returns the hidden states of `range`; once the cache holds the whole prompt
-    /// it knows where the next token's position is.
-    pub fn forward_prompt_in(
+    /// The model's forward: positions `range` of `prompt` (`..` for all of it; one of its
+    /// [`prefill_blocks`](Self::prefill_blocks), or several together) after `cache`, which must
+    /// hold exactly the positions before `range` of this same prompt, with the prompt's masks
+    /// (image blocks) and RoPE positions (M-RoPE grid positions for Qwen2-VL's images). The
+    /// images with tokens in `range` are taken from `images` or encoded into it. Returns the
+    /// hidden states of `range`; once the cache holds the whole prompt it knows where the next
+    /// token's position is.
+    pub fn forward(
         &self,
         prompt: &Prompt,
-        range: Range<usize>,
+        range: impl RangeBounds<usize>,
         cache: &mut KvCache,
+        images: &mut ImageInputs,
         trace: &mut Trace,
-        encode: &mut dyn FnMut(usize, &RgbImage) -> Result<ImageFeatures>,
     ) -> Result<Tensor> {
+        let start = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e.saturating_add(1),
+            Bound::Excluded(&e) => e,
+            Bound::Unbounded => prompt.len(),
+        };
+        let range = start..end;
         if cache.len() != range.start || range.start >= range.end || range.end > prompt.len() {
             return Err(TesseraError::InvalidInput(format!(
                 "cannot run prompt positions {range:?} of {} after a cache of {} positions",
@@ -216,7 +194,7 @@ impl Model {
                 cache.len()
             )));
         }
-        let (embeds, additions) = self.prompt_inputs_in(prompt, range.clone(), encode)?;
+        let (embeds, additions) = self.inputs(prompt, range.clone(), images)?;
         let (positions, delta) = self.positions_from(prompt, 0)?;
         let positions = positions.narrow(positions.rank() - 1, range.start, range.len())?;
         let runs: Vec<Range<usize>> = prompt
@@ -233,24 +211,23 @@ impl Model {
     /// Runs what `cache` does not yet hold of `prompt` (it holds none of it, or the positions
     /// up to one of its block ends) block by block, as generation does; returns the hidden
     /// states of the last block. `trace` records the last block only (its last row sees every
-    /// position). Each image is encoded (`encode`) once, however many blocks its tokens span.
+    /// position). Each image is taken from `images` or encoded into it once, however many blocks
+    /// its tokens span.
     pub fn prefill(
         &self,
         prompt: &Prompt,
         cache: &mut KvCache,
+        images: &mut ImageInputs,
         trace: &mut Trace,
-        encode: &mut dyn FnMut(usize, &RgbImage) -> Result<ImageFeatures>,
     ) -> Result<Tensor> {
         let ends = self.prefill_blocks(prompt);
-        let mut encoded = EncodedImages::new(prompt);
-        let mut once = |i: usize, img: &RgbImage| encoded.get_or_encode(i, img, encode);
         let mut hidden = None;
         let cached = cache.len();
         for (i, &end) in ends.iter().enumerate().filter(|&(_, &end)| end > cached) {
             let range = cache.len()..end;
             hidden = Some(match i + 1 == ends.len() {
-                true => self.forward_prompt_in(prompt, range, cache, trace, &mut once)?,
-                false => self.forward_prompt_in(prompt, range, cache, &mut Trace::default(), &mut once)?,
+                true => self.forward(prompt, range, cache, images, trace)?,
+                false => self.forward(prompt, range, cache, images, &mut Trace::default())?,
             });
         }
         hidden.ok_or_else(|| TesseraError::InvalidInput("empty input: no tokens to run".into()))
@@ -273,7 +250,7 @@ impl Model {
             let first = usize::try_from(start).unwrap_or(0);
             return Ok((self.decoder.consecutive_positions(first, prompt.len(), device)?, 0));
         }
-        let vision = self.image_encoder.as_ref();
+        let vision = self.images.as_ref();
         let mut streams: [Vec<i64>; 3] = Default::default();
         let mut current = start;
         let mut image_start = std::collections::HashMap::new();
@@ -287,7 +264,7 @@ impl Model {
                 }
                 Chunk::Image { image, tokens } => {
                     let img = &prompt.images()[*image];
-                    let (rows, cols) = match vision.map(|v| v.mrope_grid(img)).transpose()?.flatten() {
+                    let (rows, cols) = match vision.map(|v| v.position_grid(img)).transpose()?.flatten() {
                         Some(g) => g,
                         None => (1, tokens.end.max(1)),
                     };

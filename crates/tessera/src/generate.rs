@@ -11,7 +11,7 @@ use crate::model::Model;
 use candle_core::Tensor;
 use tessera_decoder::{KvCache, Trace};
 
-use crate::prompt::Prompt;
+use crate::prompt::{ImageInputs, Prompt};
 use crate::sampling::{log_softmax, Sampler, SamplingParams};
 
 #[derive(Debug, Clone)]
@@ -414,11 +414,11 @@ impl Model {
         let mut cache = self.new_cache();
         let mut traces = Vec::new();
         let mut trace = Trace { capture_hidden: true, ..Default::default() };
-        self.forward_prompt(prompt, &mut cache, &mut trace)?;
+        self.forward(prompt, .., &mut cache, &mut ImageInputs::default(), &mut trace)?;
         traces.push(trace.hidden_states);
         if !generated.is_empty() {
             let mut trace = Trace { capture_hidden: true, ..Default::default() };
-            self.forward_hidden(&self.embed_ids(generated)?, &mut cache, &mut trace)?;
+            self.forward_embeds(&self.embed_ids(generated)?, &[], &mut cache, &mut trace)?;
             traces.push(trace.hidden_states);
         }
         let layers = traces.first().map(Vec::len).unwrap_or(0);
@@ -449,10 +449,8 @@ impl Model {
         let layers = if capture { (0..self.config().decoder.num_hidden_layers).collect() } else { Vec::new() };
         let mut trace = Trace { attention_layers: layers, ..Default::default() };
         let hidden = match input {
-            StepInput::Prompt(p) => {
-                self.prefill(p, cache, &mut trace, &mut |_, img| self.encode_image_with_deepstack(img))?
-            }
-            StepInput::Token(id) => self.forward_hidden(&self.embed_ids(&[id])?, cache, &mut trace)?,
+            StepInput::Prompt(p) => self.prefill(p, cache, &mut ImageInputs::default(), &mut trace)?,
+            StepInput::Token(id) => self.forward_embeds(&self.embed_ids(&[id])?, &[], cache, &mut trace)?,
         };
         let logits = self.last_logits(&hidden)?.to_vec1::<f32>()?;
         if !capture {

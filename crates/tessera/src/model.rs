@@ -7,7 +7,8 @@
 //! A [`Model`] is immutable once loaded (share it across threads by reference or `Arc`);
 //! per-sequence state lives in a [`KvCache`]. This file loads a model and owns its logits;
 //! prompts are built in `prompt.rs`, run in `forward.rs` (masks, positions, the decoder) and
-//! `generate.rs` (the decode loop), and images handled in `vision.rs`.
+//! `generate.rs` (the decode loop); the image side is the family's (`families/`), asked in
+//! `vision.rs`.
 
 use std::path::{Path, PathBuf};
 
@@ -18,9 +19,9 @@ use tessera_text::{ChatTemplate, Message, TokenEmbedding, Tokenizer};
 
 use crate::config::{GenerationConfig, ModelConfig};
 use crate::error::{Result, TesseraError};
+use crate::families::{ImageLoad, ImageSide};
 use crate::forward::PREFILL_BLOCK;
 use crate::source::{self, ModelSource};
-use crate::vision::ImageEncoder;
 
 /// How to load a model.
 #[derive(Debug, Clone)]
@@ -83,7 +84,8 @@ pub struct Model {
     pub(crate) embed_scale: Option<Tensor>,
     pub(crate) decoder: Decoder,
     pub(crate) lm_head: Linear,
-    pub(crate) image_encoder: Option<ImageEncoder>,
+    /// The family's image side, for models that take images.
+    pub(crate) images: Option<Box<dyn ImageSide>>,
     /// The KV cache's dtype when it differs from the working dtype.
     pub(crate) kv_cache_dtype: Option<DType>,
     /// Positions per prompt block ([`LoadOptions::prefill_block`]).
@@ -161,22 +163,22 @@ impl Model {
             tokenizer_source: tokenizer_path.display().to_string(),
             chat_template_source: chat_template.as_ref().map(|_| template_source(dir)),
         };
-        let image_encoder = match &config.vision {
+        let images = match &config.vision {
             Some(spec) => {
-                let vision_vb = if opts.vision_q8_0 { vb.with_q8_0_matrices() } else { vb.clone() };
-                Some(ImageEncoder::load(
-                    spec,
+                let weights = if opts.vision_q8_0 { vb.with_q8_0_matrices() } else { vb.clone() };
+                let at = ImageLoad {
                     dir,
-                    &vision_vb,
-                    config.decoder.hidden_size,
-                    &tokenizer,
-                    opts.pan_and_scan,
-                )?)
+                    weights: &weights,
+                    text_hidden: config.decoder.hidden_size,
+                    tokenizer: &tokenizer,
+                    pan_and_scan: opts.pan_and_scan,
+                };
+                Some(spec.load(&at)?)
             }
             None => None,
         };
         let mut model = Self::assemble(config, vb, tokenizer, chat_template, generation_config, info, opts)?;
-        model.image_encoder = image_encoder;
+        model.images = images;
         Ok(model)
     }
 
@@ -261,7 +263,7 @@ impl Model {
             embed_scale,
             decoder,
             lm_head,
-            image_encoder: None,
+            images: None,
             kv_cache_dtype: kv_cache_dtype(opts, info_dtype)?,
             prefill_block: match opts.prefill_block {
                 None => PREFILL_BLOCK,

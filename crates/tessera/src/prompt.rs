@@ -12,34 +12,46 @@ use tessera_vision::RgbImage;
 
 use crate::config::PromptStyle;
 use crate::error::{Result, TesseraError};
+use crate::families::ImageFeatures;
 use crate::model::Model;
 
-/// One image encoded: its tokens `(1, n, hidden)` and its DeepStack features (Qwen3-VL).
-pub type ImageFeatures = (Tensor, Vec<Tensor>);
+/// The features of a prompt's images, by image index, while its blocks run: those the caller
+/// put in (a server's cache of encoded images), and those the model encoded when a block first
+/// needed an image that was not there, kept for the later blocks — so an image is encoded once
+/// however many blocks its tokens span.
+#[derive(Debug, Clone, Default)]
+pub struct ImageInputs {
+    features: Vec<Option<ImageFeatures>>,
+    encoded: usize,
+}
 
-/// A prompt's images' features once encoded, by image index, while its blocks run: a later
-/// block that holds more of an image's tokens takes them from here instead of encoding again.
-pub(crate) struct EncodedImages(Vec<Option<ImageFeatures>>);
-
-impl EncodedImages {
-    pub(crate) fn new(prompt: &Prompt) -> Self {
-        Self(vec![None; prompt.images().len()])
+impl ImageInputs {
+    /// Gives image `i` of the prompt these features (encoded earlier, or kept by a cache).
+    pub fn insert(&mut self, i: usize, features: ImageFeatures) {
+        if self.features.len() <= i {
+            self.features.resize(i + 1, None);
+        }
+        self.features[i] = Some(features);
     }
 
-    /// Image `i`'s features: kept ones, or `encode(i, img)`'s, kept for the next block.
-    pub(crate) fn get_or_encode(
-        &mut self,
-        i: usize,
-        img: &RgbImage,
-        encode: &mut dyn FnMut(usize, &RgbImage) -> Result<ImageFeatures>,
-    ) -> Result<ImageFeatures> {
-        if let Some(Some(f)) = self.0.get(i) {
+    /// Whether image `i` has its features.
+    pub fn contains(&self, i: usize) -> bool {
+        matches!(self.features.get(i), Some(Some(_)))
+    }
+
+    /// How many images the model encoded into this set (not counting those inserted).
+    pub fn encoded(&self) -> usize {
+        self.encoded
+    }
+
+    /// Image `i`'s features: kept ones, or `model`'s encoding of `img`, kept for the next block.
+    fn get_or_encode(&mut self, model: &Model, i: usize, img: &RgbImage) -> Result<ImageFeatures> {
+        if let Some(Some(f)) = self.features.get(i) {
             return Ok(f.clone());
         }
-        let f = encode(i, img)?;
-        if let Some(slot) = self.0.get_mut(i) {
-            *slot = Some(f.clone());
-        }
+        let f = model.encode_image(img)?;
+        self.encoded += 1;
+        self.insert(i, f.clone());
         Ok(f)
     }
 }
@@ -185,7 +197,7 @@ impl Model {
         if !images.is_empty() {
             self.check_image_count(images.len())?;
         }
-        let placeholder = self.image_encoder.as_ref().and_then(|e| e.image_token()).map(str::to_string);
+        let placeholder = self.images.as_ref().and_then(|e| e.placeholder()).map(str::to_string);
         let paligemma = self.config.prompt == PromptStyle::PrefixLm;
         let (rendered, add_special) = if paligemma && (!raw || !images.is_empty()) {
             let image = placeholder.as_deref().unwrap_or("<image>");
@@ -242,7 +254,7 @@ impl Model {
                 self.info.source.path().display()
             )));
         }
-        let placeholder = self.image_encoder.as_ref().and_then(|e| e.image_token());
+        let placeholder = self.images.as_ref().and_then(|e| e.placeholder());
         let flat;
         let messages = if placeholder.is_none() {
             flat = messages
@@ -275,8 +287,8 @@ impl Model {
 
     /// Tokenizes `text`, each image placeholder in it first expanded into its image's tokens.
     fn tokenize_with_images(&self, text: &str, add_special: bool, images: &[RgbImage]) -> Result<Prompt> {
-        let placeholder = self.image_encoder.as_ref().and_then(|e| e.image_token());
-        let expanded = match (placeholder, self.image_encoder.as_ref()) {
+        let placeholder = self.images.as_ref().and_then(|e| e.placeholder());
+        let expanded = match (placeholder, self.images.as_ref()) {
             (Some(p), Some(enc)) => {
                 let texts: Vec<String> =
                     images.iter().filter_map(|img| enc.placeholder_text(img).transpose()).collect::<Result<_>>()?;
@@ -295,11 +307,11 @@ impl Model {
         if !images.is_empty() {
             self.check_image_count(images.len())?;
         }
-        let tokens: Vec<usize> = match &self.image_encoder {
+        let tokens: Vec<usize> = match &self.images {
             Some(e) => images.iter().map(|img| e.tokens_for(img)).collect::<Result<_>>()?,
             None => Vec::new(),
         };
-        let chunks = match self.image_encoder.as_ref().and_then(|e| e.image_token_id()) {
+        let chunks = match self.images.as_ref().and_then(|e| e.image_token_id()) {
             Some(image_id) => {
                 if ids.is_empty() {
                     return Err(TesseraError::InvalidInput("empty input: no tokens".into()));
@@ -344,43 +356,22 @@ impl Model {
     /// placed where its chunks are (transformers' `masked_scatter` for the Hugging Face
     /// families), the text embedded as tokens.
     pub fn prompt_embeddings(&self, prompt: &Prompt) -> Result<Tensor> {
-        Ok(self.prompt_inputs(prompt)?.0)
+        Ok(self.inputs(prompt, 0..prompt.len(), &mut ImageInputs::default())?.0)
     }
 
-    /// [`prompt_embeddings`](Self::prompt_embeddings) and, for Qwen3-VL, DeepStack's additions:
-    /// one `(1, t, hidden)` tensor per early decoder layer, the images' DeepStack features at
-    /// their positions and zeros elsewhere (each image encoded once for both).
-    pub fn prompt_inputs(&self, prompt: &Prompt) -> Result<(Tensor, Vec<Tensor>)> {
-        self.prompt_inputs_with(prompt, &mut |_, img| self.encode_image_with_deepstack(img))
-    }
-
-    /// An image's tokens `(1, n, hidden)` and its DeepStack features (Qwen3-VL; empty for the
-    /// others), as [`prompt_inputs`](Self::prompt_inputs) places them.
-    pub fn encode_image_with_deepstack(&self, img: &RgbImage) -> Result<ImageFeatures> {
-        self.vision_for(img)?.encode_with_deepstack(img, &self.device)
-    }
-
-    /// [`prompt_inputs`](Self::prompt_inputs) with each image's features from `encode(i,
-    /// image)`, `i` its index in the prompt's images (a server's cache of encoded images, keyed
-    /// by what it knows of image `i`, or [`encode_image_with_deepstack`](Self::encode_image_with_deepstack)).
-    pub fn prompt_inputs_with(
-        &self,
-        prompt: &Prompt,
-        encode: &mut dyn FnMut(usize, &RgbImage) -> Result<ImageFeatures>,
-    ) -> Result<(Tensor, Vec<Tensor>)> {
-        self.prompt_inputs_in(prompt, 0..prompt.len(), encode)
-    }
-
-    /// [`prompt_inputs_with`](Self::prompt_inputs_with) for sequence positions `range` only:
-    /// the images with tokens there are encoded, no others.
-    pub fn prompt_inputs_in(
+    /// The decoder's inputs for sequence positions `range` of `prompt`: the embeddings
+    /// `(1, t, hidden)` and, where the images' features carry them (Qwen3-VL's DeepStack), one
+    /// `(1, t, hidden)` addition per early decoder layer — the images' rows at their positions,
+    /// zeros elsewhere. Only the images with tokens in `range` are taken from `images` or
+    /// encoded into it.
+    pub(crate) fn inputs(
         &self,
         prompt: &Prompt,
         range: Range<usize>,
-        encode: &mut dyn FnMut(usize, &RgbImage) -> Result<ImageFeatures>,
+        images: &mut ImageInputs,
     ) -> Result<(Tensor, Vec<Tensor>)> {
         let chunks = prompt.chunks_in(range);
-        let image_id = self.image_encoder.as_ref().and_then(|e| e.image_token_id());
+        let image_id = self.images.as_ref().and_then(|e| e.image_token_id());
         // A placeholder id outside the vocabulary embeds as id 0 before it is replaced.
         let vocab = self.embed.vocab_size() as u32;
         // The ids the range's text chunks span, embedded once (not the whole prompt per block).
@@ -403,36 +394,34 @@ impl Model {
         };
         let first_id = span.as_ref().map_or(0, |s| s.start);
         let dtype = (!prompt.ids.is_empty()).then(|| self.embed.dtype());
-        let cast = |f: Tensor| -> Result<Tensor> {
-            Ok(match dtype {
-                Some(d) => f.to_dtype(d)?,
-                None => f,
-            })
-        };
-        let mut feats: Vec<Option<Tensor>> = vec![None; prompt.images.len()];
-        let mut deep: Vec<Vec<Tensor>> = vec![Vec::new(); prompt.images.len()];
+        let mut feats: Vec<Option<ImageFeatures>> = vec![None; prompt.images.len()];
         for c in &chunks {
             if let Chunk::Image { image, .. } = c {
                 if feats[*image].is_none() {
-                    let (tokens, stack) = encode(*image, &prompt.images[*image])?;
-                    feats[*image] = Some(cast(tokens)?);
-                    deep[*image] = stack.into_iter().map(cast).collect::<Result<_>>()?;
+                    let f = images.get_or_encode(self, *image, &prompt.images[*image])?;
+                    feats[*image] = Some(match dtype {
+                        Some(d) => f.to_dtype(d)?,
+                        None => f,
+                    });
                 }
             }
         }
         let image = |i: usize| {
             feats[i].as_ref().ok_or_else(|| TesseraError::InvalidInput(format!("image {i} was not encoded")))
         };
+        let layer_additions = |i: usize| feats[i].as_ref().map_or(&[][..], |f| f.layer_additions());
         let parts = chunks
             .iter()
             .map(|c| match (c, &text) {
                 (Chunk::Text(r), Some(text)) => Ok(text.narrow(1, r.start - first_id, r.len())?),
-                (Chunk::Image { image: i, tokens }, _) => Ok(image(*i)?.narrow(1, tokens.start, tokens.len())?),
+                (Chunk::Image { image: i, tokens }, _) => {
+                    Ok(image(*i)?.tokens().narrow(1, tokens.start, tokens.len())?)
+                }
                 (Chunk::Text(_), None) => Err(TesseraError::InvalidInput("a text chunk without tokens".into())),
             })
             .collect::<Result<Vec<_>>>()?;
         let embeds = Tensor::cat(&parts, 1)?;
-        let levels = deep.iter().map(Vec::len).max().unwrap_or(0);
+        let levels = (0..feats.len()).map(|i| layer_additions(i).len()).max().unwrap_or(0);
         let additions = (0..levels)
             .map(|level| {
                 let rows = chunks
@@ -442,7 +431,7 @@ impl Model {
                             Ok(Tensor::zeros((r.len(), embeds.dim(2)?), embeds.dtype(), embeds.device())?)
                         }
                         Chunk::Image { image, tokens } => {
-                            Ok(deep[*image][level].narrow(0, tokens.start, tokens.len())?)
+                            Ok(layer_additions(*image)[level].narrow(0, tokens.start, tokens.len())?)
                         }
                     })
                     .collect::<Result<Vec<_>>>()?;

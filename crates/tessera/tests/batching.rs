@@ -76,7 +76,7 @@ fn batched_rows_equal_solo(model: &Model, prompts: &[Prompt], steps: usize) -> R
     let mut next = Vec::new();
     for p in prompts {
         let mut cache = model.new_cache();
-        let hidden = model.forward_prompt(p, &mut cache, &mut Default::default())?;
+        let hidden = model.forward(p, .., &mut cache, &mut Default::default(), &mut Default::default())?;
         let t = hidden.dim(1)?;
         let logits = model.logits(&hidden.narrow(1, t - 1, 1)?)?.squeeze(0)?.to_vec1::<f32>()?;
         next.push(tessera::sampling::argmax(&logits));
@@ -145,7 +145,7 @@ fn a_single_row_step_equals_the_plain_decode_step() -> Result<()> {
     let model = smollm2()?;
     let prompt = &text_prompts(&model, 1)?[0];
     let mut a = model.new_cache();
-    model.forward_prompt(prompt, &mut a, &mut Default::default())?;
+    model.forward(prompt, .., &mut a, &mut Default::default(), &mut Default::default())?;
     let mut b = a.clone();
     let rows = model.decode_rows(&[42], std::slice::from_mut(&mut a))?.to_vec2::<f32>()?;
     let plain = model.forward_last(&[42], &mut b)?.to_vec1::<f32>()?;
@@ -218,10 +218,7 @@ fn an_image_sent_again_is_not_encoded_again_and_the_cache_keeps_to_its_budget() 
     let params = GenerateParams { max_new_tokens: 4, ..Default::default() };
     let solo: Vec<_> =
         prompts.iter().map(|p| model.generate(p, &params, &mut |_| {})).collect::<tessera::Result<_>>()?;
-    let one = {
-        let (tokens, deep) = model.encode_image_with_deepstack(&prompts[0].images()[0])?;
-        (tokens.elem_count() + deep.iter().map(|t| t.elem_count()).sum::<usize>()) * 4
-    };
+    let one = { model.encode_image(&prompts[0].images()[0])?.bytes() };
     let model = Arc::new(model);
     let run = |budget: usize, order: &[usize]| -> Result<Engine> {
         let engine = Engine::start(
@@ -340,11 +337,10 @@ fn the_prefill_block_size_is_a_load_option() -> Result<()> {
     assert_eq!(default.prefill_blocks_of(&prompt, 100), want, "another size, as that size's model cuts");
     assert_eq!(default.prefill_block(), tessera::PREFILL_BLOCK);
     assert_eq!(default.prefill_blocks(&prompt).len(), len.div_ceil(tessera::PREFILL_BLOCK));
-    let mut encode = |_: usize, _: &tessera::RgbImage| -> tessera::Result<tessera::ImageFeatures> {
-        Err(tessera::TesseraError::InvalidInput("a text prompt encodes no image".into()))
-    };
-    let blocked = by_100.prefill(&prompt, &mut by_100.new_cache(), &mut Default::default(), &mut encode)?;
-    let one = by_100.forward_prompt(&prompt, &mut by_100.new_cache(), &mut Default::default())?;
+    let mut images = tessera::ImageInputs::default();
+    let blocked = by_100.prefill(&prompt, &mut by_100.new_cache(), &mut images, &mut Default::default())?;
+    assert_eq!(images.encoded(), 0, "a text prompt encodes no image");
+    let one = by_100.forward(&prompt, .., &mut by_100.new_cache(), &mut Default::default(), &mut Default::default())?;
     let diff = last_logits_diff(&by_100, &blocked, &one)?;
     assert!(diff < 1e-4, "blocks of 100 move the last logits by {diff}");
     let params = GenerateParams { max_new_tokens: 8, ..Default::default() };
@@ -365,14 +361,10 @@ fn a_prefill_encodes_each_image_once_across_its_blocks() -> Result<()> {
     let ends = model.prefill_blocks(&prompt);
     let spanned = ends.iter().filter(|&&e| runs.iter().any(|r| r.start < e && e < r.end)).count();
     assert!(spanned >= 2, "the image's tokens {runs:?} cross {spanned} block ends of {ends:?}");
-    let mut calls = 0;
-    let mut encode = |_: usize, img: &tessera::RgbImage| {
-        calls += 1;
-        model.encode_image_with_deepstack(img)
-    };
-    let blocked = model.prefill(&prompt, &mut model.new_cache(), &mut Default::default(), &mut encode)?;
-    assert_eq!(calls, prompt.images().len(), "image encodes for {} blocks", ends.len());
-    let one = model.forward_prompt(&prompt, &mut model.new_cache(), &mut Default::default())?;
+    let mut images = tessera::ImageInputs::default();
+    let blocked = model.prefill(&prompt, &mut model.new_cache(), &mut images, &mut Default::default())?;
+    assert_eq!(images.encoded(), prompt.images().len(), "image encodes for {} blocks", ends.len());
+    let one = model.forward(&prompt, .., &mut model.new_cache(), &mut Default::default(), &mut Default::default())?;
     let diff = last_logits_diff(&model, &blocked, &one)?;
     assert!(diff < 1e-4, "blocks of 8 move the last logits by {diff}");
     Ok(())

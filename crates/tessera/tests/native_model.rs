@@ -37,12 +37,12 @@ fn logits_and_greedy_answers_match_the_pytorch_reference() -> Result<()> {
         let sum: f64 = pixels.iter().map(|&x| x as f64).sum();
         assert!((sum - pv["sum"].as_f64().context("sum")?).abs() < 1e-2, "{name}: pixel sum {sum}");
 
-        let tokens: Vec<f32> = model.encode_image(&image)?.get(0)?.get(0)?.narrow(0, 0, 8)?.to_vec1()?;
+        let tokens: Vec<f32> = model.encode_image(&image)?.tokens().get(0)?.get(0)?.narrow(0, 0, 8)?.to_vec1()?;
         assert!(max_diff(&tokens, &common::floats(&item["image_token0_first8"])) < 1e-4, "{name}: image token 0");
 
         // Logits over the whole sequence: the last row in full, the top-5 at every text position.
         let embeds = model.prompt_embeddings(&prompt)?;
-        let hidden = model.forward_hidden(&embeds, &mut model.new_cache(), &mut tessera::Trace::default())?;
+        let hidden = model.forward_embeds(&embeds, &[], &mut model.new_cache(), &mut tessera::Trace::default())?;
         let logits: Vec<Vec<f32>> = model.logits(&hidden)?.to_vec2()?;
         let last = logits.last().context("rows")?;
         let d = max_diff(last, &common::floats(&item["last_logits"]));

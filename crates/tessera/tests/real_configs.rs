@@ -9,9 +9,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use tessera::config::{ConnectorConfig, ProcessorRule, PromptStyle, TextFamily, TowerSpec};
-use tessera::{
-    load_image, ChatTemplate, ContentPart, ImageProcessor, Message, ModelConfig, VisionSpec, DEFAULT_MAX_PIXELS,
-};
+use tessera::families::Qwen2VlSpec;
+use tessera::{load_image, ChatTemplate, ContentPart, ImageProcessor, Message, ModelConfig, DEFAULT_MAX_PIXELS};
 use tessera_decoder::{Activation, NormStyle};
 use tessera_vision::{FeatureLayer, TowerKind};
 
@@ -24,9 +23,9 @@ fn config(name: &str) -> Result<ModelConfig> {
 }
 
 fn hf_vision(cfg: &ModelConfig) -> Result<&TowerSpec> {
-    match &cfg.vision {
-        Some(VisionSpec::Tower(v)) => Ok(v),
-        other => anyhow::bail!("expected a Hugging Face vision config, got {other:?}"),
+    match cfg.vision_spec::<TowerSpec>() {
+        Some(v) => Ok(v),
+        None => anyhow::bail!("expected a Hugging Face vision config, got {:?}", cfg.vision),
     }
 }
 
@@ -205,7 +204,7 @@ fn qwen2_5_vl_3b_instruct() -> Result<()> {
     let mrope = d.rope.mrope.context("M-RoPE")?;
     assert_eq!((mrope.section, mrope.interleaved), ([16, 24, 24], false));
     assert!(cfg.tie_word_embeddings && cfg.layer_windows.iter().all(Option::is_none));
-    let Some(VisionSpec::Qwen2Vl(v)) = &cfg.vision else { anyhow::bail!("a Qwen2-VL image side") };
+    let Some(v) = cfg.vision_spec::<Qwen2VlSpec>() else { anyhow::bail!("a Qwen2-VL image side") };
     let t = &v.tower;
     assert_eq!((t.depth, t.embed_dim, t.hidden_size, t.num_heads, t.patch_size), (32, 1280, 2048, 16, 14));
     let w = t.windows.as_ref().context("windows")?;
@@ -235,7 +234,7 @@ fn qwen3_vl_2b_instruct() -> Result<()> {
     let mrope = d.rope.mrope.context("M-RoPE")?;
     assert_eq!((mrope.section, mrope.interleaved), ([24, 20, 20], true));
     assert!(cfg.tie_word_embeddings);
-    let Some(VisionSpec::Qwen2Vl(v)) = &cfg.vision else { anyhow::bail!("a Qwen2-VL-style image side") };
+    let Some(v) = cfg.vision_spec::<Qwen2VlSpec>() else { anyhow::bail!("a Qwen2-VL-style image side") };
     let t = &v.tower;
     assert_eq!((t.depth, t.embed_dim, t.hidden_size, t.num_heads, t.patch_size), (24, 1024, 2048, 16, 16));
     let q = t.qwen3.as_ref().context("Qwen3-VL's learned positions and DeepStack")?;

@@ -13,6 +13,11 @@ use tessera::GenerateParams;
 
 use common::{tiny_model as load, TINY_TEXT_MODELS as MODELS};
 
+/// f32 logits `(t, vocab)` of every position of `ids` run after what `cache` holds.
+fn all_logits(model: &tessera::Model, ids: &[u32], cache: &mut tessera::KvCache) -> tessera::Result<tessera::Tensor> {
+    model.logits(&model.forward_embeds(&model.embed_ids(ids)?, &[], cache, &mut Default::default())?)
+}
+
 #[test]
 fn logits_match_transformers_on_every_prompt_position() -> Result<()> {
     for name in MODELS {
@@ -21,7 +26,7 @@ fn logits_match_transformers_on_every_prompt_position() -> Result<()> {
         let prompt = common::ids(&reference["prompt_ids"]);
         let expected = reference["logits"].as_array().expect("logits rows");
         let mut cache = model.new_cache();
-        let logits = model.forward_all(&prompt, &mut cache)?;
+        let logits = all_logits(&model, &prompt, &mut cache)?;
         let rows: Vec<Vec<f32>> = logits.to_vec2()?;
         assert_eq!(rows.len(), expected.len(), "{name}: positions");
         let mut worst = 0f32;
@@ -55,13 +60,13 @@ fn prefill_then_cached_decode_equals_one_full_forward() -> Result<()> {
         let model = load(name)?;
         let reference = common::read_json(&common::fixtures().join("tiny").join(name).join("reference.json"))?;
         let prompt = common::ids(&reference["prompt_ids"]);
-        let full: Vec<Vec<f32>> = model.forward_all(&prompt, &mut model.new_cache())?.to_vec2()?;
+        let full: Vec<Vec<f32>> = all_logits(&model, &prompt, &mut model.new_cache())?.to_vec2()?;
         // Prefill half, then one token at a time.
         let split = prompt.len() / 2;
         let mut cache = model.new_cache();
-        let mut rows: Vec<Vec<f32>> = model.forward_all(&prompt[..split], &mut cache)?.to_vec2()?;
+        let mut rows: Vec<Vec<f32>> = all_logits(&model, &prompt[..split], &mut cache)?.to_vec2()?;
         for id in &prompt[split..] {
-            rows.extend(model.forward_all(&[*id], &mut cache)?.to_vec2::<f32>()?);
+            rows.extend(all_logits(&model, &[*id], &mut cache)?.to_vec2::<f32>()?);
         }
         let worst = full.iter().flatten().zip(rows.iter().flatten()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
         assert!(worst < 1e-4, "{name}: cached decode differs from full forward by {worst}");

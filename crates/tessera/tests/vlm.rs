@@ -151,7 +151,8 @@ fn logits_and_16_greedy_ids_match_transformers() -> Result<()> {
         for case in &cases {
             let what = format!("{name}/{}", case.name);
             let prompt = model.prompt(common::ids(&case.json["input_ids"]), &case.images)?;
-            let hidden = model.forward_prompt(&prompt, &mut model.new_cache(), &mut Default::default())?;
+            let hidden =
+                model.forward(&prompt, .., &mut model.new_cache(), &mut Default::default(), &mut Default::default())?;
             let logits = model.logits(&hidden)?;
             let expected = reference_tensor(&tensors, &case.name, "logits").context("logits")?;
             let n = expected.dim(0)?;
@@ -178,7 +179,7 @@ fn the_older_folder_layout_loads_the_same_processor() -> Result<()> {
         legacy.encode_prompt("Hi", None, false, images)?.ids(),
         new.encode_prompt("Hi", None, false, images)?.ids()
     );
-    let d = max_abs_diff(&legacy.encode_image(&image)?, &new.encode_image(&image)?, "image tokens")?;
+    let d = max_abs_diff(legacy.encode_image(&image)?.tokens(), new.encode_image(&image)?.tokens(), "image tokens")?;
     assert_eq!(d, 0.0);
     Ok(())
 }
@@ -381,7 +382,7 @@ fn every_generation_of_tensor_names_loads() -> Result<()> {
         let ids = common::ids(&case.json["input_ids"]);
         let logits = |m: &Model| -> Result<Tensor> {
             let embeds = m.prompt_embeddings(&m.prompt(ids.clone(), &case.images)?)?;
-            Ok(m.logits(&m.forward_hidden(&embeds, &mut m.new_cache(), &mut Default::default())?)?)
+            Ok(m.logits(&m.forward_embeds(&embeds, &[], &mut m.new_cache(), &mut Default::default())?)?)
         };
         let expected = logits(&reference)?;
         for (layout, rename) in layouts {
@@ -505,7 +506,7 @@ fn paligemma2_soft_capping_and_sliding_window_each_change_the_answer() -> Result
             if ablation == "no_attn_softcap" {
                 let last = |m: &Model| -> Result<Tensor> {
                     let embeds = m.prompt_embeddings(&prompt)?;
-                    Ok(m.logits(&m.forward_hidden(&embeds, &mut m.new_cache(), &mut Default::default())?)?)
+                    Ok(m.logits(&m.forward_embeds(&embeds, &[], &mut m.new_cache(), &mut Default::default())?)?)
                 };
                 let d = max_abs_diff(&last(&model)?, &last(&ablated)?, "logits")?;
                 assert!(d > 0.1, "{what}: removing the soft-cap moves the prompt logits by only {d}");
@@ -532,8 +533,7 @@ fn gemma3_images_attend_both_ways_within_each_image() -> Result<()> {
         assert_eq!(prompt.image_runs().len(), case.images.len(), "{what}: one block per image");
         let embeds = model.prompt_embeddings(&prompt)?;
         let last = |runs: &[std::ops::Range<usize>]| -> Result<Tensor> {
-            let hidden =
-                model.forward_hidden_with_images(&embeds, &mut model.new_cache(), &mut Default::default(), runs)?;
+            let hidden = model.forward_embeds(&embeds, runs, &mut model.new_cache(), &mut Default::default())?;
             let logits = model.logits(&hidden)?;
             let n = 8;
             Ok(logits.narrow(0, logits.dim(0)? - n, n)?)
@@ -573,7 +573,8 @@ fn gemma3_pan_and_scan_matches_transformers() -> Result<()> {
         let tokens = case.images.iter().map(|i| model.image_embeddings(i)).collect::<tessera::Result<Vec<_>>>()?;
         let d = max_abs_diff(&Tensor::cat(&tokens, 0)?, reference("image_features")?, "image features")?;
         assert!(d < 1e-4, "{what}: image features differ by {d}");
-        let hidden = model.forward_prompt(&prompt, &mut model.new_cache(), &mut Default::default())?;
+        let hidden =
+            model.forward(&prompt, .., &mut model.new_cache(), &mut Default::default(), &mut Default::default())?;
         let logits = model.logits(&hidden)?;
         let expected = reference("logits")?;
         let n = expected.dim(0)?;
@@ -614,8 +615,7 @@ fn qwen2_vl_images_take_grid_positions() -> Result<()> {
     assert_eq!(p[0][first + 54], t0 + 9);
     assert_eq!(delta, -90);
     let embeds = model.prompt_embeddings(&prompt)?;
-    let consecutive =
-        model.forward_hidden_with_images(&embeds, &mut model.new_cache(), &mut Default::default(), &[])?;
+    let consecutive = model.forward_embeds(&embeds, &[], &mut model.new_cache(), &mut Default::default())?;
     let logits = model.logits(&consecutive)?;
     let expected = reference_tensor(&tensors, &case.name, "logits").context("logits")?;
     let n = expected.dim(0)?;
@@ -657,8 +657,9 @@ fn qwen3_vl_deepstack_features_join_the_first_layers() -> Result<()> {
     let (cases, tensors) = cases("qwen3-vl-tiny")?;
     let case = cases.iter().find(|c| c.name == "chelsea").context("chelsea")?;
     let prompt = model.prompt(common::ids(&case.json["input_ids"]), &case.images)?;
-    let (embeds, additions) = model.prompt_inputs(&prompt)?;
-    assert_eq!(additions.len(), 2, "two DeepStack levels");
+    let embeds = model.prompt_embeddings(&prompt)?;
+    let additions = model.encode_image(&case.images[0])?.layer_additions().len();
+    assert_eq!(additions, 2, "two DeepStack levels");
     let mut cache = model.new_cache();
     let (positions, _) = model.prompt_positions(&prompt, &cache)?;
     let masks = model.mask_plan(0, prompt.len(), &prompt.image_runs())?;
@@ -732,10 +733,15 @@ fn prompts_prefilled_in_blocks_match_one_forward_on_every_family() -> Result<()>
         let split = prompt.image_runs().iter().any(|r| inside(&ends, r));
         ensure!(!(split && model.config().bidirectional_images), "{name}: blocks {ends:?} cut an image");
         let mut whole = model.new_cache();
-        let one = model.last_logits(&model.forward_prompt(&prompt, &mut whole, &mut Default::default())?)?;
+        let one = model.last_logits(&model.forward(
+            &prompt,
+            ..,
+            &mut whole,
+            &mut Default::default(),
+            &mut Default::default(),
+        )?)?;
         let mut blocked = model.new_cache();
-        let mut encode = |_: usize, img: &RgbImage| model.encode_image_with_deepstack(img);
-        let hidden = model.prefill(&prompt, &mut blocked, &mut Default::default(), &mut encode)?;
+        let hidden = model.prefill(&prompt, &mut blocked, &mut Default::default(), &mut Default::default())?;
         let diff = max_abs_diff(&model.last_logits(&hidden)?, &one, name)?;
         ensure!(diff < 1e-4, "{name}: blocked prefill moves the last logits by {diff}");
         ensure!(blocked.position_delta() == whole.position_delta(), "{name}: the next RoPE position differs");

@@ -131,8 +131,12 @@ fn main() -> Result<()> {
         let mut hidden = None;
         let mut at = 0;
         for &end in ends {
-            hidden =
-                Some(model.forward_hidden(&model.embed_ids(&prompt[at..end])?, &mut cache, &mut Default::default())?);
+            hidden = Some(model.forward_embeds(
+                &model.embed_ids(&prompt[at..end])?,
+                &[],
+                &mut cache,
+                &mut Default::default(),
+            )?);
             at = end;
         }
         let _ = model.last_logits(&hidden.context("an empty prompt")?)?.to_vec1::<f32>()?;

@@ -11,11 +11,9 @@ use tessera_vision::FeatureLayer;
 
 use super::llava::{PROJECTOR_ROOTS, TOWER_ROOTS};
 use super::text::{TextFamily, TextSubConfig};
+use super::tower::{ConnectorConfig, Placeholder, ProcessorRule, TowerSpec, WeightRoots};
 use super::vit::{VisionClass, VisionFields};
-use super::{
-    text_config, ConnectorConfig, ModelConfig, Placeholder, ProcessorRule, PromptStyle, TokenIds, TowerSpec,
-    VisionSpec, WeightRoots,
-};
+use super::{text_config, ModelConfig, PromptStyle, TokenIds};
 
 #[derive(Debug, Deserialize)]
 pub struct Gemma3Config {
@@ -71,7 +69,7 @@ impl Gemma3Config {
             self.tie_word_embeddings,
             self.eos_token_id.as_ref(),
             PromptStyle::Chat,
-            VisionSpec::Tower(spec),
+            spec,
         );
         cfg.bidirectional_images = true;
         Ok(cfg)

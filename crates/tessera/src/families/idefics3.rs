@@ -7,11 +7,9 @@ use serde_json::Value;
 use tessera_vision::{FeatureLayer, Filter, PreprocessConfig, TilingConfig};
 
 use super::text::{TextFamily, TextSubConfig};
+use super::tower::{ConnectorConfig, Placeholder, ProcessorRule, TowerSpec, WeightRoots};
 use super::vit::{VisionClass, VisionFields};
-use super::{
-    text_config, ConnectorConfig, ModelConfig, Placeholder, ProcessorRule, PromptStyle, TokenIds, TowerSpec,
-    VisionSpec, WeightRoots,
-};
+use super::{text_config, ModelConfig, PromptStyle, TokenIds};
 
 #[derive(Debug, Deserialize)]
 pub struct Idefics3Config {
@@ -58,7 +56,7 @@ impl Idefics3Config {
             self.tie_word_embeddings,
             self.eos_token_id.as_ref(),
             PromptStyle::Chat,
-            VisionSpec::Tower(spec),
+            spec,
         ))
     }
 }

@@ -7,11 +7,9 @@ use tessera_decoder::Activation;
 use tessera_vision::FeatureLayer;
 
 use super::text::{TextFamily, TextSubConfig};
+use super::tower::{ConnectorConfig, Placeholder, ProcessorRule, TowerSpec, WeightRoots};
 use super::vit::{VisionClass, VisionFields};
-use super::{
-    text_config, ConnectorConfig, ModelConfig, Placeholder, ProcessorRule, PromptStyle, TokenIds, TowerSpec,
-    VisionSpec, WeightRoots,
-};
+use super::{text_config, ModelConfig, PromptStyle, TokenIds};
 
 #[derive(Debug, Deserialize)]
 pub struct LlavaConfig {
@@ -102,7 +100,7 @@ impl LlavaConfig {
             self.tie_word_embeddings,
             self.eos_token_id.as_ref(),
             PromptStyle::Chat,
-            VisionSpec::Tower(spec),
+            spec,
         ))
     }
 }

@@ -1,114 +1,88 @@
 //! The model families, one module each: its `config.json` as a serde type (with transformers'
 //! class defaults as `Option` fields filled in code), and what it resolves to — the decoder, the
-//! prompt layout and mask rule, and for the vision-language families the tower, connector,
-//! processor rule and weight names. [`Checkpoint`] is the one place that dispatches on
-//! `model_type`; everything downstream reads the resolved [`ModelConfig`] as data.
+//! prompt layout and mask rule, and for the vision-language families an [`ImageSpec`]: the
+//! family's own image side (processor, tower, connector, prompt placement), which the generic
+//! code asks through the [`ImageSide`] trait and never matches on. [`REGISTRY`] is the one place
+//! that maps a `model_type` to a family.
 //!
-//! Adding a family: a module here, a variant of [`Checkpoint`] and its arm in
-//! [`Checkpoint::resolve`], plus its tests and fixtures.
+//! Adding a family: its module here (its config, and for a VLM its `ImageSpec` and `ImageSide`,
+//! or a [`TowerSpec`] when it is a ViT + connector like the others), one line in [`REGISTRY`],
+//! and its tests and fixtures. A new building block (a tower, a decoder block) goes once where
+//! such blocks live (`tessera-vision`, `tessera-decoder`).
 
 mod gemma3;
 mod idefics3;
+pub mod image;
 mod llava;
 mod native;
 mod paligemma;
 mod qwen2_vl;
 pub mod text;
+pub mod tower;
 pub mod vit;
 
 use std::path::Path;
+use std::sync::Arc;
 
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
-use tessera_decoder::{Activation, DecoderConfig};
-use tessera_vision::{FeatureLayer, NativeVisionConfig, PreprocessConfig, VisionTowerConfig};
+use tessera_decoder::DecoderConfig;
 
 use crate::error::{Result, TesseraError};
-pub(crate) use idefics3::tiled_processor;
+pub use image::{ImageFeatures, ImageLoad, ImageSide, ImageSpec};
+pub use native::NativeSpec;
 pub use qwen2_vl::Qwen2VlSpec;
 pub use text::{TextFamily, TextFields, TextModel};
+pub use tower::{ConnectorConfig, ImageProcessor, Placeholder, ProcessorRule, TowerSpec, WeightRoots};
 
-/// A checkpoint's `config.json`, by its `model_type`.
-#[derive(Debug, Deserialize)]
-#[serde(tag = "model_type")]
-enum Checkpoint {
-    #[serde(rename = "llama", alias = "smollm", alias = "smollm2")]
-    Llama(TextFields),
-    #[serde(rename = "mistral")]
-    Mistral(TextFields),
-    #[serde(rename = "qwen2")]
-    Qwen2(TextFields),
-    #[serde(rename = "qwen3")]
-    Qwen3(TextFields),
-    #[serde(rename = "gemma")]
-    Gemma(TextFields),
-    #[serde(rename = "gemma2")]
-    Gemma2(TextFields),
-    #[serde(rename = "gemma3_text")]
-    Gemma3Text(TextFields),
-    /// tessera's native single-stream image + text model (ARCHITECTURE.md).
-    #[serde(rename = "tessera_native")]
-    TesseraNative(native::NativeConfig),
-    /// Idefics3 / SmolVLM: SigLIP tiles, pixel shuffle, a Llama decoder.
-    #[serde(rename = "idefics3")]
-    Idefics3(Box<idefics3::Idefics3Config>),
-    /// LLaVA: CLIP or SigLIP tower, two-layer projector, a Llama or Qwen2 decoder.
-    #[serde(rename = "llava")]
-    Llava(Box<llava::LlavaConfig>),
-    /// PaliGemma: SigLIP tower, linear projector, Gemma decoder, prefix-LM mask.
-    #[serde(rename = "paligemma")]
-    PaliGemma(Box<paligemma::PaliGemmaConfig>),
-    /// Gemma 3: SigLIP tower, average pooling + norm + projection, Gemma 3 decoder, images
-    /// attending to themselves both ways.
-    #[serde(rename = "gemma3")]
-    Gemma3(Box<gemma3::Gemma3Config>),
-    /// Qwen2-VL: its own ViT (2-D RoPE, patch merger), a Qwen2 decoder with M-RoPE.
-    #[serde(rename = "qwen2_vl")]
-    Qwen2Vl(Box<qwen2_vl::Qwen2VlConfig>),
-    /// Qwen2.5-VL: Qwen2-VL with RMSNorm + gated-MLP vision blocks and windowed attention.
-    #[serde(rename = "qwen2_5_vl")]
-    Qwen25Vl(Box<qwen2_vl::Qwen2VlConfig>),
-    /// Qwen3-VL: learned vision positions, DeepStack, interleaved M-RoPE, a Qwen3 decoder.
-    #[serde(rename = "qwen3_vl")]
-    Qwen3Vl(Box<qwen2_vl::Qwen2VlConfig>),
-    #[serde(other)]
-    Unsupported,
+/// How one family's `config.json` resolves (errors are reasons; the caller names the file).
+type Resolve = fn(&Value) -> std::result::Result<ModelConfig, String>;
+
+/// Every family tessera reads, by the `model_type` its `config.json` names.
+pub const REGISTRY: &[(&str, Resolve)] = &[
+    ("llama", |j| text_model(TextFamily::Llama, j)),
+    ("smollm", |j| text_model(TextFamily::Llama, j)),
+    ("smollm2", |j| text_model(TextFamily::Llama, j)),
+    ("mistral", |j| text_model(TextFamily::Mistral, j)),
+    ("qwen2", |j| text_model(TextFamily::Qwen2, j)),
+    ("qwen3", |j| text_model(TextFamily::Qwen3, j)),
+    ("gemma", |j| text_model(TextFamily::Gemma, j)),
+    ("gemma2", |j| text_model(TextFamily::Gemma2, j)),
+    ("gemma3_text", |j| text_model(TextFamily::Gemma3, j)),
+    // tessera's native single-stream image + text model (ARCHITECTURE.md).
+    ("tessera_native", |j| parse::<native::NativeConfig>(j)?.resolve()),
+    // Idefics3 / SmolVLM: SigLIP tiles, pixel shuffle, a Llama decoder.
+    ("idefics3", |j| parse::<idefics3::Idefics3Config>(j)?.resolve()),
+    // LLaVA: CLIP or SigLIP tower, two-layer projector, a Llama or Qwen2 decoder.
+    ("llava", |j| parse::<llava::LlavaConfig>(j)?.resolve()),
+    // PaliGemma: SigLIP tower, linear projector, Gemma decoder, prefix-LM mask.
+    ("paligemma", |j| parse::<paligemma::PaliGemmaConfig>(j)?.resolve()),
+    // Gemma 3: SigLIP tower, average pooling + norm + projection, images attending both ways.
+    ("gemma3", |j| parse::<gemma3::Gemma3Config>(j)?.resolve()),
+    // Qwen2-VL: its own ViT (2-D RoPE, patch merger), a Qwen2 decoder with M-RoPE.
+    ("qwen2_vl", |j| parse::<qwen2_vl::Qwen2VlConfig>(j)?.resolve(qwen2_vl::Generation::Qwen2Vl)),
+    // Qwen2.5-VL: RMSNorm + gated-MLP vision blocks and windowed attention.
+    ("qwen2_5_vl", |j| parse::<qwen2_vl::Qwen2VlConfig>(j)?.resolve(qwen2_vl::Generation::Qwen25Vl)),
+    // Qwen3-VL: learned vision positions, DeepStack, interleaved M-RoPE, a Qwen3 decoder.
+    ("qwen3_vl", |j| parse::<qwen2_vl::Qwen2VlConfig>(j)?.resolve(qwen2_vl::Generation::Qwen3Vl)),
+];
+
+/// What `tessera` reads, for error messages: the registry's `model_type`s and the GGUF
+/// architectures.
+pub fn supported() -> String {
+    let names: Vec<&str> = REGISTRY.iter().map(|(name, _)| *name).collect();
+    format!("{} (config.json model_type) / llama, qwen2 (GGUF)", names.join(", "))
 }
 
-/// What `tessera` reads, for error messages.
-pub const SUPPORTED: &str =
-    "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, gemma3, qwen2_vl, qwen2_5_vl, qwen3_vl, tessera_native, idefics3, llava, paligemma \
-     (config.json model_type) / llama, qwen2 (GGUF)";
+/// A text model's config.
+fn text_model(family: TextFamily, json: &Value) -> std::result::Result<ModelConfig, String> {
+    Ok(ModelConfig::text_only(family.name(), family.resolve(&parse::<TextFields>(json)?, false)?))
+}
 
-impl Checkpoint {
-    fn resolve(self, json: &Value, path: &Path) -> Result<ModelConfig> {
-        let err = |reason: String| TesseraError::Config { path: path.to_path_buf(), reason };
-        let text = |family: TextFamily, f: &TextFields| -> Result<ModelConfig> {
-            Ok(ModelConfig::text_only(family.name(), family.resolve(f, false).map_err(err)?))
-        };
-        match self {
-            Self::Llama(f) => text(TextFamily::Llama, &f),
-            Self::Mistral(f) => text(TextFamily::Mistral, &f),
-            Self::Qwen2(f) => text(TextFamily::Qwen2, &f),
-            Self::Qwen3(f) => text(TextFamily::Qwen3, &f),
-            Self::Gemma(f) => text(TextFamily::Gemma, &f),
-            Self::Gemma2(f) => text(TextFamily::Gemma2, &f),
-            Self::Gemma3Text(f) => text(TextFamily::Gemma3, &f),
-            Self::TesseraNative(c) => c.resolve().map_err(err),
-            Self::Idefics3(c) => c.resolve().map_err(err),
-            Self::Llava(c) => c.resolve().map_err(err),
-            Self::PaliGemma(c) => c.resolve().map_err(err),
-            Self::Gemma3(c) => c.resolve().map_err(err),
-            Self::Qwen2Vl(c) => c.resolve(qwen2_vl::Generation::Qwen2Vl).map_err(err),
-            Self::Qwen25Vl(c) => c.resolve(qwen2_vl::Generation::Qwen25Vl).map_err(err),
-            Self::Qwen3Vl(c) => c.resolve(qwen2_vl::Generation::Qwen3Vl).map_err(err),
-            Self::Unsupported => Err(TesseraError::UnsupportedArchitecture {
-                found: json.get("model_type").map(|v| v.to_string().trim_matches('"').to_string()).unwrap_or_default(),
-                path: path.to_path_buf(),
-                supported: SUPPORTED.to_string(),
-            }),
-        }
-    }
+/// A family's config type from the JSON, errors naming the field where serde can tell.
+fn parse<T: DeserializeOwned>(json: &Value) -> std::result::Result<T, String> {
+    serde_json::from_value(json.clone()).map_err(|e| field_error(json, e))
 }
 
 /// Everything the assembly needs to build a model.
@@ -132,8 +106,8 @@ pub struct ModelConfig {
     pub prompt: PromptStyle,
     /// The tokens of each image attend to each other both ways on the prompt's forward (Gemma 3).
     pub bidirectional_images: bool,
-    /// The image side, for models that take images.
-    pub vision: Option<VisionSpec>,
+    /// The family's image side, for models that take images.
+    pub vision: Option<Arc<dyn ImageSpec>>,
 }
 
 /// How a user turn becomes a prompt, and how the prompt attends.
@@ -145,80 +119,6 @@ pub enum PromptStyle {
     /// PaliGemma: no template; the processor writes `<image>…<bos>prompt\n`, and that prompt
     /// (image and text) attends both ways on its first forward, the generated text causally.
     PrefixLm,
-}
-
-/// How a model turns images into tokens.
-#[derive(Debug, Clone, PartialEq)]
-pub enum VisionSpec {
-    /// Patches projected straight into the decoder width; the image tokens go before the text
-    /// (`tessera_native`).
-    Native { encoder: NativeVisionConfig, preprocess: PreprocessConfig },
-    /// A ViT tower and a connector whose features replace the prompt's image placeholders.
-    Tower(TowerSpec),
-    /// Qwen2-VL's tower and merger; images take M-RoPE grid positions.
-    Qwen2Vl(Qwen2VlSpec),
-}
-
-/// A tower + connector family's image side, resolved from its config.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TowerSpec {
-    pub tower: VisionTowerConfig,
-    /// Which tower output the connector reads.
-    pub feature: FeatureLayer,
-    /// Drop the class token from the features (LLaVA's `default` select strategy on CLIP).
-    pub drop_class_token: bool,
-    pub connector: ConnectorConfig,
-    /// The placeholder id the processor expands and the model replaces with image features.
-    pub image_token_id: u32,
-    /// What the chat template writes for an image, and what it expands to.
-    pub placeholder: Placeholder,
-    pub processor: ProcessorRule,
-    /// Where the tower's and the connector's weights live, by checkpoint naming generation
-    /// (the first that holds `probe` is used).
-    pub weights: WeightRoots,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum ConnectorConfig {
-    /// Pixel shuffle by `scale_factor`, then `modality_projection.proj` (Idefics3).
-    PixelShuffle { scale_factor: usize },
-    /// `linear_1` → activation → `linear_2` (LLaVA).
-    Mlp { act: Activation, bias: bool },
-    /// One linear layer (PaliGemma).
-    Linear,
-    /// Average pooling of the patch grid to `tokens_per_side²` tokens, RMSNorm, projection
-    /// (Gemma 3).
-    AvgPool { tokens_per_side: usize },
-}
-
-/// What stands for an image in the rendered prompt, and what the processor expands it to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placeholder {
-    /// The image token itself, expanded to the image's tokens (`<image>` × n, or Idefics3's
-    /// tiles).
-    ImageToken,
-    /// `begin` (Gemma 3's `<start_of_image>`), expanded to
-    /// `"\n\n" + begin + image token × n + end + "\n\n"`.
-    Wrapped { begin: u32, end: u32 },
-}
-
-/// How the family's processor turns one image into views and tokens.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ProcessorRule {
-    /// Resize (and crop), rescale, normalize: one view of `tokens` image tokens. When the
-    /// processor's settings state the count under `stated_len`, it must agree. `pan_and_scan`:
-    /// the processor can add crops of the image as further views (Gemma 3).
-    Single { tokens: usize, stated_len: Option<&'static str>, pan_and_scan: bool },
-    /// Idefics3: tiles and a global view of `tokens_per_view` tokens each.
-    Tiled { tokens_per_view: usize },
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct WeightRoots {
-    pub tower: &'static [&'static str],
-    pub connector: &'static [&'static str],
-    /// The tensor under the connector root that tells which root holds it (`""`: any tensor).
-    pub connector_probe: &'static str,
 }
 
 /// Every size field of a config (at any depth: `text_config`, `vision_config`) within
@@ -265,9 +165,21 @@ impl ModelConfig {
     /// Converts a parsed `config.json`; `path` is used in error messages.
     pub fn from_config_json(json: &Value, path: &Path) -> Result<Self> {
         check_sizes(json, "").map_err(|reason| TesseraError::Config { path: path.to_path_buf(), reason })?;
-        let checkpoint: Checkpoint = serde_json::from_value(json.clone())
-            .map_err(|e| TesseraError::Config { path: path.to_path_buf(), reason: field_error(json, e) })?;
-        let cfg = checkpoint.resolve(json, path)?;
+        let err = |reason: String| TesseraError::Config { path: path.to_path_buf(), reason };
+        let model_type = match json.get("model_type") {
+            Some(Value::String(name)) => name.as_str(),
+            Some(other) => return Err(err(format!("`model_type` must be a string, not {other}"))),
+            None if json.is_object() => return Err(err("missing field `model_type`".into())),
+            None => return Err(err(format!("a config must be a JSON object, not {json}"))),
+        };
+        let Some((_, resolve)) = REGISTRY.iter().find(|(name, _)| *name == model_type) else {
+            return Err(TesseraError::UnsupportedArchitecture {
+                found: model_type.to_string(),
+                path: path.to_path_buf(),
+                supported: supported(),
+            });
+        };
+        let cfg = resolve(json).map_err(err)?;
         if cfg.vocab_size == 0 {
             return Err(TesseraError::Config {
                 path: path.to_path_buf(),
@@ -276,6 +188,13 @@ impl ModelConfig {
         }
         cfg.decoder.validate().map_err(|e| TesseraError::Config { path: path.to_path_buf(), reason: e.to_string() })?;
         Ok(cfg)
+    }
+
+    /// The family's image spec as its own type (`TowerSpec`, `Qwen2VlSpec`, `NativeSpec`),
+    /// for inspection; `None` for text models and other families.
+    pub fn vision_spec<T: ImageSpec>(&self) -> Option<&T> {
+        let spec: &dyn std::any::Any = self.vision.as_deref()?;
+        spec.downcast_ref()
     }
 
     /// A decoder-only text model.
@@ -305,7 +224,7 @@ impl ModelConfig {
         tie: Option<bool>,
         eos: Option<&TokenIds>,
         prompt: PromptStyle,
-        vision: VisionSpec,
+        vision: impl ImageSpec,
     ) -> Self {
         let mut cfg = Self::text_only(family, t);
         if let Some(tie) = tie {
@@ -316,7 +235,7 @@ impl ModelConfig {
             cfg.eos_token_ids = eos.to_vec();
         }
         cfg.prompt = prompt;
-        cfg.vision = Some(vision);
+        cfg.vision = Some(Arc::new(vision));
         cfg
     }
 }
@@ -348,6 +267,8 @@ impl TokenIds {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+    use tessera_decoder::Activation;
+    use tessera_vision::FeatureLayer;
 
     use super::*;
 
@@ -419,7 +340,7 @@ mod tests {
             "image_token_index": null
         }))?;
         assert_eq!((cfg.decoder.intermediate_size, cfg.decoder.max_position_embeddings), (11008, 2048));
-        let Some(VisionSpec::Tower(v)) = &cfg.vision else { panic!("a LLaVA has a tower") };
+        let Some(v) = cfg.vision_spec::<TowerSpec>() else { panic!("a LLaVA has a tower") };
         // CLIP by default: 2×2 patches + CLS, CLS dropped; −2 of 2 layers → hidden_states[1].
         assert_eq!(
             (v.image_token_id, v.feature, &v.processor),

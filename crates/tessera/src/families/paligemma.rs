@@ -7,11 +7,9 @@ use tessera_vision::FeatureLayer;
 
 use super::llava::{PROJECTOR_ROOTS, TOWER_ROOTS};
 use super::text::{TextFamily, TextSubConfig};
+use super::tower::{ConnectorConfig, Placeholder, ProcessorRule, TowerSpec, WeightRoots};
 use super::vit::{VisionClass, VisionFields};
-use super::{
-    text_config, ConnectorConfig, ModelConfig, Placeholder, ProcessorRule, PromptStyle, TokenIds, TowerSpec,
-    VisionSpec, WeightRoots,
-};
+use super::{text_config, ModelConfig, PromptStyle, TokenIds};
 
 #[derive(Debug, Deserialize)]
 pub struct PaliGemmaConfig {
@@ -65,7 +63,7 @@ impl PaliGemmaConfig {
             self.tie_word_embeddings,
             self.eos_token_id.as_ref(),
             PromptStyle::PrefixLm,
-            VisionSpec::Tower(spec),
+            spec,
         ))
     }
 }

@@ -11,14 +11,18 @@
 //! embedding and learned, interpolated positions, DeepStack features added to the first decoder
 //! layers, interleaved M-RoPE, and a Qwen3 text model (q/k norms).
 
+use candle_core::{Device, Tensor};
 use serde::Deserialize;
+use serde_json::Value;
 use tessera_decoder::Activation;
 use tessera_decoder::MRope;
 use tessera_vision::qwen2_vl::{Qwen3Vision, VisionMlp, VisionNorm, Windows};
-use tessera_vision::Qwen2VisionConfig;
+use tessera_vision::{Filter, PreprocessConfig, Qwen2VisionConfig, Qwen2VisionTower, RgbImage};
 
+use super::image::{first_prefix, processor_files, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec};
 use super::text::{TextFamily, TextFields, TextSubConfig};
-use super::{text_config, ModelConfig, PromptStyle, TokenIds, VisionSpec};
+use super::{text_config, ModelConfig, PromptStyle, TokenIds};
+use crate::error::{Result, TesseraError};
 
 #[derive(Debug, Deserialize)]
 pub struct Qwen2VlConfig {
@@ -87,7 +91,7 @@ pub enum Generation {
 
 impl Qwen2VlConfig {
     /// Qwen2-VL's or Qwen2.5-VL's config (the same fields, other defaults and vision blocks).
-    pub fn resolve(&self, generation: Generation) -> Result<ModelConfig, String> {
+    pub fn resolve(&self, generation: Generation) -> std::result::Result<ModelConfig, String> {
         let (text_family, name) = match generation {
             Generation::Qwen2Vl => (TextFamily::Qwen2Vl, "qwen2_vl"),
             Generation::Qwen25Vl => (TextFamily::Qwen25Vl, "qwen2_5_vl"),
@@ -183,13 +187,180 @@ impl Qwen2VlConfig {
             ));
         }
         let spec = Qwen2VlSpec { tower, image_token_id: self.image_token_id.unwrap_or(151_655) };
-        Ok(ModelConfig::vlm(
-            name,
-            text,
-            self.tie_word_embeddings,
-            self.eos_token_id.as_ref(),
-            PromptStyle::Chat,
-            VisionSpec::Qwen2Vl(spec),
-        ))
+        Ok(ModelConfig::vlm(name, text, self.tie_word_embeddings, self.eos_token_id.as_ref(), PromptStyle::Chat, spec))
+    }
+}
+
+/// Qwen2-VL's processor settings, tower and merger.
+struct Qwen2VlEncoder {
+    tower: Qwen2VisionTower,
+    image_token_id: u32,
+    image_token: String,
+    min_pixels: usize,
+    max_pixels: usize,
+    filter: Filter,
+    /// Rescale and normalize (the resize is `smart_resize`'s).
+    normalize: PreprocessConfig,
+}
+
+impl Qwen2VlEncoder {
+    fn load(spec: &Qwen2VlSpec, at: &ImageLoad<'_>) -> Result<Self> {
+        let (image, _, origin) = processor_files(at.dir)?;
+        let err = |reason: String| TesseraError::Config { path: origin.clone(), reason };
+        let mut normalize: PreprocessConfig =
+            serde_json::from_value(image.clone()).map_err(|e| err(format!("image processor settings: {e}")))?;
+        normalize.validate().map_err(|e| err(e.to_string()))?;
+        normalize.do_resize = false;
+        normalize.do_center_crop = false;
+        let field = |keys: &[&str], default: u64| -> u64 {
+            keys.iter()
+                .find_map(|k| match k.split_once('.') {
+                    Some((a, b)) => image.get(a).and_then(|v| v.get(b)).and_then(Value::as_u64),
+                    None => image.get(*k).and_then(Value::as_u64),
+                })
+                .unwrap_or(default)
+        };
+        let t = &spec.tower;
+        for (name, stated, model) in [
+            ("patch_size", field(&["patch_size"], t.patch_size as u64), t.patch_size),
+            ("merge_size", field(&["merge_size"], t.spatial_merge_size as u64), t.spatial_merge_size),
+            (
+                "temporal_patch_size",
+                field(&["temporal_patch_size"], t.temporal_patch_size as u64),
+                t.temporal_patch_size,
+            ),
+        ] {
+            if stated as usize != model {
+                return Err(err(format!("{name} {stated} differs from the vision tower's {model}")));
+            }
+        }
+        let min_pixels = field(&["size.shortest_edge", "min_pixels"], 56 * 56) as usize;
+        let max_pixels = field(&["size.longest_edge", "max_pixels"], 28 * 28 * 1280) as usize;
+        if min_pixels == 0 || min_pixels > max_pixels || max_pixels > tessera_vision::preprocess::MAX_SIDE.pow(2) {
+            return Err(err(format!("pixel budget {min_pixels}..={max_pixels} is empty or too large")));
+        }
+        let filter = Filter::from_pil(normalize.resample)
+            .ok_or_else(|| err(format!("unsupported `resample` value {}", normalize.resample)))?;
+        let image_token = token_text(at, spec.image_token_id, "image_token_id")?;
+        let root = first_prefix(at.weights, &["visual", "model.visual"], "patch_embed.proj.weight");
+        Ok(Self {
+            tower: Qwen2VisionTower::new(&spec.tower, &root)?,
+            image_token_id: spec.image_token_id,
+            image_token,
+            min_pixels,
+            max_pixels,
+            filter,
+            normalize,
+        })
+    }
+
+    /// The size the processor resizes `img` to, `(height, width)`.
+    fn resized(&self, img: &RgbImage) -> Result<(usize, usize)> {
+        let f = self.tower.config().factor();
+        Ok(tessera_vision::qwen2_vl::smart_resize(img.height, img.width, f, self.min_pixels, self.max_pixels)?)
+    }
+
+    /// The image tokens' grid `(rows, cols)` (patches merged).
+    fn grid(&self, img: &RgbImage) -> Result<(usize, usize)> {
+        let (h, w) = self.resized(img)?;
+        let f = self.tower.config().factor();
+        Ok((h / f, w / f))
+    }
+
+    /// Pixel values `(patches, C·T·P·P)` and the patch grid.
+    fn patches(&self, img: &RgbImage, device: &Device) -> Result<(Tensor, usize, usize)> {
+        let (h, w) = self.resized(img)?;
+        let resized = tessera_vision::preprocess::resize(img, h, w, self.filter);
+        let px = tessera_vision::preprocess::to_tensor(&resized, &self.normalize, device)?;
+        let c = self.tower.config();
+        Ok(tessera_vision::qwen2_vl::patchify(&px, c.patch_size, c.spatial_merge_size, c.temporal_patch_size)?)
+    }
+
+    fn features(&self, img: &RgbImage, device: &Device) -> Result<Tensor> {
+        let (px, rows, cols) = self.patches(img, device)?;
+        Ok(self.tower.features(&px, rows, cols)?)
+    }
+}
+
+impl ImageSpec for Qwen2VlSpec {
+    fn load(&self, at: &ImageLoad<'_>) -> Result<Box<dyn ImageSide>> {
+        if at.pan_and_scan {
+            return Err(TesseraError::InvalidInput("pan-and-scan is for Gemma 3; Qwen2-VL has none".into()));
+        }
+        Ok(Box::new(Qwen2VlEncoder::load(self, at)?))
+    }
+}
+
+impl ImageSide for Qwen2VlEncoder {
+    fn fixed_tokens(&self) -> Option<usize> {
+        None
+    }
+
+    fn tokens_for(&self, img: &RgbImage) -> Result<usize> {
+        self.grid(img).map(|(r, c)| r * c)
+    }
+
+    fn placeholder(&self) -> Option<&str> {
+        Some(&self.image_token)
+    }
+
+    fn image_token_id(&self) -> Option<u32> {
+        Some(self.image_token_id)
+    }
+
+    fn placeholder_text(&self, img: &RgbImage) -> Result<Option<String>> {
+        let (rows, cols) = self.grid(img)?;
+        Ok(Some(self.image_token.repeat(rows * cols)))
+    }
+
+    fn position_grid(&self, img: &RgbImage) -> Result<Option<(usize, usize)>> {
+        self.grid(img).map(Some)
+    }
+
+    fn pixel_values(&self, img: &RgbImage, device: &Device) -> Result<Tensor> {
+        Ok(self.patches(img, device)?.0)
+    }
+
+    fn model_view(&self, img: &RgbImage) -> Result<(RgbImage, usize, usize)> {
+        let (h, w) = self.resized(img)?;
+        let (rows, cols) = self.grid(img)?;
+        Ok((tessera_vision::preprocess::resize(img, h, w, self.filter), rows, cols))
+    }
+
+    /// The merged image tokens and, for Qwen3-VL, DeepStack's features `(n, hidden)` per level,
+    /// added to the first decoder layers' outputs at the image's positions.
+    fn encode(&self, img: &RgbImage, device: &Device) -> Result<ImageFeatures> {
+        let (px, rows, cols) = self.patches(img, device)?;
+        let (features, deepstack) = self.tower.features_and_deepstack(&px, rows, cols)?;
+        let tokens = self.tower.merge(&features, rows, cols)?.unsqueeze(0)?;
+        Ok(ImageFeatures::with_layer_additions(tokens, deepstack))
+    }
+
+    fn tower_features(&self, img: &RgbImage, device: &Device) -> Result<Tensor> {
+        Ok(self.features(img, device)?.unsqueeze(0)?)
+    }
+
+    fn describe(&self) -> String {
+        let c = self.tower.config();
+        let windows = match &c.windows {
+            Some(w) => format!(", windows of {} px except in blocks {:?}", w.size, w.full_blocks),
+            None => String::new(),
+        };
+        format!(
+            "Qwen2-VL tower ({} blocks, width {}, {}×{} patches over {} frames, 2-D RoPE{windows}), {}×{} patch \
+             merger; images resized to multiples of {} px within {}..={} pixels, one token per {}×{} block",
+            c.depth,
+            c.embed_dim,
+            c.patch_size,
+            c.patch_size,
+            c.temporal_patch_size,
+            c.spatial_merge_size,
+            c.spatial_merge_size,
+            c.factor(),
+            self.min_pixels,
+            self.max_pixels,
+            c.factor(),
+            c.factor()
+        )
     }
 }

@@ -1,0 +1,187 @@
+//! The image side of a vision-language family, as the generic code sees it. A family module
+//! implements two traits: [`ImageSpec`], what its config resolves to before any weight is read,
+//! and [`ImageSide`], what that loads into — the processor (views, resizing rule, token counts,
+//! the placeholder text an image expands to), the tower and connector, and the grid an image's
+//! tokens take for M-RoPE positions. The model, the prompt code and the engine ask these traits
+//! and never match on a family (the shape of vLLM's `SupportsMultiModal` and llama.cpp's `mtmd`
+//! interface: a family encodes an image into tokens; only a few flags — the mask rule, M-RoPE —
+//! cross into the decoder).
+//!
+//! What a family feeds the decoder besides the image tokens (Qwen3-VL's DeepStack features,
+//! added to the first layers' outputs) travels inside [`ImageFeatures`], which the generic
+//! code only slices by position and hands to the decoder.
+
+use std::any::Any;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use serde_json::Value;
+use tessera_decoder::Weights;
+use tessera_text::Tokenizer;
+use tessera_vision::RgbImage;
+
+use crate::error::{Result, TesseraError};
+
+/// What a family's image side is loaded from.
+pub struct ImageLoad<'a> {
+    /// The checkpoint folder (its processor settings).
+    pub dir: &'a Path,
+    /// The checkpoint's weights (the tower's and connector's matrices possibly quantized).
+    pub weights: &'a Weights,
+    /// The decoder's width, which image tokens must have.
+    pub text_hidden: usize,
+    /// Gives the texts of the placeholder ids.
+    pub tokenizer: &'a Tokenizer,
+    /// Gemma 3's pan-and-scan on, whatever the processor settings say (refused by families
+    /// without it).
+    pub pan_and_scan: bool,
+}
+
+/// A family's image side as its config resolves it (the tower's sizes, the connector, the
+/// processor rule and the placeholder ids), before any weight or processor file is read.
+pub trait ImageSpec: fmt::Debug + Send + Sync + Any {
+    /// Reads the processor settings and weights `at` describes into the loaded image side.
+    fn load(&self, at: &ImageLoad<'_>) -> Result<Box<dyn ImageSide>>;
+}
+
+/// A loaded family's image side: how an image becomes pixel values, image tokens in the
+/// decoder's width, and a place in the prompt.
+pub trait ImageSide: Send + Sync {
+    /// How many images one prompt may carry.
+    fn max_images(&self) -> usize {
+        usize::MAX
+    }
+
+    /// Image tokens per image when that does not depend on the image.
+    fn fixed_tokens(&self) -> Option<usize>;
+
+    /// Image tokens `img` becomes in the sequence (from its size alone: no pixel work).
+    fn tokens_for(&self, img: &RgbImage) -> Result<usize>;
+
+    /// What the rendered prompt writes for an image (`<image>`; Gemma 3's `<start_of_image>`),
+    /// before the processor's expansion; `None` when images go before the text instead.
+    fn placeholder(&self) -> Option<&str>;
+
+    /// The id whose positions an image's tokens replace; `None` when images go before the text.
+    fn image_token_id(&self) -> Option<u32>;
+
+    /// The prompt text `img`'s placeholder expands to (what the reference processor writes);
+    /// `None` when images go before the text.
+    fn placeholder_text(&self, img: &RgbImage) -> Result<Option<String>>;
+
+    /// The `(rows, cols)` grid of `img`'s image tokens for families whose images take M-RoPE
+    /// grid positions; `None` for the others.
+    fn position_grid(&self, _img: &RgbImage) -> Result<Option<(usize, usize)>> {
+        Ok(None)
+    }
+
+    /// The preprocessed pixel values the tower reads.
+    fn pixel_values(&self, img: &RgbImage, device: &Device) -> Result<Tensor>;
+
+    /// The image as the model sees it (resized, before normalization) and its token grid
+    /// `(rows, cols)`, for families whose image is one grid of tokens.
+    fn model_view(&self, img: &RgbImage) -> Result<(RgbImage, usize, usize)>;
+
+    /// `img`'s image tokens `(1, n, hidden)` and whatever else the family feeds the decoder.
+    fn encode(&self, img: &RgbImage, device: &Device) -> Result<ImageFeatures>;
+
+    /// The vision tower's features `(views, patches, vision_hidden)` as the connector reads
+    /// them (a model without a tower returns its image tokens).
+    fn tower_features(&self, img: &RgbImage, device: &Device) -> Result<Tensor>;
+
+    /// One paragraph for `tessera info`.
+    fn describe(&self) -> String;
+}
+
+/// One image encoded: its tokens `(1, n, hidden)` in the decoder's width and, for families that
+/// feed the decoder more (Qwen3-VL's DeepStack), rows `(n, hidden)` added to the outputs of the
+/// first decoder layers at the image's positions, one per layer.
+#[derive(Debug, Clone)]
+pub struct ImageFeatures {
+    tokens: Tensor,
+    layer_additions: Vec<Tensor>,
+}
+
+impl ImageFeatures {
+    /// Image tokens `(1, n, hidden)` alone.
+    pub fn new(tokens: Tensor) -> Self {
+        Self { tokens, layer_additions: Vec::new() }
+    }
+
+    /// Image tokens and one `(n, hidden)` addition per early decoder layer.
+    pub fn with_layer_additions(tokens: Tensor, layer_additions: Vec<Tensor>) -> Self {
+        Self { tokens, layer_additions }
+    }
+
+    /// The image tokens `(1, n, hidden)`.
+    pub fn tokens(&self) -> &Tensor {
+        &self.tokens
+    }
+
+    /// The additions to the first decoder layers' outputs, `(n, hidden)` each.
+    pub fn layer_additions(&self) -> &[Tensor] {
+        &self.layer_additions
+    }
+
+    /// Bytes the features take.
+    pub fn bytes(&self) -> usize {
+        std::iter::once(&self.tokens)
+            .chain(&self.layer_additions)
+            .map(|t| t.elem_count() * t.dtype().size_in_bytes())
+            .sum()
+    }
+
+    /// The features in `dtype`.
+    pub(crate) fn to_dtype(&self, dtype: DType) -> Result<Self> {
+        Ok(Self {
+            tokens: self.tokens.to_dtype(dtype)?,
+            layer_additions: self
+                .layer_additions
+                .iter()
+                .map(|t| t.to_dtype(dtype))
+                .collect::<candle_core::Result<_>>()?,
+        })
+    }
+}
+
+/// The image processor's settings and the processor's own fields, from either folder layout:
+/// transformers 5's `processor_config.json` with a nested `image_processor`, or the older flat
+/// `preprocessor_config.json` (with processor fields, if any, in a flat `processor_config.json`).
+/// Also the file they came from, for errors.
+pub(crate) fn processor_files(dir: &Path) -> Result<(Value, Value, PathBuf)> {
+    let read = crate::model::read_json_opt;
+    let proc_path = dir.join("processor_config.json");
+    let pre_path = dir.join("preprocessor_config.json");
+    let processor = read(&proc_path)?.unwrap_or_else(|| Value::Object(Default::default()));
+    if let Some(nested) = processor.get("image_processor").filter(|v| v.is_object()) {
+        return Ok((nested.clone(), processor.clone(), proc_path));
+    }
+    match read(&pre_path)? {
+        Some(image) => Ok((image, processor, pre_path)),
+        None => Err(TesseraError::Config {
+            path: dir.to_path_buf(),
+            reason: "no image processor settings: neither preprocessor_config.json nor an `image_processor` in \
+                     processor_config.json"
+                .into(),
+        }),
+    }
+}
+
+/// The first of `candidates` under which `probe` exists (the checkpoint's naming generation);
+/// the first candidate when none matches, so that errors name the expected tensor.
+pub(crate) fn first_prefix(vb: &Weights, candidates: &[&str], probe: &str) -> Weights {
+    candidates
+        .iter()
+        .map(|p| vb.pp(p))
+        .find(|w| if probe.is_empty() { w.has_any() } else { w.contains(probe) })
+        .unwrap_or_else(|| vb.pp(candidates[0]))
+}
+
+/// The tokenizer's text of placeholder id `id` (`what` names the config field).
+pub(crate) fn token_text(at: &ImageLoad<'_>, id: u32, what: &str) -> Result<String> {
+    at.tokenizer.id_to_token(id).ok_or_else(|| TesseraError::Config {
+        path: at.dir.join("tokenizer.json"),
+        reason: format!("the tokenizer has no token for {what} {id}"),
+    })
+}
