@@ -34,8 +34,8 @@ export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-90}
 
 # The toolkit: CUDA 13.0 from PyPI, the version of the GPU machine's driver (580, CUDA 13.0:
 # .library/device/KINDS.md). Candle's kernels travel as PTX, which the driver compiles when a
-# program loads them, and a driver compiles PTX only up to its own version's ISA: nvcc 13.4's
-# (cuda-check.sh's, PTX ISA 9.4) would fail to load there (CUDA_ERROR_UNSUPPORTED_PTX_VERSION),
+# program loads them, and a driver compiles PTX only up to its own version's ISA: a newer nvcc's
+# (13.4: PTX ISA 9.4) would fail to load there (CUDA_ERROR_UNSUPPORTED_PTX_VERSION),
 # where 13.0's is ISA 9.0. cudarc also takes its API version from this nvcc. CUDA_TOOLKIT=13.x.y
 # builds for another driver.
 toolkit=${CUDA_TOOLKIT:-13.0.88}
@@ -53,7 +53,7 @@ for l in cudart.so.13 nvrtc.so.13 curand.so.10 cublas.so.13 cublasLt.so.13; do #
   ln -sf "lib$l" "$cuda/lib/lib${l%%.so.*}.so"
 done
 # libcuda is the driver's, in no wheel: a stub to link against, from this toolkit's cuda.h, whose
-# every entry point returns CUDA_ERROR_NO_DEVICE (as ../shared/tools/cuda-check.sh makes it).
+# every entry point returns CUDA_ERROR_NO_DEVICE.
 if [ ! -f "$cuda/lib/stubs/libcuda.so" ]; then
   mkdir -p "$cuda/lib/stubs"
   {
@@ -143,7 +143,7 @@ if [ "$what" != suite ]; then
   stripped tessera-bench "$CARGO_TARGET_DIR/release/tessera-bench"
 fi
 # The driver's first step there, here: it JIT-compiles the PTX each binary embeds, and refuses PTX
-# its CUDA version's ptxas would (a newer ISA, as cuda-check.sh's 13.4 wrote). ~15 s.
+# its CUDA version's ptxas would (a newer ISA, as nvcc 13.4 writes). ~15 s.
 python3 scripts/gpu/ptx_check.py "$cuda/bin/ptxas" "$stage"/*
 rm -f .gpu/device_suite.xz .gpu/tessera.xz .gpu/tessera-bench.xz # packed one by one by earlier builds
 tar -C "$stage" -cf - $(ls "$stage") | xz -T1 --lzma2=preset=9e,dict=256MiB >.gpu/binaries.tar.xz

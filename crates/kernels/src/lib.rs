@@ -1,19 +1,44 @@
-//! CPU matmul kernels for GGUF-quantized weights, and the only SIMD code of tessera.
+//! tessera's CPU compute kernels: matmuls of GGUF-quantized weights, fused f32 layers and
+//! attention, the thread pool they run on, and the allocator that bounds a chat template's
+//! memory. All of tessera's SIMD code (`std::arch` intrinsics) is here.
 //!
-//! One safe entry point, [`QMatrix::matmul`], computes `x · Wᵀ` for a quantized weight
-//! matrix `W` and f32 activations `x`; the decoder's linear layer calls it on the CPU.
+//! The entry points are safe functions. The other crates call them directly:
+//! - `tessera-decoder`, on the CPU while [`enabled`] (`TESSERA_KERNELS=off` sends it down
+//!   Candle's device-generic ops): [`QMatrix`] from its linear layer (`matmul_uninit`,
+//!   `matmul_add_uninit`, `matmul_shared_uninit`) and weight loading (`new`, `dequantize`),
+//!   [`blocks::quantize_q8_0_blocks`], [`dense::linear`], [`dense::attend_many`],
+//!   [`attention::attend`], [`attention::attend_rows`], [`attention::scale_mask_softmax`],
+//!   [`ops::rms_norm`], [`ops::silu_mul`], [`ops::gelu_tanh`], [`ops::f32_to_f16`] (KV writes),
+//!   [`for_each_row`] on [`ThreadPool::global`], and [`row_invariant`] around a batched decode step;
+//! - `tessera-vision`: [`ops::add_scaled_u8`] and [`for_each_row`] for Pillow-exact resizing;
+//! - `tessera-text`: [`QMatrix`] for quantized token embeddings (rows dequantized on lookup) and
+//!   [`with_memory_budget`] around chat-template rendering;
+//! - the binaries (`tessera-cli`): [`BudgetedAlloc`] as the global allocator,
+//!   [`keep_freed_memory`] and [`MAX_THREADS`].
+//!
+//! `unsafe` here, each block with its `SAFETY` argument: SIMD intrinsics in `#[target_feature]`
+//! functions, called only once [`Isa::best`] has found the instruction set on this CPU; raw
+//! pointers through which pool threads write disjoint parts of one output; outputs written whole
+//! from uninitialised memory (the `MaybeUninit` outputs of the `*_uninit` matmuls and of
+//! [`ops::rms_norm`]); and the [`BudgetedAlloc`] `GlobalAlloc` implementation. Outside this crate
+//! `unsafe` is in `tessera-decoder` (`cpu_op` hands these kernels uninitialised outputs, relying
+//! on their promise to write every element; `Weights` memory-maps safetensors files) and in
+//! `tessera`'s CUDA device setup (`device.rs`: cudarc's driver calls); the other crates have none.
+//!
 //! Underneath:
 //! - [`blocks`]: the GGUF block layouts (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q4_K`,
 //!   `Q5_K`, `Q6_K`), dequantization, and llama.cpp's activation quantization
 //!   (`Q8_0`/`Q8_1`/`Q8_K`);
 //! - [`dot`]: portable integer dot products (the reference twins of the SIMD kernels);
 //! - `x86` (AVX2, AVX-512 VNNI) and `neon` (dotprod) row kernels, chosen at run time
-//!   ([`Isa::best`], overridable with `TESSERA_KERNELS`);
+//!   ([`Isa::best`], overridable with `TESSERA_KERNELS`), and on AVX-512 VNNI the int8 prefill
+//!   GEMM (`igemm`) and the 16-row panel layout (`panels`);
 //! - [`ThreadPool`]: a persistent pool, one part per thread per matmul;
 //! - [`attention`]: fused attention for decode steps (scores, softmax and values in one pass),
 //!   [`dense`]: f32 linear layers with bias, residual and GELU in the matmul's pass, and
 //!   attention over many queries as two GEMMs per head on strided projections,
-//!   and [`ops`]: the polynomial `exp` and SwiGLU's `silu(gate)·up`.
+//!   and [`ops`]: the polynomial `exp`, SwiGLU's `silu(gate)·up`, the tanh GELU, RMSNorm and
+//!   f16 conversion.
 //!
 //! Arithmetic follows ggml (llama.cpp's `ggml/src/ggml-quants.c` and
 //! `ggml-cpu/arch/*/quants.c`), so logits agree with llama.cpp's on the same file.
