@@ -117,7 +117,7 @@ impl Model {
     }
 
     /// Where `prompt`'s prefill blocks end (ascending; the last is its length). Generation runs a
-    /// prompt block by block ([`forward_prompt_in`](Self::forward_prompt_in)). A block ends
+    /// prompt block by block ([`forward`](Self::forward)). A block ends
     /// after each end-of-turn token (an EOS id: a chat's turns), or after the model's block size
     /// ([`PREFILL_BLOCK`] unless [`LoadOptions::prefill_block`](crate::LoadOptions) set one)
     /// positions, never inside an image that attends both ways (Gemma 3); a prefix-LM prompt
