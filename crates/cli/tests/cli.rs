@@ -21,13 +21,14 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// A failure with one clear message and no panic.
+/// A failure with one clear message, on one line, and no panic.
 fn assert_clean_failure(o: &Output, needles: &[&str]) {
     let err = stderr(o);
     assert!(!o.status.success(), "expected failure, got success; stderr: {err}");
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(!err.contains("panicked"), "panic: {err}");
     assert!(err.starts_with("error: "), "{err}");
+    assert_eq!(err.lines().count(), 1, "not one line: {err}");
     for n in needles {
         assert!(err.contains(n), "stderr lacks {n:?}: {err}");
     }
@@ -281,6 +282,33 @@ fn bad_requests_fail_cleanly() {
         &tessera(&["generate", "--model", tiny.to_str().unwrap(), "--raw", "--prompt", &long]),
         &["context"],
     );
+}
+
+/// Errors stay one line with backtraces on (issue 37): Candle attaches a backtrace to its errors
+/// under `RUST_BACKTRACE` and prints every frame after the message (on a CUDA build without a
+/// GPU, `--device cuda` printed 14 `<unknown>` frames after its error).
+#[test]
+fn errors_are_one_line_with_backtraces_on() {
+    let m = smollm2();
+    let cases: [(&[&str], &[&str]); 4] = [
+        (&["generate", "--model", "/no/such/model.gguf", "--prompt", "x"], &["/no/such/model.gguf"]),
+        (&["generate", "--model", &m, "--device", "cuda", "--prompt", "x"], &["device `cuda:0` is not available"]),
+        // A Candle error that reaches the CLI directly (writing the tensor), not through the library.
+        (
+            &["embed", "--model", &m, "--text", "hi", "--pool", "mean", "--out", "/no/such/folder/e.safetensors"],
+            &["writing /no/such/folder/e.safetensors"],
+        ),
+        (&["eval", "--model", &m, "--questions", "/no/such/questions.jsonl"], &["reading /no/such/questions.jsonl"]),
+    ];
+    for (args, needles) in cases {
+        let o = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(args)
+            .env("RUST_BACKTRACE", "1")
+            .env("RUST_LIB_BACKTRACE", "1")
+            .output()
+            .expect("run tessera");
+        assert_clean_failure(&o, needles);
+    }
 }
 
 /// FIFOs where files are expected (an image, a chat file, a model) are refused before they

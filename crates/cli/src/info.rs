@@ -1,0 +1,73 @@
+//! `tessera info`: what a model is (architecture, sizes, RoPE, dtype, tokenizer, chat template,
+//! vision tower), printed one field a line.
+
+use anyhow::Result;
+
+use crate::common::{load, out, ModelArgs};
+
+/// Loads the model and prints what it is.
+pub fn run(args: ModelArgs) -> Result<()> {
+    let (model, load_s) = load(&args)?;
+    let c = model.config();
+    let d = &c.decoder;
+    let i = model.info();
+    out!("model:          {}", i.source.path().display());
+    if c.text_family.name() == c.family {
+        out!("architecture:   {}", c.family);
+    } else {
+        out!("architecture:   {} ({} decoder)", c.family, c.text_family.name());
+    }
+    out!(
+        "decoder:        {} layers, width {}, MLP {}, {} heads / {} KV heads ({}), head_dim {}",
+        d.num_hidden_layers,
+        d.hidden_size,
+        d.intermediate_size,
+        d.num_attention_heads,
+        d.num_key_value_heads,
+        match (d.num_attention_heads, d.num_key_value_heads) {
+            (h, k) if h == k => "MHA",
+            (_, 1) => "MQA",
+            _ => "GQA",
+        },
+        d.head_dim
+    );
+    out!("rope:           theta {}, scaling {:?}, layout {:?}", d.rope.theta, d.rope.scaling, d.rope.style);
+    if let Some(m) = &d.rope.mrope {
+        out!(
+            "m-rope:         sections {:?} (temporal, height, width){}",
+            m.section,
+            if m.interleaved { ", interleaved" } else { "" }
+        );
+    }
+    if let Some(local) = &d.local_rope {
+        let n = local.layers.iter().filter(|&&l| l).count();
+        out!(
+            "local rope:     theta {}, scaling {:?} ({n} of {} layers)",
+            local.rope.theta,
+            local.rope.scaling,
+            d.num_hidden_layers
+        );
+    }
+    let windows: Vec<usize> = c.layer_windows.iter().flatten().copied().collect();
+    if let Some(w) = windows.first() {
+        out!("sliding window: {w} tokens in {} of {} layers", windows.len(), d.num_hidden_layers);
+    }
+    out!("context:        {} tokens", d.max_position_embeddings);
+    out!("vocabulary:     {} (tied embeddings: {})", c.vocab_size, c.tie_word_embeddings);
+    out!(
+        "weights:        {:?}{}",
+        i.dtype,
+        i.quantization.as_ref().map(|q| format!(" activations, {q} quantized matmuls")).unwrap_or_default()
+    );
+    out!("device:         {:?}", model.device());
+    out!("tokenizer:      {}", i.tokenizer_source);
+    out!("eos ids:        {:?}", model.eos_ids());
+    out!("chat template:  {}", i.chat_template_source.as_deref().unwrap_or("none (use --raw)"));
+    match model.vision_description() {
+        Some(v) if model.max_images() == usize::MAX => out!("vision:         {v}; several images per prompt"),
+        Some(v) => out!("vision:         {v}; at most {} image(s) per prompt", model.max_images()),
+        None => out!("vision:         none (text-only model)"),
+    }
+    out!("load time:      {load_s:.2}s");
+    Ok(())
+}

@@ -1,0 +1,36 @@
+//! The endpoints, one module each: chat completions, text completions, embeddings, the
+//! status endpoints (models, health, metrics) and the chat page. Bodies are read with the size
+//! limit and parsed in [`request`] (so a bad body gets OpenAI's error shape, naming the field);
+//! prompts are built on a blocking thread (template, tokenizer, image decoding, with images
+//! fetched under [`media`]'s rules) and generation goes through the engine; [`response`] turns
+//! its output into OpenAI's bodies and server-sent events.
+
+mod chat;
+mod completions;
+mod embeddings;
+mod media;
+mod page;
+mod request;
+mod response;
+mod status;
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+
+pub use chat::chat_completions;
+pub use completions::completions;
+pub use embeddings::embeddings;
+pub use page::chat_page;
+pub use status::{health, metrics, models};
+
+use crate::error::ApiError;
+use crate::AppState;
+
+type Shared = State<Arc<AppState>>;
+
+/// Any other route: 404 in OpenAI's error shape.
+pub async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError { status: StatusCode::NOT_FOUND, message: format!("no route {uri}"), param: None }
+}
