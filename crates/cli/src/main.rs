@@ -55,6 +55,9 @@ enum Command {
     Eval(EvalArgs),
     /// An OpenAI-compatible HTTP server (chat and text completions, embeddings, models, health,
     /// metrics) over one model, with continuous batching.
+    ///
+    /// Request logs go to stderr and never hold up a request: lines stderr cannot take in time
+    /// are dropped and counted in /metrics (tessera_log_lines_dropped_total).
     Serve(ServeArgs),
 }
 
@@ -418,7 +421,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         },
     };
     // Request logs on stderr; RUST_LOG-style filtering is not needed for one line per request.
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false).init();
+    let _logs = tessera_server::logging::init()?;
     let state = tessera_server::AppState::new(std::sync::Arc::new(model), config)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
