@@ -44,6 +44,9 @@ enum Command {
     Eval(eval::EvalArgs),
     /// An OpenAI-compatible HTTP server (chat and text completions, embeddings, models, health,
     /// metrics) over one model, with continuous batching.
+    ///
+    /// Request logs go to stderr and never hold up a request: lines stderr cannot take in time
+    /// are dropped and counted in /metrics (tessera_log_lines_dropped_total).
     Serve(serve::ServeArgs),
 }
 
@@ -68,8 +71,9 @@ fn run() -> Result<()> {
     }
 }
 
-/// Logging (the server's one line per request), set up by `serve` once its model is loaded.
-fn init_logging() {
-    // Request logs on stderr; RUST_LOG-style filtering is not needed for one line per request.
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false).init();
+/// Logging (the server's one line per request), set up by `serve` once its model is loaded:
+/// through a bounded queue to stderr, so a stuck stderr costs log lines, never requests. Keep
+/// the guard until the server stops (it flushes what is queued).
+fn init_logging() -> Result<tessera_server::logging::LogGuard> {
+    Ok(tessera_server::logging::init()?)
 }

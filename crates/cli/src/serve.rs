@@ -79,7 +79,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             kv_cache_bytes: args.kv_cache_bytes as usize,
         },
     };
-    crate::init_logging();
+    let _logs = crate::init_logging()?;
     let state = tessera_server::AppState::new(std::sync::Arc::new(model), config)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

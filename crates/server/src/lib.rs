@@ -6,10 +6,16 @@
 //! text). Generation runs in [`tessera::Engine`]'s continuous batching: every request joins
 //! the running batch between decode steps, and a client that disconnects cancels its
 //! sequence at once. Errors use OpenAI's JSON shape with the matching status.
+//!
+//! Logs (one line per request) go to stderr through [`logging::init`]'s lossy queue: a slow or
+//! stuck stderr costs log lines, counted in `/metrics` as `tessera_log_lines_dropped_total`,
+//! never requests.
 
 mod api;
 mod error;
 mod handlers;
+pub mod logging;
+mod metrics;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -103,7 +109,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/embeddings", post(handlers::embeddings))
         .route("/v1/models", get(handlers::models))
         .route("/health", get(handlers::health))
-        .route("/metrics", get(handlers::metrics))
+        .route("/metrics", get(metrics::metrics))
         .route("/", get(handlers::chat_page))
         .fallback(handlers::not_found)
         .layer(axum::middleware::from_fn(log_request))

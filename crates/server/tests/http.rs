@@ -213,9 +213,14 @@ fn completions_models_health_and_metrics() -> Result<()> {
     let health: Value = ureq::get(&format!("{}/health", server.base)).call()?.into_json()?;
     assert_eq!(health["status"], "ok");
     let metrics = ureq::get(&format!("{}/metrics", server.base)).call()?.into_string()?;
-    for name in
-        ["tessera_requests_total 1", "tessera_queue_depth 0", "tessera_batch_size", "tessera_generated_tokens_total"]
-    {
+    for name in [
+        "tessera_requests_total 1",
+        "tessera_queue_depth 0",
+        "tessera_batch_size",
+        "tessera_generated_tokens_total",
+        // Nothing here installs the lossy log writer (crate::logging::init), so nothing is dropped.
+        "tessera_log_lines_dropped_total 0",
+    ] {
         assert!(metrics.contains(name), "metrics lack {name:?}:\n{metrics}");
     }
     Ok(())

@@ -1,5 +1,5 @@
 //! The endpoints, one module each: chat completions, text completions, embeddings, the
-//! status endpoints (models, health, metrics) and the chat page. Bodies are read with the size
+//! status endpoints (models, health) and the chat page. Bodies are read with the size
 //! limit and parsed in [`request`] (so a bad body gets OpenAI's error shape, naming the field);
 //! prompts are built on a blocking thread (template, tokenizer, image decoding, with images
 //! fetched under [`media`]'s rules) and generation goes through the engine; [`response`] turns
@@ -23,7 +23,7 @@ pub use chat::chat_completions;
 pub use completions::completions;
 pub use embeddings::embeddings;
 pub use page::chat_page;
-pub use status::{health, metrics, models};
+pub use status::{health, models};
 
 use crate::error::ApiError;
 use crate::AppState;
