@@ -1,0 +1,129 @@
+//! x86-64 decode dot products of the k-quants (256-value blocks: `Q4_K`, `Q5_K`, `Q6_K`) with
+//! `Q8_K` activations, in AVX2: `maddubs` per 32 values, the sub-block scales applied by `madd`
+//! on the int16 pairs, the mins through the activations' block sums (ggml's
+//! `ggml_vec_dot_q4_K_q8_K` and its siblings, `ggml-cpu/arch/x86/quants.c`).
+//!
+//! # Safety
+//! The kernels [`row_k_fn`] returns run only on a CPU with AVX2, FMA and F16C (`has_avx2()`).
+//! They read `min(act.len(), row.len() / block bytes)` blocks, so any lengths are memory-safe.
+
+#![allow(unsafe_op_in_unsafe_fn)]
+
+use std::arch::x86_64::*;
+
+use super::{f16_to_f32, hsum};
+use crate::blocks::{scale_min_k4, Q8KBlock, QType};
+
+/// Σ over the 8 sub-blocks of 32 of `min[j] · (bsums[2j] + bsums[2j+1])`.
+#[inline(always)]
+fn mins_dot(mins: &[u8; 8], bsums: &[i16; 16]) -> i32 {
+    (0..8).map(|j| mins[j] as i32 * (bsums[2 * j] as i32 + bsums[2 * j + 1] as i32)).sum()
+}
+
+#[inline(always)]
+unsafe fn scales_mins_k4(sc: *const u8) -> ([u8; 8], [u8; 8]) {
+    let s = std::slice::from_raw_parts(sc, 12);
+    let (mut scales, mut mins) = ([0u8; 8], [0u8; 8]);
+    for j in 0..8 {
+        (scales[j], mins[j]) = scale_min_k4(j, s);
+    }
+    (scales, mins)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn row_q45k_avx2<const FIVE: bool>(row: &[u8], act: &[Q8KBlock]) -> f32 {
+    let bb = if FIVE { 176 } else { 144 };
+    let n = act.len().min(row.len() / bb);
+    let p = row.as_ptr();
+    let low4 = _mm256_set1_epi8(0x0F);
+    let one = _mm256_set1_epi8(1);
+    let mut acc = _mm256_setzero_ps();
+    let mut summ = 0f32;
+    for i in 0..n {
+        let b = p.add(i * bb);
+        let a = act.get_unchecked(i);
+        let d = f16_to_f32(b) * a.d;
+        let dmin = f16_to_f32(b.add(2)) * a.d;
+        let (scales, mins) = scales_mins_k4(b.add(4));
+        summ += dmin * mins_dot(&mins, &a.bsums) as f32;
+        let (qh, qs) = if FIVE {
+            (_mm256_loadu_si256(b.add(16) as *const __m256i), b.add(48))
+        } else {
+            (_mm256_setzero_si256(), b.add(16))
+        };
+        let y = a.qs.as_ptr();
+        let mut sumi = _mm256_setzero_si256();
+        for c in 0..4 {
+            let v = _mm256_loadu_si256(qs.add(32 * c) as *const __m256i);
+            let mut lo = _mm256_and_si256(v, low4);
+            let mut hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+            if FIVE {
+                let sh = _mm_cvtsi32_si128(2 * c as i32);
+                let sh1 = _mm_cvtsi32_si128(2 * c as i32 + 1);
+                let b0 = _mm256_and_si256(_mm256_srl_epi16(qh, sh), one);
+                let b1 = _mm256_and_si256(_mm256_srl_epi16(qh, sh1), one);
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(b0, 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(b1, 4));
+            }
+            let y0 = _mm256_loadu_si256(y.add(64 * c) as *const __m256i);
+            let y1 = _mm256_loadu_si256(y.add(64 * c + 32) as *const __m256i);
+            let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_set1_epi16(scales[2 * c] as i16));
+            let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_set1_epi16(scales[2 * c + 1] as i16));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum(acc) - summ
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn row_q6k_avx2(row: &[u8], act: &[Q8KBlock]) -> f32 {
+    let n = act.len().min(row.len() / 210);
+    let p = row.as_ptr();
+    let low4 = _mm256_set1_epi8(0x0F);
+    let three = _mm256_set1_epi8(3);
+    let m32 = _mm256_set1_epi8(32);
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..n {
+        let b = p.add(i * 210);
+        let a = act.get_unchecked(i);
+        let d = f16_to_f32(b.add(208)) * a.d;
+        let sc = b.add(192) as *const i8;
+        let mut sumi = _mm256_setzero_si256();
+        for h in 0..2 {
+            let ql0 = _mm256_loadu_si256(b.add(64 * h) as *const __m256i);
+            let ql1 = _mm256_loadu_si256(b.add(64 * h + 32) as *const __m256i);
+            let qh = _mm256_loadu_si256(b.add(128 + 32 * h) as *const __m256i);
+            let hb = |s: i32| -> __m256i {
+                let v = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(s)), three);
+                _mm256_slli_epi16(v, 4)
+            };
+            let v = [
+                _mm256_or_si256(_mm256_and_si256(ql0, low4), hb(0)),
+                _mm256_or_si256(_mm256_and_si256(ql1, low4), hb(2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), hb(4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), hb(6)),
+            ];
+            for (k, v) in v.iter().enumerate() {
+                let y = _mm256_loadu_si256(a.qs.as_ptr().add(128 * h + 32 * k) as *const __m256i);
+                let p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(*v, y), _mm256_maddubs_epi16(m32, y));
+                let s0 = *sc.add(8 * h + 2 * k) as i16;
+                let s1 = *sc.add(8 * h + 2 * k + 1) as i16;
+                let scale = _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, scale));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum(acc)
+}
+
+/// The row kernel of a k-quant type. Callers check `has_avx2()` first.
+pub(crate) fn row_k_fn(t: QType) -> Option<crate::matmul::RowKFn> {
+    match t {
+        QType::Q4K => Some(row_q45k_avx2::<false>),
+        QType::Q5K => Some(row_q45k_avx2::<true>),
+        QType::Q6K => Some(row_q6k_avx2),
+        _ => None,
+    }
+}

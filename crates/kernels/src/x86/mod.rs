@@ -1,0 +1,107 @@
+//! The x86-64 SIMD kernels (AVX2, AVX-512 VNNI), one file per job:
+//!
+//! - [`rows`]: decode dot products of the 32-value block types (`Q4_0`, `Q4_1`, `Q5_0`,
+//!   `Q5_1`, `Q8_0`) with `Q8` activations, one row or four rows at a time, on 256-bit
+//!   registers (AVX2 `maddubs` + `madd`, or VNNI `vpdpbusd`);
+//! - [`kquants`]: the same for the k-quants (`Q4_K`, `Q5_K`, `Q6_K`) with `Q8_K` activations (AVX2);
+//! - [`panel_dots`]: decode over the 16-row panel layout (`panels.rs`), 512-bit VNNI;
+//! - [`igemm`]: the int8 prefill GEMM's micro-kernel (`igemm.rs` packs its panels), 512-bit VNNI;
+//! - [`activations`]: passes over f32 activation rows: `Q8` quantization and RMSNorm of eight rows (AVX2).
+//!
+//! This file holds what they share: CPU feature detection, the block-type codes the kernels are
+//! generic over, and small load and reduction helpers. The arithmetic follows ggml's
+//! (`ggml-cpu/arch/x86/quants.c`).
+//!
+//! # Safety
+//! Every kernel is an `unsafe fn` compiled with `#[target_feature]` for the instructions it
+//! uses: a caller runs it only after [`has_avx2`] (or, for the AVX-512 kernels, [`has_vnni`])
+//! returned true — `matmul`'s [`Isa`](crate::Isa) detection does this once — and with the
+//! buffer lengths its own `# Safety` section states. Within a kernel, raw-pointer reads rely on
+//! those lengths, so `unsafe_op_in_unsafe_fn` is allowed throughout.
+
+#![allow(unsafe_op_in_unsafe_fn)]
+
+mod activations;
+mod igemm;
+mod kquants;
+mod panel_dots;
+mod rows;
+
+use std::arch::x86_64::*;
+
+use crate::blocks::QType;
+use crate::panels::PANEL_ROWS;
+
+pub(crate) use activations::{quantize_q8_avx2, rms_norm_rows8};
+pub(crate) use igemm::{igemm_tile, IGEMM_MR};
+pub(crate) use kquants::row_k_fn;
+pub(crate) use panel_dots::panel_dots_fn;
+pub(crate) use rows::{row_fn, rows4_fn};
+
+pub(crate) fn has_avx2() -> bool {
+    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+}
+
+pub(crate) fn has_vnni() -> bool {
+    has_avx2()
+        && is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vnni")
+}
+
+// ---- The 32-value block types, as the const parameter the kernels are generic over.
+
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q5_0: u8 = 2;
+const Q5_1: u8 = 3;
+const Q8_0: u8 = 4;
+
+const fn code(t: QType) -> u8 {
+    match t {
+        QType::Q4_0 => Q4_0,
+        QType::Q4_1 => Q4_1,
+        QType::Q5_0 => Q5_0,
+        QType::Q5_1 => Q5_1,
+        _ => Q8_0,
+    }
+}
+
+#[inline(always)]
+unsafe fn f16_to_f32(p: *const u8) -> f32 {
+    let bits = u16::from_le_bytes([*p, *p.add(1)]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
+
+const fn block_bytes(t: u8) -> usize {
+    match t {
+        Q4_0 => 18,
+        Q4_1 => 20,
+        Q5_0 => 22,
+        Q5_1 => 24,
+        _ => 34,
+    }
+}
+
+const fn signed(t: u8) -> bool {
+    matches!(t, Q4_0 | Q5_0 | Q8_0)
+}
+
+#[inline(always)]
+unsafe fn hsum(x: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// The store mask of a panel's first `nvalid` rows.
+#[inline(always)]
+fn row_mask(nvalid: usize) -> __mmask16 {
+    if nvalid >= PANEL_ROWS {
+        0xFFFF
+    } else {
+        (1u16 << nvalid) - 1
+    }
+}
