@@ -148,10 +148,37 @@ fn decode_checked(bytes: &[u8], origin: &Path, max_pixels: u64) -> Result<RgbIma
     limits.max_alloc = Some(pixels.saturating_mul(8).saturating_add(1 << 20)); // 16-bit RGBA at most
     r.limits(limits);
     let mut decoder = r.into_decoder().map_err(|e| decode_err(origin, e))?;
+    // The decoded buffer and its RGB copy are sized by the header: where the memory is not
+    // there (the pixel limit lifted, a 100k × 100k header), fail here, not abort in `alloc`.
+    let needed = decoder.total_bytes().saturating_add(pixels.saturating_mul(3));
+    check_allocatable(needed).map_err(|reason| VisionError::Decode {
+        path: origin.into(),
+        reason: format!("a {width}×{height} image needs {needed} bytes to decode: {reason}"),
+    })?;
     let orientation = decoder.orientation().map_err(|e| decode_err(origin, e))?;
     let mut img = DynamicImage::from_decoder(decoder).map_err(|e| decode_err(origin, e))?;
     img.apply_orientation(orientation);
     Ok(to_rgb_like_pil(img))
+}
+
+/// Whether `bytes` can be allocated now: within the memory the system reports available
+/// (`MemAvailable`, on Linux) and granted by the allocator (a reservation, released at once).
+fn check_allocatable(bytes: u64) -> std::result::Result<(), String> {
+    if let Some(available) = available_memory() {
+        if bytes > available {
+            return Err(format!("more than the {available} bytes of memory available"));
+        }
+    }
+    let n = usize::try_from(bytes).map_err(|_| "more than this machine can address".to_string())?;
+    Vec::<u8>::new().try_reserve_exact(n).map_err(|_| "the allocation was refused".to_string())
+}
+
+/// `MemAvailable` from `/proc/meminfo`, in bytes (`None` where there is no such file).
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib.saturating_mul(1024))
 }
 
 fn decode_err(path: &Path, e: image::ImageError) -> VisionError {
