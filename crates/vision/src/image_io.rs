@@ -214,3 +214,39 @@ pub fn save_png(img: &RgbImage, path: &Path) -> Result<()> {
     image::save_buffer(path, &img.data, img.width as u32, img.height as u32, image::ExtendedColorType::Rgb8)
         .map_err(|e| VisionError::Io { path: path.into(), reason: e.to_string() })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A PNG chunk with its CRC (the png crate checks it).
+    fn chunk(kind: &[u8; 4], data: &[u8]) -> Vec<u8> {
+        let mut crc = !0u32;
+        for &b in kind.iter().chain(data) {
+            crc ^= b as u32;
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+            }
+        }
+        let mut out = (data.len() as u32).to_be_bytes().to_vec();
+        out.extend_from_slice(kind);
+        out.extend_from_slice(data);
+        out.extend_from_slice(&(!crc).to_be_bytes());
+        out
+    }
+
+    #[test]
+    fn a_header_asking_for_more_memory_than_there_is_fails_as_an_error() {
+        // 100k × 100k RGB: 30 GB decoded, beyond any memory this test runs with.
+        let mut ihdr = 100_000u32.to_be_bytes().to_vec();
+        ihdr.extend_from_slice(&100_000u32.to_be_bytes());
+        ihdr.extend_from_slice(&[8, 2, 0, 0, 0]);
+        let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+        png.extend(chunk(b"IHDR", &ihdr));
+        png.extend(chunk(b"IDAT", &[0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01]));
+        png.extend(chunk(b"IEND", &[]));
+        let err = decode_image(&png, Path::new("bomb.png"), u64::MAX).err().map(|e| e.to_string());
+        let err = err.unwrap_or_default();
+        assert!(err.contains("bomb.png") && err.contains("bytes"), "{err}");
+    }
+}
