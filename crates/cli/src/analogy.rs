@@ -25,7 +25,7 @@ pub struct AnalogyArgs {
 pub fn run(args: AnalogyArgs) -> Result<()> {
     let (model, _) = load(&args.model)?;
     let [a, b, c] = [&args.words[0], &args.words[1], &args.words[2]];
-    let top = model.analogy(a, b, c, args.top)?;
+    let top = model.analysis().analogy(a, b, c, args.top)?;
     if args.json {
         out!("{}", serde_json::to_string(&top)?);
     } else {

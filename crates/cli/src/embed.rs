@@ -54,12 +54,12 @@ pub fn run(args: EmbedArgs) -> Result<()> {
         .map(|p| tessera::load_image(p, tessera::DEFAULT_MAX_PIXELS))
         .collect::<Result<Vec<_>, _>>()?;
     if let Some(layer) = args.layer {
-        let last = model.num_hidden_states() - 1;
+        let last = model.analysis().num_hidden_states() - 1;
         if layer > last {
             bail!("--layer {layer} is out of range: 0 (token embeddings) to {last} (after the final norm)");
         }
     }
-    let e = model.contextual_embeddings(&images, &args.text, args.layer)?;
+    let e = model.analysis().contextual_embeddings(&images, &args.text, args.layer)?;
     let vectors = e.pooled(&pooling, args.normalize)?;
     match &args.out {
         Some(path) => {

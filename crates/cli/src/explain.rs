@@ -52,7 +52,7 @@ pub fn run(args: ExplainArgs) -> Result<()> {
     let image_pos = prompt.image_positions();
     let n_img = image_pos.len();
     let text = prompt.text_positions();
-    let prompt_tokens = model.token_strings(&text.iter().map(|&(_, id)| id).collect::<Vec<_>>())?;
+    let prompt_tokens = model.analysis().token_strings(&text.iter().map(|&(_, id)| id).collect::<Vec<_>>())?;
     let save = |name: &str, weights: &[f32]| -> Result<PathBuf> {
         let pic = tessera::render_heatmap(&view, weights, rows, cols, args.scale as usize)?;
         let path = args.out.join(name);
@@ -68,7 +68,7 @@ pub fn run(args: ExplainArgs) -> Result<()> {
     let mut records = Vec::new();
     let mut mean_image = vec![0f32; n_img];
     for (k, (id, row)) in out.generated_tokens.iter().zip(&attention).enumerate() {
-        let token = model.token_strings(&[*id])?.remove(0);
+        let token = model.analysis().token_strings(&[*id])?.remove(0);
         let image_part: Vec<f32> = image_pos.iter().map(|&p| row.get(p).copied().unwrap_or(0.0)).collect();
         let text_part: Vec<f32> = text.iter().map(|&(p, _)| row.get(p).copied().unwrap_or(0.0)).collect();
         for (m, w) in mean_image.iter_mut().zip(&image_part) {

@@ -30,13 +30,13 @@ fn main() -> anyhow::Result<()> {
     println!("\n{} prompt positions, {} of them the image's", out.prompt_positions, out.image_tokens);
 
     // Token embeddings: rows of the embedding matrix, (tokens, hidden).
-    let tokens = model.token_embeddings("a red circle")?;
+    let tokens = model.analysis().token_embeddings("a red circle")?;
     println!("token embeddings {:?}: {:?}", tokens.tokens, tokens.vectors.dims());
 
     // Contextual embeddings: hidden states at a layer (None: after the final norm), one row per
     // position, the image's rows first. The same words read differently after the image.
-    let alone = model.contextual_embeddings(&[], "a red circle", None)?;
-    let after_image = model.contextual_embeddings(images, "a red circle", None)?;
+    let alone = model.analysis().contextual_embeddings(&[], "a red circle", None)?;
+    let after_image = model.analysis().contextual_embeddings(images, "a red circle", None)?;
     let similarity = cosine(&alone.pooled(&Pooling::Last, false)?, &after_image.pooled(&Pooling::Last, false)?)?;
     println!("contextual embeddings {:?}, after the image {:?}", alone.vectors.dims(), after_image.vectors.dims());
     println!("last token without and with the image: cosine {similarity:.3}");
@@ -44,6 +44,6 @@ fn main() -> anyhow::Result<()> {
     println!("sentence vector {:?}", sentence.dims());
 
     // Image embeddings: the image tokens the decoder reads, (image tokens, hidden).
-    println!("image embeddings {:?}", model.image_embeddings(&image)?.dims());
+    println!("image embeddings {:?}", model.analysis().image_embeddings(&image)?.dims());
     Ok(())
 }

@@ -1,6 +1,8 @@
-//! The embedding API: token embeddings (rows of the embedding matrix), contextual embeddings
-//! (hidden states at any layer, pooled or per token), image embeddings, embedding arithmetic
-//! with cosine nearest neighbours, and attention weights you can inspect.
+//! The embedding and analysis API, [`Analysis`] ([`Model::analysis`]): token embeddings (rows
+//! of the embedding matrix), contextual embeddings (hidden states at any layer, pooled or per
+//! token), image embeddings, embedding arithmetic with cosine nearest neighbours, and attention
+//! weights you can inspect — what a model offers beside generation, kept off [`Model`]'s own
+//! interface.
 //!
 //! Layer indices follow transformers' `output_hidden_states`: `0` is the token embeddings,
 //! `L` (1 ≤ L < N) the output of block `L`, and `N` (the number of blocks) the output of the
@@ -53,7 +55,29 @@ pub struct Neighbour {
     pub similarity: f32,
 }
 
+/// A model's embedding and analysis calls (see the module docs); `model.analysis()`.
+#[derive(Clone, Copy)]
+pub struct Analysis<'m> {
+    model: &'m Model,
+}
+
 impl Model {
+    /// The embedding and analysis calls over this model.
+    pub fn analysis(&self) -> Analysis<'_> {
+        Analysis { model: self }
+    }
+}
+
+/// Analysis runs the model's own calls (its forward, tokenizer, image side) as they are.
+impl std::ops::Deref for Analysis<'_> {
+    type Target = Model;
+
+    fn deref(&self) -> &Model {
+        self.model
+    }
+}
+
+impl Analysis<'_> {
     /// Number of hidden-state layers: `num_hidden_layers + 1` (embeddings included).
     pub fn num_hidden_states(&self) -> usize {
         self.config().decoder.num_hidden_layers + 1
@@ -79,10 +103,10 @@ impl Model {
     ///
     /// ```
     /// # let model = tessera::Model::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/shapes-vlm"), &Default::default())?;
-    /// let e = model.token_embeddings("a red circle")?;
+    /// let e = model.analysis().token_embeddings("a red circle")?;
     /// assert_eq!(e.vectors.dims(), &[e.ids.len(), model.config().decoder.hidden_size]);
     /// // The base embedding of a token is the same wherever it appears.
-    /// let again = model.token_embeddings("two blue circle")?;
+    /// let again = model.analysis().token_embeddings("two blue circle")?;
     /// let circle = tessera::Pooling::Token("circle".into());
     /// let (a, b) = (e.pooled(&circle, false)?, again.pooled(&circle, false)?);
     /// assert_eq!(a.to_vec2::<f32>()?, b.to_vec2::<f32>()?);
@@ -127,8 +151,8 @@ impl Model {
     /// ```
     /// # let model = tessera::Model::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/shapes-vlm"), &Default::default())?;
     /// use tessera::{cosine, Pooling};
-    /// let a = model.contextual_embeddings(&[], "a red circle", None)?;
-    /// let b = model.contextual_embeddings(&[], "a blue circle", Some(2))?;
+    /// let a = model.analysis().contextual_embeddings(&[], "a red circle", None)?;
+    /// let b = model.analysis().contextual_embeddings(&[], "a blue circle", Some(2))?;
     /// assert_eq!(b.layer, 2);
     /// // The same token in two contexts: different vectors.
     /// let (ca, cb) = (a.pooled(&Pooling::Token("circle".into()), false)?, b.pooled(&Pooling::Token("circle".into()), false)?);
@@ -170,8 +194,8 @@ impl Model {
     ///
     /// ```
     /// # let model = tessera::Model::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/shapes-vlm"), &Default::default())?;
-    /// let batch = model.contextual_embeddings_batch(&["a red circle", "two blue squares and a cross"], None)?;
-    /// let single = model.contextual_embeddings(&[], "a red circle", None)?;
+    /// let batch = model.analysis().contextual_embeddings_batch(&["a red circle", "two blue squares and a cross"], None)?;
+    /// let single = model.analysis().contextual_embeddings(&[], "a red circle", None)?;
     /// let diff = (&batch[0].vectors - &single.vectors)?.abs()?.max_all()?.to_scalar::<f32>()?;
     /// assert!(diff < 1e-4);
     /// # Ok::<(), tessera::TesseraError>(())
@@ -211,7 +235,7 @@ impl Model {
     /// # let model = tessera::Model::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/shapes-vlm"), &Default::default())?;
     /// # let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/shapes-vlm"));
     /// let image = tessera::load_image(&dir.join("examples/three_shapes.png"), tessera::DEFAULT_MAX_PIXELS)?;
-    /// let tokens = model.image_embeddings(&image)?;
+    /// let tokens = model.analysis().image_embeddings(&image)?;
     /// assert_eq!(Some(tokens.dim(0)?), model.image_tokens_per_image());
     /// assert_eq!(tokens.dim(1)?, model.config().decoder.hidden_size);
     /// # Ok::<(), tessera::TesseraError>(())
@@ -230,9 +254,9 @@ impl Model {
     /// let model = tessera::Model::load(&dir.to_string_lossy(), &Default::default())?;
     /// # let photo = dir.join("../../images/chelsea.png");
     /// let image = tessera::load_image(&photo, tessera::DEFAULT_MAX_PIXELS)?;
-    /// let patches = model.image_patch_features(&image)?; // CLIP: 5×5 patches of width 32
+    /// let patches = model.analysis().image_patch_features(&image)?; // CLIP: 5×5 patches of width 32
     /// assert_eq!(patches.dims(), &[1, 25, 32]);
-    /// let tokens = model.image_embeddings(&image)?; // projected to the decoder's width
+    /// let tokens = model.analysis().image_embeddings(&image)?; // projected to the decoder's width
     /// assert_eq!(tokens.dims(), &[25, model.config().decoder.hidden_size]);
     /// # Ok::<(), tessera::TesseraError>(())
     /// ```
@@ -282,7 +306,7 @@ impl Model {
     /// ```
     /// # let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
     /// let model = tessera::Model::load(path, &Default::default())?;
-    /// let best = model.analogy("king", "man", "woman", 5)?;
+    /// let best = model.analysis().analogy("king", "man", "woman", 5)?;
     /// assert_eq!(best[0].token, " queen");
     /// # Ok::<(), tessera::TesseraError>(())
     /// ```
@@ -297,7 +321,7 @@ impl Model {
     /// ```
     /// # let model = tessera::Model::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/shapes-vlm"), &Default::default())?;
     /// let prompt = model.encode_prompt("Describe the image.", None, true, &[])?;
-    /// let layers = model.attention_weights(&prompt, &[0, 1])?;
+    /// let layers = model.analysis().attention_weights(&prompt, &[0, 1])?;
     /// let (layer, w) = &layers[1];
     /// let t = prompt.len();
     /// assert_eq!((*layer, w.dims()), (1, &[model.config().decoder.num_attention_heads, t, t][..]));

@@ -54,7 +54,7 @@ mod vision;
 pub use candle_core::{DType, Device, Tensor};
 pub use config::{GenerationConfig, ModelConfig, PromptStyle};
 pub use device::{default_dtype, parse_dtype, DeviceChoice};
-pub use embed::{cosine, Embeddings, Neighbour, Pooling};
+pub use embed::{cosine, Analysis, Embeddings, Neighbour, Pooling};
 pub use engine::{Engine, EngineConfig, EngineStats, Event, Sink};
 pub use error::{Result, TesseraError};
 pub use families::{ImageFeatures, ImageProcessor, ImageSide, ImageSpec};

@@ -311,7 +311,7 @@ fn an_image_past_the_context_is_refused_before_its_pixels_are_touched() -> Resul
     assert!(tokens > model.max_positions(), "{tokens} image tokens");
     let context = format!("context of {} tokens", model.max_positions());
     for err in [
-        model.image_patch_features(&strip).unwrap_err(),
+        model.analysis().image_patch_features(&strip).unwrap_err(),
         model.encode_image(&strip).unwrap_err(),
         model.pixel_values(&strip).unwrap_err(),
         model.encode_prompt("what is this?", None, false, std::slice::from_ref(&strip)).unwrap_err(),
@@ -322,6 +322,6 @@ fn an_image_past_the_context_is_refused_before_its_pixels_are_touched() -> Resul
     }
     // An ordinary image still goes through.
     let square = tessera::RgbImage::new(40, 40, vec![90; 40 * 40 * 3]);
-    assert_eq!(model.image_patch_features(&square)?.dim(0)?, 1);
+    assert_eq!(model.analysis().image_patch_features(&square)?.dim(0)?, 1);
     Ok(())
 }

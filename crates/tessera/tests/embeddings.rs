@@ -47,7 +47,7 @@ fn bank_hidden_states_match_transformers_and_differ_by_context() -> Result<()> {
         let s = &meta["sentences"][name];
         let text = s["text"].as_str().context("text")?;
         let ids = common::ids(&s["ids"]);
-        let states = model.hidden_states(&model.prompt(ids.clone(), &[])?)?;
+        let states = model.analysis().hidden_states(&model.prompt(ids.clone(), &[])?)?;
         let want = &reference[name];
         assert_eq!(states.len(), want.dim(0)?, "{name}: number of layers");
         // SmolLM2 carries a massive-activation channel (|x| ≈ 2.4e4 from block 12 on) where one
@@ -56,7 +56,7 @@ fn bank_hidden_states_match_transformers_and_differ_by_context() -> Result<()> {
             let over = excess(got, &want.get(layer)?, 1e-5)?;
             assert!(over <= 1e-3, "{name}: layer {layer} differs by {over} beyond 1e-5·|x|");
         }
-        let emb = model.contextual_embeddings(&[], text, None)?;
+        let emb = model.analysis().contextual_embeddings(&[], text, None)?;
         assert_eq!(emb.ids, ids);
         let pos = s["bank_position"].as_u64().context("position")? as usize;
         assert_eq!(emb.tokens[pos], " bank");
@@ -64,13 +64,17 @@ fn bank_hidden_states_match_transformers_and_differ_by_context() -> Result<()> {
     }
     // The same token id, so the same base embedding…
     assert_eq!(bank[0].0, bank[1].0);
-    let base = cosine(&model.token_embedding(bank[0].0)?, &model.token_embedding(bank[1].0)?)?;
+    let base = cosine(&model.analysis().token_embedding(bank[0].0)?, &model.analysis().token_embedding(bank[1].0)?)?;
     assert!((base - 1.0).abs() < 1e-6);
     // …but different contextual embeddings at the last layers.
     let n = model.config().decoder.num_hidden_layers;
     for layer in [n - 1, n] {
-        let a = model.contextual_embeddings(&[], "I deposited cash at the bank", Some(layer))?;
-        let b = model.contextual_embeddings(&[], "We sat on the river bank and watched the water", Some(layer))?;
+        let a = model.analysis().contextual_embeddings(&[], "I deposited cash at the bank", Some(layer))?;
+        let b = model.analysis().contextual_embeddings(
+            &[],
+            "We sat on the river bank and watched the water",
+            Some(layer),
+        )?;
         let c = cosine(
             &a.pooled(&Pooling::Token("bank".into()), false)?,
             &b.pooled(&Pooling::Token("bank".into()), false)?,
@@ -86,7 +90,7 @@ fn attention_weights_match_transformers_eager() -> Result<()> {
     let reference = common::read_json(&common::fixtures().join("tiny/attention_reference.json"))?;
     let ids = common::ids(&reference["prompt_ids"]);
     let layers: Vec<usize> = (0..model.config().decoder.num_hidden_layers).collect();
-    let got = model.attention_weights(&model.prompt(ids.clone(), &[])?, &layers)?;
+    let got = model.analysis().attention_weights(&model.prompt(ids.clone(), &[])?, &layers)?;
     for (layer, weights) in got {
         let want: Vec<f32> = reference["attentions"][layer]
             .as_array()
@@ -114,7 +118,7 @@ fn hidden_states_of_every_layer_match_transformers_on_a_tiny_model() -> Result<(
     let model = tiny()?;
     let reference = common::read_json(&common::fixtures().join("tiny/attention_reference.json"))?;
     let ids = common::ids(&reference["prompt_ids"]);
-    let states = model.hidden_states(&model.prompt(ids.clone(), &[])?)?;
+    let states = model.analysis().hidden_states(&model.prompt(ids.clone(), &[])?)?;
     let want = reference["hidden_states"].as_array().context("hidden states")?;
     assert_eq!(states.len(), want.len());
     for (layer, (got, want)) in states.iter().zip(want).enumerate() {
@@ -129,9 +133,9 @@ fn hidden_states_of_every_layer_match_transformers_on_a_tiny_model() -> Result<(
 fn pooling_normalization_and_batched_equals_single() -> Result<()> {
     let model = tiny()?;
     let texts = ["The capital of France is Paris.", "Keys and values", "one two three four five"];
-    let batched = model.contextual_embeddings_batch(&texts, Some(1))?;
+    let batched = model.analysis().contextual_embeddings_batch(&texts, Some(1))?;
     for (text, b) in texts.iter().zip(&batched) {
-        let single = model.contextual_embeddings(&[], text, Some(1))?;
+        let single = model.analysis().contextual_embeddings(&[], text, Some(1))?;
         assert_eq!(single.ids, b.ids);
         // Batched matmuls sum in another order: equal up to f32 rounding, i.e. within a few
         // ulps of the largest value (1e-6 relative; |x| reaches ~70 in this random model).
@@ -153,13 +157,18 @@ fn pooling_normalization_and_batched_equals_single() -> Result<()> {
 #[test]
 fn one_model_shared_across_four_threads_gives_identical_vectors() -> Result<()> {
     let model = Arc::new(tiny()?);
-    let reference: Vec<f32> =
-        model.contextual_embeddings(&[], "Keys and values are cached", None)?.vectors.flatten_all()?.to_vec1()?;
+    let reference: Vec<f32> = model
+        .analysis()
+        .contextual_embeddings(&[], "Keys and values are cached", None)?
+        .vectors
+        .flatten_all()?
+        .to_vec1()?;
     let handles: Vec<_> = (0..4)
         .map(|_| {
             let model = Arc::clone(&model);
             std::thread::spawn(move || -> Result<Vec<f32>> {
                 Ok(model
+                    .analysis()
                     .contextual_embeddings(&[], "Keys and values are cached", None)?
                     .vectors
                     .flatten_all()?
@@ -177,14 +186,14 @@ fn one_model_shared_across_four_threads_gives_identical_vectors() -> Result<()> 
 #[test]
 fn analogy_and_nearest_neighbours_on_real_embeddings() -> Result<()> {
     let model = smollm2_f32()?;
-    let top = model.analogy("king", "man", "woman", 10)?;
+    let top = model.analysis().analogy("king", "man", "woman", 10)?;
     assert_eq!(top.len(), 10);
-    let king = model.word_token("king")?;
+    let king = model.analysis().word_token("king")?;
     assert!(top.iter().all(|n| n.id != king), "inputs are excluded");
     assert!(top.windows(2).all(|w| w[0].similarity >= w[1].similarity));
     assert!(top.iter().any(|n| n.token.trim().eq_ignore_ascii_case("queen")), "{top:?}");
     // A token's nearest neighbour, itself not excluded, is itself.
-    let near = model.nearest_tokens(&model.token_embedding(king)?, 1, &[])?;
+    let near = model.analysis().nearest_tokens(&model.analysis().token_embedding(king)?, 1, &[])?;
     assert_eq!(near[0].id, king);
     assert!((near[0].similarity - 1.0).abs() < 1e-5);
     Ok(())
@@ -194,15 +203,15 @@ fn analogy_and_nearest_neighbours_on_real_embeddings() -> Result<()> {
 fn bad_embedding_requests_are_clear_errors() -> Result<()> {
     let model = tiny()?;
     let n = model.config().decoder.num_hidden_layers;
-    let err = model.contextual_embeddings(&[], "hello", Some(n + 1)).unwrap_err().to_string();
+    let err = model.analysis().contextual_embeddings(&[], "hello", Some(n + 1)).unwrap_err().to_string();
     assert!(err.contains(&format!("layer {}", n + 1)) && err.contains("out of range"), "{err}");
-    let err = model.contextual_embeddings(&[], "", None).unwrap_err().to_string();
+    let err = model.analysis().contextual_embeddings(&[], "", None).unwrap_err().to_string();
     assert!(err.contains("empty"), "{err}");
-    let err = model.word_token("zyxwvutsrq").unwrap_err().to_string();
+    let err = model.analysis().word_token("zyxwvutsrq").unwrap_err().to_string();
     assert!(err.contains("zyxwvutsrq") && err.contains("not a single token"), "{err}");
-    let err = model.attention_weights(&model.prompt(vec![1, 2], &[])?, &[n]).unwrap_err().to_string();
+    let err = model.analysis().attention_weights(&model.prompt(vec![1, 2], &[])?, &[n]).unwrap_err().to_string();
     assert!(err.contains("out of range"), "{err}");
-    let e = model.contextual_embeddings(&[], "Keys and values", None)?;
+    let e = model.analysis().contextual_embeddings(&[], "Keys and values", None)?;
     assert!(e.pooled(&Pooling::Token("absent".into()), false).is_err());
     Ok(())
 }

@@ -122,9 +122,16 @@ fn pixels_tower_features_and_image_tokens_match() -> Result<()> {
         let (cases, tensors) = cases(name)?;
         for case in cases.iter().filter(|c| !c.images.is_empty()) {
             let pixels = case.images.iter().map(|i| model.pixel_values(i)).collect::<tessera::Result<Vec<_>>>()?;
-            let features =
-                case.images.iter().map(|i| model.image_patch_features(i)).collect::<tessera::Result<Vec<_>>>()?;
-            let tokens = case.images.iter().map(|i| model.image_embeddings(i)).collect::<tessera::Result<Vec<_>>>()?;
+            let features = case
+                .images
+                .iter()
+                .map(|i| model.analysis().image_patch_features(i))
+                .collect::<tessera::Result<Vec<_>>>()?;
+            let tokens = case
+                .images
+                .iter()
+                .map(|i| model.analysis().image_embeddings(i))
+                .collect::<tessera::Result<Vec<_>>>()?;
             let what = format!("{name}/{}", case.name);
             let reference =
                 |k: &str| reference_tensor(&tensors, &case.name, k).with_context(|| format!("{what}: no {k}"));
@@ -420,7 +427,11 @@ fn int8_vision_features_stay_within_8_bit_rounding_of_f32() -> Result<()> {
         for case in cases.iter().filter(|c| !c.images.is_empty()) {
             let what = format!("{name}/{}", case.name);
             let want = reference_tensor(&tensors, &case.name, "image_features").context("image features")?;
-            let got = case.images.iter().map(|i| model.image_embeddings(i)).collect::<tessera::Result<Vec<_>>>()?;
+            let got = case
+                .images
+                .iter()
+                .map(|i| model.analysis().image_embeddings(i))
+                .collect::<tessera::Result<Vec<_>>>()?;
             let got = Tensor::cat(&got, 0)?;
             let norm = |t: &Tensor| -> Result<f32> { Ok(t.sqr()?.sum_all()?.to_scalar::<f32>()?.sqrt()) };
             let rel = norm(&(&got - want)?)? / norm(want)?;
@@ -570,7 +581,8 @@ fn gemma3_pan_and_scan_matches_transformers() -> Result<()> {
         let reference = |k: &str| reference_tensor(&tensors, &case.name, k).with_context(|| format!("{what}: {k}"));
         let d = max_abs_diff(&Tensor::cat(&pixels, 0)?, reference("pixel_values")?, "pixel values")?;
         assert!(d < 1e-5, "{what}: pixel values differ by {d}");
-        let tokens = case.images.iter().map(|i| model.image_embeddings(i)).collect::<tessera::Result<Vec<_>>>()?;
+        let tokens =
+            case.images.iter().map(|i| model.analysis().image_embeddings(i)).collect::<tessera::Result<Vec<_>>>()?;
         let d = max_abs_diff(&Tensor::cat(&tokens, 0)?, reference("image_features")?, "image features")?;
         assert!(d < 1e-4, "{what}: image features differ by {d}");
         let hidden =
@@ -640,8 +652,9 @@ fn qwen2_5_vl_windows_shape_the_image_tokens() -> Result<()> {
     std::fs::write(&config_path, serde_json::to_string_pretty(&config)?)?;
     let global = Model::load(dir.to_str().context("utf-8")?, &common::load_options()?)?;
     let want = reference_tensor(&tensors, &case.name, "image_features").context("image features")?;
-    let windowed = max_abs_diff(&load("qwen2.5-vl-tiny")?.image_embeddings(&case.images[0])?, want, "windowed")?;
-    let all_global = max_abs_diff(&global.image_embeddings(&case.images[0])?, want, "global")?;
+    let windowed =
+        max_abs_diff(&load("qwen2.5-vl-tiny")?.analysis().image_embeddings(&case.images[0])?, want, "windowed")?;
+    let all_global = max_abs_diff(&global.analysis().image_embeddings(&case.images[0])?, want, "global")?;
     assert!(windowed < 1e-4 && all_global > 0.1, "windowed {windowed}, all global {all_global}");
     Ok(())
 }

@@ -37,7 +37,7 @@ pub async fn embeddings(State(state): Shared, body: Body) -> Result<Response, Ap
         let mut vectors = Vec::with_capacity(texts.len());
         let mut tokens = 0;
         for t in &texts {
-            let e = st.model().contextual_embeddings(&[], t, None)?;
+            let e = st.model().analysis().contextual_embeddings(&[], t, None)?;
             tokens += e.ids.len();
             let pooled = e.pooled(&Pooling::Mean, true)?;
             let v = pooled.flatten_all().and_then(|t| t.to_vec1::<f32>()).map_err(tessera::TesseraError::from)?;
