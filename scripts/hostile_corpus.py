@@ -12,7 +12,8 @@ inputs, in success) — never a panic, an abort, a hang, a multi-line error or a
 repository root, so the corpus can move. `expect: "error"`: exit status 1 and exactly one
 non-empty stderr line, starting with `error:`, that contains every one of `words`
 (case-insensitively): what a good message must name (the file, the field, key, tensor or flag,
-the number). `expect: "ok"`: exit status 0.
+the number). `expect: "ok"`: exit status 0 and, where `words` are given, every one of them on
+stdout (what a valid but odd input must be described as, e.g. by `tessera info`).
 
 `run` generates OUTDIR first when it has no manifest.json, then runs every case (60 s timeout,
 6 GiB address space, the repository as working folder, RUST_BACKTRACE and RUST_LIB_BACKTRACE
@@ -858,10 +859,10 @@ def gen_tokenizer(c: Corpus):
     tok = read_json(REPO / LLAMA / "tokenizer.json")
     tcfg = read_json(REPO / LLAMA / "tokenizer_config.json")
 
-    def case(name, make, words, args=run):
+    def case(name, make, words, args=run, expect="error"):
         d = clone_model(LLAMA, c.dir(name))
         make(d)
-        c.add(cls, name, args, "error", words)
+        c.add(cls, name, args, expect, words)
 
     case("tok-not-json", lambda d: write_bytes(d / "tokenizer.json", b"\x00\x01 not json"), ["tokenizer.json"])
     case("tok-empty-object", lambda d: write_json(d / "tokenizer.json", {}), ["tokenizer.json"])
@@ -881,6 +882,45 @@ def gen_tokenizer(c: Corpus):
                 vocab[piece] = 99999 if piece == "h" else 99998
         write_json(d / "tokenizer.json", t)
     case("tok-vocab-id-beyond-vocab-size", vocab_beyond, ["tokenizer.json", "99999"])
+
+    def added_empty(d):
+        t = json.loads(json.dumps(tok))
+        t["added_tokens"].append({"id": 384, "content": "", "single_word": False, "lstrip": False,
+                                  "rstrip": False, "normalized": False, "special": True})
+        write_json(d / "tokenizer.json", t)
+    case("tok-added-token-empty-content", added_empty, ["tokenizer.json", "added token id 384", "empty"])
+
+    # A tokenizer of 320 tokens before an embedding of 384 rows (the tiny model's), as checkpoints
+    # pad their embedding past the tokenizer (Qwen2-VL: 151936 rows, ~151665 tokens): valid.
+    # `info` states both sizes; generation decodes an id with no token as empty text (as
+    # transformers does): the second model's head is edited so that greedy decoding picks id 383
+    # at every step (every embedding row's first value 100, so the final norm's first value is
+    # positive, and a head whose only non-zero weight is row 383's first).
+    def small_vocab(forced):
+        def make(d):
+            t = json.loads(json.dumps(tok))
+            vocab = {k: v for k, v in t["model"]["vocab"].items() if v < 320}
+            t["model"]["vocab"] = vocab
+            pieces = [m.split(" ", 1) if isinstance(m, str) else m for m in t["model"]["merges"]]
+            t["model"]["merges"] = [m for m in pieces if m[0] in vocab and m[1] in vocab and m[0] + m[1] in vocab]
+            t["added_tokens"] = [a for a in t["added_tokens"] if a["id"] < 320]
+            write_json(d / "tokenizer.json", t)
+            if forced:
+                header, body = st_read(REPO / LLAMA / "model.safetensors")
+                body = bytearray(body)
+                rows, width = header["model.embed_tokens.weight"]["shape"]
+                emb = header["model.embed_tokens.weight"]["data_offsets"][0]
+                for r in range(rows):
+                    struct.pack_into("<f", body, emb + 4 * width * r, 100.0)
+                lo, hi = header["lm_head.weight"]["data_offsets"]
+                body[lo:hi] = bytes(hi - lo)
+                struct.pack_into("<f", body, lo + 4 * width * 383, 1.0)
+                st_write(d / "model.safetensors", header, bytes(body))
+        return make
+    case("tok-vocab-smaller-than-embedding-info", small_vocab(False),
+         ["320 tokens, embedding 384 rows", "64 ids have no text"], ["info", "--model", "{case}"], "ok")
+    case("tok-vocab-smaller-than-embedding-generate", small_vocab(True),
+         ['"generated_tokens":[383,383,383,383]', '"text":""'], run + ["--temperature", "0", "--json"], "ok")
 
     def template(text):
         def make(d):
@@ -933,6 +973,10 @@ def gen_image(c: Corpus):
     case("img-ihdr-0x0", png(0, 0, 8, 2, b""), "error", ["img-ihdr-0x0.png"])
     bomb = png(100000, 100000, 8, 2, idat=zlib.compress(b"\0" * 1000))
     case("img-pixel-bomb-header", bomb, "error", ["img-pixel-bomb-header.png", "max-image-pixels"])
+    # With the pixel limit lifted, the decoded buffer (30 GB) is checked against the memory there
+    # is before it is allocated (an allocation failure would abort the process).
+    case("img-pixel-bomb-header-no-limit", bomb, "error", ["img-pixel-bomb-header-no-limit.png", "bytes"],
+         extra=("--max-image-pixels", str(U64_MAX)))
     case("img-zlib-bomb", zlib_bomb_png(20000), "error", ["img-zlib-bomb.png", "max-image-pixels"])
     rnd = bytes(Lcg(7).floats(4096).tobytes())
     case("img-random-bytes", rnd, "error", ["img-random-bytes.png"])
@@ -1051,6 +1095,28 @@ def gen_cli(c: Corpus):
     d = c.dir("cli-model-empty-dir")
     flag("cli-model-empty-dir", ["generate", "--model", "{case}", "--prompt", "hi"], ["config.json"])
 
+    # Output files (embed --out, explain --out): one writer for all, which writes a temporary file
+    # beside the destination and renames it over it, following a symbolic link to its target
+    # (the link stays a link), and writes a device in place.
+    embed = ["embed", "--model", model, "--text", "hi", "--pool", "mean", "--out"]
+    for ext in ("safetensors", "npy"):
+        d = c.dir(f"cli-embed-out-symlink-{ext}")
+        write_bytes(d / f"data.{ext}", b"old")
+        os.symlink(f"data.{ext}", d / f"link.{ext}")
+        flag(f"cli-embed-out-symlink-{ext}", embed + [f"{{case}}/link.{ext}"], [], "ok")
+    d = c.dir("cli-embed-out-dev-full")
+    os.symlink("/dev/full", d / "full.npy")
+    flag("cli-embed-out-dev-full", embed + ["{case}/full.npy"], ["full.npy", "/dev/full", "no space left"])
+    c.dir("cli-embed-out-missing-folder")
+    flag("cli-embed-out-missing-folder", embed + ["{case}/no-such-folder/e.npy"], ["no-such-folder/e.npy"])
+    explain = ["explain", "--image", SHAPES_IMAGE, "--prompt", "Describe the image.", "--max-new-tokens", "2", "--out"]
+    d = c.dir("cli-explain-out-is-a-file")
+    write_bytes(d / "afile", b"not a folder")
+    flag("cli-explain-out-is-a-file", explain + ["{case}/afile"], ["afile"])
+    d = c.dir("cli-explain-attention-json-is-a-folder")
+    (d / "attention.json").mkdir()
+    flag("cli-explain-attention-json-is-a-folder", explain + ["{case}"], ["attention.json", "folder"])
+
 
 def generate(out: Path):
     out.mkdir(parents=True, exist_ok=True)
@@ -1095,16 +1161,17 @@ def run_case(binary: str, out: Path, case):
         stdout, stderr = proc.communicate()
     elapsed = time.time() - t0
     err = stderr.decode("utf-8", "replace")
-    return judge(case, proc.returncode, err, timed_out, case_dir), proc.returncode, err, elapsed
+    out_text = stdout.decode("utf-8", "replace")
+    return judge(case, proc.returncode, err, timed_out, case_dir, out_text), proc.returncode, err, elapsed
 
 
 CLAP_HINT = "For more information, try '--help'."
 
 
-def judge(case, rc, err, timed_out, case_dir: Path):
-    """None when the case passes, else why not. The words are looked for with the case's folder
-    and the repository's path taken out, so that a case's name (in its folder's path) cannot
-    supply them."""
+def judge(case, rc, err, timed_out, case_dir: Path, out: str = ""):
+    """None when the case passes, else why not. The words are looked for (in stderr's line for
+    an error, on stdout for success) with the case's folder and the repository's path taken out,
+    so that a case's name (in its folder's path) cannot supply them."""
     lines = [l for l in err.splitlines() if l.strip()]
     if timed_out:
         return f"timeout after {TIMEOUT_S}s"
@@ -1117,7 +1184,11 @@ def judge(case, rc, err, timed_out, case_dir: Path):
     if "panicked" in err:
         return f"panicked (exit {rc})"
     if case["expect"] == "ok":
-        return None if rc == 0 else f"exit {rc}, expected 0"
+        if rc != 0:
+            return f"exit {rc}, expected 0"
+        text = out.replace(str(case_dir), "{case}").replace(str(REPO), "{repo}").lower()
+        missing = [w for w in case["words"] if w.lower() not in text]
+        return "stdout lacks " + ", ".join(repr(w) for w in missing) if missing else None
     why = []
     # A flag's value refused by the argument parser (clap): its usage-error status 2 and its
     # pointer to --help after the one line.

@@ -7,6 +7,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use crate::common::{load, out, ModelArgs};
+use crate::output::write_file;
 
 #[derive(Args)]
 pub struct EmbedArgs {
@@ -80,12 +81,11 @@ pub fn run(args: EmbedArgs) -> Result<()> {
     Ok(())
 }
 
-/// Writes a 2-D f32 tensor as .npy or .safetensors (by extension).
+/// Writes a 2-D f32 tensor as .npy or .safetensors (by extension), through the one file writer.
 fn write_tensor(path: &std::path::Path, t: &tessera::Tensor) -> Result<()> {
-    match path.extension().and_then(|e| e.to_str()) {
-        Some("safetensors") => {
-            t.save_safetensors("embeddings", path).with_context(|| format!("writing {}", path.display()))
-        }
+    let bytes = match path.extension().and_then(|e| e.to_str()) {
+        Some("safetensors") => safetensors::serialize([("embeddings", t)], None)
+            .with_context(|| format!("encoding the vectors for {}", path.display()))?,
         Some("npy") => {
             let shape = t.dims().iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
             let shape = if t.rank() == 1 { format!("{shape},") } else { shape };
@@ -101,8 +101,9 @@ fn write_tensor(path: &std::path::Path, t: &tessera::Tensor) -> Result<()> {
             for v in t.flatten_all()?.to_vec1::<f32>()? {
                 bytes.extend_from_slice(&v.to_le_bytes());
             }
-            std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+            bytes
         }
         _ => bail!("--out {} must end in .npy or .safetensors", path.display()),
-    }
+    };
+    write_file(path, &bytes)
 }

@@ -8,6 +8,7 @@ use clap::Args;
 use tessera::GenerateParams;
 
 use crate::common::{load, out, ModelArgs};
+use crate::output::write_file;
 
 #[derive(Args)]
 pub struct ExplainArgs {
@@ -56,7 +57,7 @@ pub fn run(args: ExplainArgs) -> Result<()> {
     let save = |name: &str, weights: &[f32]| -> Result<PathBuf> {
         let pic = tessera::render_heatmap(&view, weights, rows, cols, args.scale as usize)?;
         let path = args.out.join(name);
-        tessera::save_png(&pic, &path).with_context(|| format!("writing {}", path.display()))?;
+        write_file(&path, &tessera::encode_png(&pic)?)?;
         Ok(path)
     };
     // The table is printed once the files are written (a closed stdout must not lose them).
@@ -92,8 +93,7 @@ pub fn run(args: ExplainArgs) -> Result<()> {
         "tokens": records, "average_picture": average,
     });
     let path = args.out.join("attention.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&json)?)
-        .with_context(|| format!("writing {}", path.display()))?;
+    write_file(&path, serde_json::to_string_pretty(&json)?.as_bytes())?;
     eprintln!(
         "wrote pictures and {} to {}",
         path.file_name().unwrap_or_default().to_string_lossy(),

@@ -53,7 +53,7 @@ pub fn run(args: ModelArgs) -> Result<()> {
         out!("sliding window: {w} tokens in {} of {} layers", windows.len(), d.num_hidden_layers);
     }
     out!("context:        {} tokens", d.max_position_embeddings);
-    out!("vocabulary:     {} (tied embeddings: {})", c.vocab_size, c.tie_word_embeddings);
+    out!("vocabulary:     {} (tied embeddings: {})", vocabulary(&model), c.tie_word_embeddings);
     out!(
         "weights:        {:?}{}",
         i.dtype,
@@ -70,4 +70,26 @@ pub fn run(args: ModelArgs) -> Result<()> {
     }
     out!("load time:      {load_s:.2}s");
     Ok(())
+}
+
+/// The vocabulary's size, and the embedding's where they differ: checkpoints pad the embedding
+/// matrix past their tokenizer (Qwen2-VL: 151936 rows for ~151665 tokens); an id with no token
+/// decodes as empty text, a token with no row cannot be embedded.
+fn vocabulary(model: &tessera::Model) -> String {
+    let tok = model.tokenizer();
+    let rows = model.config().vocab_size;
+    let tokens = tok.vocab_size();
+    let no_text = (0..rows as u32).filter(|&id| tok.id_to_token(id).is_none()).count();
+    let no_row = tok.inner().get_vocab(true).values().filter(|&&id| id as usize >= rows).count();
+    if tokens == rows && no_text == 0 {
+        return format!("{rows} tokens");
+    }
+    let mut s = format!("{tokens} tokens, embedding {rows} rows");
+    if no_text > 0 {
+        s += &format!(": {no_text} ids have no text");
+    }
+    if no_row > 0 {
+        s += &format!("{} {no_row} tokens have no embedding row", if no_text > 0 { "," } else { ":" });
+    }
+    s
 }

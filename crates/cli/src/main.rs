@@ -11,6 +11,7 @@ mod eval;
 mod explain;
 mod generate;
 mod info;
+mod output;
 mod serve;
 
 use anyhow::Result;

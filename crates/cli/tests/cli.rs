@@ -601,3 +601,50 @@ fn vision_language_bad_input_fails_cleanly() {
     ]);
     assert_clean_failure(&o, &["0 `<image>` placeholder", "1 image"]);
 }
+
+/// Every file the CLI writes goes through one writer (crates/cli/src/output.rs): a symbolic link
+/// is written through — the link stays a link and its target gets the content — for `.npy` and
+/// `.safetensors` alike (the .safetensors writer used to replace the link with a file); a failed
+/// write (a full disk: /dev/full) is one line naming the path, and leaves no temporary file.
+#[cfg(unix)]
+#[test]
+fn output_files_are_written_through_links_and_fail_in_one_line() -> Result<()> {
+    use std::os::unix::fs::symlink;
+    let m = root().join("tests/fixtures/tiny/llama-gqa").to_string_lossy().into_owned();
+    let dir = root().join("target/test-scratch/output-links");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    for ext in ["npy", "safetensors"] {
+        let (target, link) = (dir.join(format!("real.{ext}")), dir.join(format!("link.{ext}")));
+        std::fs::write(&target, b"old")?;
+        symlink(format!("real.{ext}"), &link)?;
+        let o = tessera(&["embed", "--model", &m, "--text", "hi", "--pool", "mean", "--out", link.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(std::fs::symlink_metadata(&link)?.file_type().is_symlink(), "--out {ext}: the link was replaced");
+        let bytes = std::fs::read(&target)?;
+        if ext == "npy" {
+            assert_eq!(&bytes[..6], b"\x93NUMPY");
+            assert_eq!(bytes.len(), 128 + 64 * 4);
+        } else {
+            let tensors = candle_core::safetensors::load(&target, &candle_core::Device::Cpu)?;
+            assert_eq!(tensors["embeddings"].dims(), [1, 64]);
+        }
+    }
+    if Path::new("/dev/full").exists() {
+        let full = dir.join("full.npy");
+        symlink("/dev/full", &full)?;
+        let o = tessera(&["embed", "--model", &m, "--text", "hi", "--out", full.to_str().unwrap()]);
+        assert_clean_failure(&o, &["writing", "full.npy", "/dev/full", "No space left on device"]);
+    }
+    let o = tessera(&["embed", "--model", &m, "--text", "hi", "--out", dir.join("none/e.npy").to_str().unwrap()]);
+    assert_clean_failure(&o, &["writing", "none/e.npy", "No such file or directory"]);
+    let mut left: Vec<String> =
+        std::fs::read_dir(&dir)?.map(|e| Ok(e?.file_name().to_string_lossy().into_owned())).collect::<Result<_>>()?;
+    left.sort();
+    let expected = ["full.npy", "link.npy", "link.safetensors", "real.npy", "real.safetensors"];
+    assert_eq!(
+        left,
+        expected.iter().filter(|n| **n != "full.npy" || Path::new("/dev/full").exists()).copied().collect::<Vec<_>>()
+    );
+    Ok(())
+}

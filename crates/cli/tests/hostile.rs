@@ -4,7 +4,8 @@
 //! committed) and a manifest of what each must give. Each case runs under a 60 s timeout and a
 //! 6 GiB address-space limit and must, for bad input, exit with status 1 and print one line on
 //! stderr, `error: …`, naming what was wrong (the manifest's words), with no panic; valid but
-//! odd inputs (a 1×1 image, a 16-bit PNG, a BMP, …) must answer.
+//! odd inputs (a 1×1 image, a 16-bit PNG, a BMP, …) must answer, with the manifest's words (if
+//! any) on stdout.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -98,14 +99,24 @@ fn check(case: &Case) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let _ = out_reader.join();
+    let stdout = String::from_utf8_lossy(&out_reader.join().unwrap_or_default()).into_owned();
     let stderr = String::from_utf8_lossy(&err_reader.join().unwrap_or_default()).into_owned();
     if stderr.contains("panicked") {
         bail!("panic: {stderr}");
     }
+    // The words must come from the output, not from the case's folder name in a path.
+    let case_dir = root().join("target/test-scratch/hostile").join(&case.name);
+    let missing = |text: &str| -> Vec<&String> {
+        let lower = text.replace(&*case_dir.to_string_lossy(), "{case}").to_lowercase();
+        case.words.iter().filter(|w| !lower.contains(&w.to_lowercase())).collect()
+    };
     if case.expect_ok {
         if !status.success() {
             bail!("valid input refused ({status}): {stderr}");
+        }
+        let missing = missing(&stdout);
+        if !missing.is_empty() {
+            bail!("stdout lacks {missing:?}: {stdout}");
         }
         return Ok(());
     }
@@ -121,10 +132,7 @@ fn check(case: &Case) -> Result<()> {
     if lines.len() != 1 || !lines[0].starts_with("error: ") {
         bail!("not one `error:` line: {stderr}");
     }
-    // The words must come from the message, not from the case's folder name in a path.
-    let case_dir = root().join("target/test-scratch/hostile").join(&case.name);
-    let lower = lines[0].replace(&*case_dir.to_string_lossy(), "{case}").to_lowercase();
-    let missing: Vec<&String> = case.words.iter().filter(|w| !lower.contains(&w.to_lowercase())).collect();
+    let missing = missing(lines[0]);
     if !missing.is_empty() {
         bail!("the message lacks {missing:?}: {}", lines[0]);
     }

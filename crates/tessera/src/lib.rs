@@ -68,5 +68,6 @@ pub use structured::{ConstraintFactory, OutputFormat, TokenConstraint};
 pub use tessera_decoder::{flash_attention_enabled, AttentionMask, Decoder, KvCache, MaskPlan, Trace};
 pub use tessera_text::{ChatTemplate, Content, ContentPart, Conversation, Message, Tokenizer};
 pub use tessera_vision::{
-    decode_image, load_image, load_image_source, render_heatmap, save_png, RgbImage, VisionError, DEFAULT_MAX_PIXELS,
+    decode_image, encode_png, load_image, load_image_source, render_heatmap, save_png, RgbImage, VisionError,
+    DEFAULT_MAX_PIXELS,
 };

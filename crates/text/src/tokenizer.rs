@@ -68,8 +68,16 @@ impl Tokenizer {
         if !path.exists() {
             return Err(TextError::TokenizerFile { path: path.to_path_buf(), reason: "no such file".into() });
         }
-        let inner = tokenizers::Tokenizer::from_file(path)
-            .map_err(|e| TextError::TokenizerFile { path: path.to_path_buf(), reason: e.to_string() })?;
+        let file_err = |reason: String| TextError::TokenizerFile { path: path.to_path_buf(), reason };
+        let text = std::fs::read_to_string(path).map_err(|e| file_err(e.to_string()))?;
+        let inner: tokenizers::Tokenizer = text.parse().map_err(|e: tokenizers::Error| file_err(e.to_string()))?;
+        // An added token with no text: the `tokenizers` crate drops it without a word, so its id
+        // would decode as nothing and the file means something other than it says.
+        if let Some(id) = empty_added_token(&text) {
+            return Err(file_err(format!(
+                "added token id {id} has empty `content` (a token must stand for some text)"
+            )));
+        }
         let vocab_size = inner.get_vocab_size(true);
         Ok(Self { inner, special: SpecialTokens::default(), vocab_size })
     }
@@ -139,11 +147,12 @@ impl Tokenizer {
         inner.with_pre_tokenizer(Some(pre));
         inner.with_decoder(Some(ByteLevelDecoder::default()));
 
-        // Control (3) and user-defined (4) tokens are never split.
+        // Control (3) and user-defined (4) tokens are never split; an empty one (which would
+        // match at every position) stays an ordinary vocabulary entry.
         let specials: Vec<AddedToken> = tokens
             .iter()
             .zip(&token_types)
-            .filter(|(_, t)| **t == 3 || **t == 4)
+            .filter(|(tok, t)| (**t == 3 || **t == 4) && !tok.is_empty())
             .map(|(tok, _)| AddedToken::from(tok.clone(), true))
             .collect();
         inner.add_special_tokens(&specials);
@@ -197,11 +206,11 @@ impl Tokenizer {
         Ok(enc.get_ids().to_vec())
     }
 
+    /// The text of `ids`. An id with no token (past the vocabulary: checkpoints pad the
+    /// embedding matrix past their tokenizer, Qwen2-VL's 151936 rows for ~151665 tokens, and a
+    /// model may sample such an id) decodes as empty text, as transformers decodes it; the
+    /// embedding lookup, not this, refuses ids past the embedding.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
-        let size = self.vocab_size();
-        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= size) {
-            return Err(TextError::TokenOutOfRange { id: bad, vocab_size: size });
-        }
         self.inner.decode(ids, skip_special_tokens).map_err(|e| TextError::Tokenize(e.to_string()))
     }
 
@@ -323,6 +332,22 @@ impl TextStream<'_> {
     pub fn ids(&self) -> &[u32] {
         &self.ids
     }
+}
+
+/// The id of the first entry of a `tokenizer.json`'s `added_tokens` whose `content` is empty
+/// (the rest of the file is skipped over, not built).
+fn empty_added_token(json: &str) -> Option<u64> {
+    #[derive(serde::Deserialize)]
+    struct Added {
+        #[serde(default)]
+        added_tokens: Vec<serde_json::Value>,
+    }
+    let added: Added = serde_json::from_str(json).ok()?;
+    added
+        .added_tokens
+        .iter()
+        .find(|t| t.get("content").and_then(|c| c.as_str()) == Some(""))
+        .map(|t| t.get("id").and_then(|i| i.as_u64()).unwrap_or_default())
 }
 
 fn string_array(md: &std::collections::HashMap<String, gguf_file::Value>, key: &str) -> Result<Vec<String>> {

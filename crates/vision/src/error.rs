@@ -7,6 +7,10 @@ pub enum VisionError {
     #[error("cannot read image {path}: {reason}")]
     Io { path: PathBuf, reason: String },
 
+    /// Encoding an image (PNG) failed.
+    #[error("cannot encode image as PNG: {0}")]
+    Encode(String),
+
     #[error("{path} is not an image in a supported format (PNG, JPEG, WebP, GIF, BMP): {reason}")]
     NotAnImage { path: PathBuf, reason: String },
 

@@ -209,10 +209,23 @@ pub fn to_rgb_like_pil(img: DynamicImage) -> RgbImage {
     RgbImage::new(w, h, data)
 }
 
-/// Writes an RGB image as PNG.
+/// An RGB image as the bytes of a PNG file (the CLI writes them with its one file writer).
+pub fn encode_png(img: &RgbImage) -> Result<Vec<u8>> {
+    use image::ImageEncoder as _;
+    let (w, h) = (u32::try_from(img.width), u32::try_from(img.height));
+    let (Ok(w), Ok(h)) = (w, h) else {
+        return Err(VisionError::Encode(format!("{}×{} is too large for PNG", img.width, img.height)));
+    };
+    let mut bytes = Vec::new();
+    image::codecs::png::PngEncoder::new(&mut bytes)
+        .write_image(&img.data, w, h, image::ExtendedColorType::Rgb8)
+        .map_err(|e| VisionError::Encode(e.to_string()))?;
+    Ok(bytes)
+}
+
+/// Writes an RGB image as PNG (a plain write: see [`encode_png`]).
 pub fn save_png(img: &RgbImage, path: &Path) -> Result<()> {
-    image::save_buffer(path, &img.data, img.width as u32, img.height as u32, image::ExtendedColorType::Rgb8)
-        .map_err(|e| VisionError::Io { path: path.into(), reason: e.to_string() })
+    std::fs::write(path, encode_png(img)?).map_err(|e| VisionError::Io { path: path.into(), reason: e.to_string() })
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ pub mod tower;
 pub use connector::Connector;
 pub use error::{Result, VisionError};
 pub use heatmap::{patch_intensities, render_heatmap};
-pub use image_io::{decode_image, load_image, load_image_source, save_png, RgbImage, DEFAULT_MAX_PIXELS};
+pub use image_io::{decode_image, encode_png, load_image, load_image_source, save_png, RgbImage, DEFAULT_MAX_PIXELS};
 pub use native::{NativePatchEncoder, NativeVisionConfig};
 pub use pan_and_scan::PanAndScan;
 pub use patchify::{patchify, PatchEmbedding};

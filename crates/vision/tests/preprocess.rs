@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};
 use tessera_vision::{
-    decode_image, load_image, load_image_source, preprocess, PreprocessConfig, VisionError, DEFAULT_MAX_PIXELS,
+    decode_image, encode_png, load_image, load_image_source, preprocess, PreprocessConfig, RgbImage, VisionError,
+    DEFAULT_MAX_PIXELS,
 };
 
 fn fixtures() -> PathBuf {
@@ -190,5 +191,17 @@ fn preprocessor_settings_outside_their_domain_are_refused() -> Result<()> {
     let small = tessera_vision::RgbImage::new(7, 5, vec![128; 7 * 5 * 3]);
     let err = preprocess(&small, &cfg, &Device::Cpu).unwrap_err().to_string();
     assert!(err.contains("7×5") && err.contains("22183×15845") && err.contains("16384"), "{err}");
+    Ok(())
+}
+
+/// `encode_png` gives a PNG that decodes to the same pixels.
+#[test]
+fn encoded_png_decodes_to_the_same_pixels() -> Result<()> {
+    let (w, h) = (7, 5);
+    let data: Vec<u8> = (0..w * h * 3).map(|i| (i * 37 % 256) as u8).collect();
+    let img = RgbImage::new(w, h, data);
+    let bytes = encode_png(&img)?;
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    assert_eq!(decode_image(&bytes, std::path::Path::new("encoded.png"), DEFAULT_MAX_PIXELS)?, img);
     Ok(())
 }
