@@ -66,6 +66,14 @@ fn generate_answers_from_the_pair_as_transformers_does() -> Result<()> {
     assert!(err.contains("using the mmproj beside the model") && err.contains("mmproj-smolvlm-tiny-f32.gguf"), "{err}");
     let v: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim())?;
     assert_eq!(v["generated_tokens"], greedy);
+
+    // `info` names the family, the decoder and the mmproj.
+    let o = tessera(&["info", "--model", &pair("smolvlm-tiny-f32.gguf")]);
+    ensure!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("architecture:   idefics3 (llama decoder)"), "{out}");
+    assert!(out.contains("mmproj:") && out.contains("mmproj-smolvlm-tiny-f32.gguf"), "{out}");
+    assert!(out.contains("vision:         Siglip tower (2 layers, width 32"), "{out}");
     Ok(())
 }
 

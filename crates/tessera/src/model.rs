@@ -73,6 +73,8 @@ pub struct ModelInfo {
     pub quantization: Option<String>,
     pub tokenizer_source: String,
     pub chat_template_source: Option<String>,
+    /// The `mmproj` GGUF the image side came from, for a GGUF text model loaded with one.
+    pub mmproj: Option<PathBuf>,
 }
 
 pub struct Model {
@@ -171,6 +173,7 @@ impl Model {
             quantization: None,
             tokenizer_source: tokenizer_path.display().to_string(),
             chat_template_source: chat_template.as_ref().map(|_| template_source(dir)),
+            mmproj: None,
         };
         let images = match &config.vision {
             Some(spec) => {
@@ -215,12 +218,14 @@ impl Model {
             quantization: (mode == GgufMode::Quantized).then_some(quantization).flatten(),
             tokenizer_source: format!("{} (embedded vocabulary)", path.display()),
             chat_template_source: chat_template.as_ref().map(|_| "tokenizer.chat_template (GGUF)".to_string()),
+            mmproj: opts.mmproj.clone(),
         };
         let vb = Weights::from_gguf_content(path, content, mode, dtype, &opts.device)?;
         let images = match &opts.mmproj {
             Some(mmproj) => {
-                let (spec, images) = Self::load_mmproj(mmproj, &tokenizer, config.decoder.hidden_size, dtype, opts)?;
-                config.vision = Some(spec);
+                let (mmproj, images) = Self::load_mmproj(mmproj, &tokenizer, config.decoder.hidden_size, dtype, opts)?;
+                config.family = mmproj.family;
+                config.vision = Some(mmproj.spec);
                 Some(images)
             }
             None => None,
@@ -231,7 +236,7 @@ impl Model {
     }
 
     /// The image side in the `mmproj` GGUF at `path`, for a text model of width `text_hidden`
-    /// and tokenizer `tokenizer`: its spec and what that loads. The tower and projector are
+    /// and tokenizer `tokenizer`: what its metadata gives (family, spec) and what that loads. The tower and projector are
     /// dequantized to `dtype` (they are small; llama.cpp writes them in f32 or f16).
     fn load_mmproj(
         path: &Path,
@@ -239,7 +244,7 @@ impl Model {
         text_hidden: usize,
         dtype: DType,
         opts: &LoadOptions,
-    ) -> Result<(std::sync::Arc<dyn crate::families::ImageSpec>, Box<dyn ImageSide>)> {
+    ) -> Result<(crate::families::mmproj::Mmproj, Box<dyn ImageSide>)> {
         let content = tessera_decoder::weights::read_gguf(path)?;
         let mmproj = crate::families::mmproj::read(&content, path, tokenizer, text_hidden)?;
         let vb = Weights::from_gguf_content(path, content, GgufMode::Dequantized, dtype, &opts.device)?;
@@ -253,7 +258,7 @@ impl Model {
             processor: Some(&mmproj.settings),
         };
         let images = mmproj.spec.load(&at)?;
-        Ok((mmproj.spec, images))
+        Ok((mmproj, images))
     }
 
     fn assemble(

@@ -46,6 +46,7 @@ fn the_pair_matches_transformers_and_the_folder() -> Result<()> {
     for (label, opts) in [("f32", common::load_options()?), ("default", common::gguf_load_options()?)] {
         let pair = load_pair(opts)?;
         ensure!(pair.config().vision.is_some(), "{label}: the pair has no image side");
+        assert_eq!((pair.config().family, pair.info().mmproj.as_deref()), ("idefics3", Some(mmproj_gguf().as_path())));
         let mut checked = 0;
         for case in reference["cases"].as_array().context("cases")? {
             let Some(parts) = case["messages"][0]["content"].as_array() else { continue };

@@ -25,6 +25,8 @@ pub const PROJECTOR_TYPES: &[&str] = &["idefics3"];
 /// An `mmproj` file's image side: the family's spec and the processor settings its metadata
 /// gives.
 pub struct Mmproj {
+    /// The family the projector type belongs to (`ModelConfig::family`).
+    pub family: &'static str,
     pub spec: Arc<dyn ImageSpec>,
     pub settings: ProcessorSettings,
 }
@@ -106,14 +108,14 @@ pub fn read(content: &gguf_file::Content, path: &Path, tokenizer: &Tokenizer, te
             )));
         }
     }
-    let (spec, image): (Arc<dyn ImageSpec>, _) = match projector {
+    let (family, spec, image): (_, Arc<dyn ImageSpec>, _) = match projector {
         "idefics3" => {
             let id = tokenizer.token_to_id("<image>").ok_or_else(|| {
                 err("projector type `idefics3` needs the text model's `<image>` token, which its vocabulary lacks"
                     .into())
             })?;
             let (spec, image) = super::idefics3::from_mmproj(&clip, id).map_err(err)?;
-            (Arc::new(spec), image)
+            ("idefics3", Arc::new(spec), image)
         }
         other => {
             return Err(err(format!(
@@ -123,7 +125,7 @@ pub fn read(content: &gguf_file::Content, path: &Path, tokenizer: &Tokenizer, te
         }
     };
     let processor = serde_json::Value::Object(Default::default());
-    Ok(Mmproj { spec, settings: ProcessorSettings { image, processor, origin: path.to_path_buf() } })
+    Ok(Mmproj { family, spec, settings: ProcessorSettings { image, processor, origin: path.to_path_buf() } })
 }
 
 /// The `mmproj*.gguf` file beside the GGUF `model`, when there is exactly one (what llama.cpp's
