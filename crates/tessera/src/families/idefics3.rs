@@ -83,10 +83,10 @@ fn tower_spec(tower: VisionTowerConfig, scale_factor: usize, image_token_id: u32
 /// - the processor: `clip.vision.image_mean` / `image_std`; the tile side is the tower's
 ///   `image_size` (`max_image_size.longest_edge`); the longest edge images are resized to is
 ///   `clip.vision.preproc_image_size` (`size.longest_edge`; the converter writes `image_size`
-///   when the processor states none, and so does this when the key is absent). What no key
-///   gives is Idefics3ImageProcessor's: Lanczos (`resample` 1), image splitting on, rescale by
-///   1/255. (llama.cpp's own `clip.cpp` resizes with its bilinear/bicubic code; transformers'
-///   processor is followed here, so that outputs match the folder's.)
+///   when the processor states none). Older mmproj files lack the key (llama.cpp then slices
+///   by its generic rule); here an image is then one tile-sized view. What no key gives is
+///   Idefics3ImageProcessor's (and llama.cpp's `mtmd` for this projector): Lanczos (`resample`
+///   1), image splitting on, rescale by 1/255, the tiles' rows and columns and a global view.
 pub(crate) fn from_mmproj(clip: &ClipMetadata<'_>, image_token_id: u32) -> Result<(TowerSpec, Value), String> {
     let image_size = clip.usize("clip.vision.image_size")?;
     let tower = VisionTowerConfig {
