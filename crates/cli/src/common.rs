@@ -1,6 +1,7 @@
 //! What every subcommand shares: the model-loading options (`ModelArgs`) and loading, the
 //! `out!` macro for stdout, and reading a text file the user named.
 
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -34,6 +35,11 @@ pub struct ModelArgs {
     /// Default: the shipped image + text model, models/shapes-vlm.
     #[arg(long, short = 'm')]
     model: Option<String>,
+    /// With a .gguf text model: llama.cpp's mmproj GGUF holding the vision tower and projector
+    /// (projector type `idefics3`: SmolVLM / Idefics3). Default: the one `mmproj*.gguf` file
+    /// beside the model, if there is exactly one.
+    #[arg(long)]
+    mmproj: Option<PathBuf>,
     /// auto (CUDA, then Metal, then CPU), cpu, cuda[:N] or metal[:N].
     #[arg(long, default_value = "auto")]
     device: DeviceChoice,
@@ -91,13 +97,21 @@ pub fn load(args: &ModelArgs) -> Result<(Model, f64)> {
     let spec = match &args.model {
         Some(m) => m.clone(),
         None => {
-            if !std::path::Path::new(DEFAULT_MODEL).join("config.json").exists() {
+            if !Path::new(DEFAULT_MODEL).join("config.json").exists() {
                 bail!("no --model given and the default model is missing ({DEFAULT_MODEL}); pass --model");
             }
             std::fs::canonicalize(DEFAULT_MODEL)
                 .map(|p| p.to_string_lossy().into_owned())
                 .unwrap_or_else(|_| DEFAULT_MODEL.to_string())
         }
+    };
+    let gguf = Path::new(&spec).extension().is_some_and(|e| e == "gguf");
+    let mmproj = match &args.mmproj {
+        Some(given) => Some(given.clone()),
+        None if gguf => tessera::mmproj_beside(Path::new(&spec)).inspect(|found| {
+            eprintln!("using the mmproj beside the model: {} (--mmproj names another)", found.display())
+        }),
+        None => None,
     };
     let start = Instant::now();
     let model = Model::load(
@@ -109,6 +123,7 @@ pub fn load(args: &ModelArgs) -> Result<(Model, f64)> {
             pan_and_scan: args.pan_and_scan,
             kv_cache_dtype: args.kv_cache_dtype.as_deref().map(parse_dtype).transpose()?,
             prefill_block: args.prefill_block.map(|n| n as usize),
+            mmproj,
         },
     )
     .with_context(|| format!("loading model `{spec}`"))?;
@@ -117,7 +132,7 @@ pub fn load(args: &ModelArgs) -> Result<(Model, f64)> {
 
 /// A text file the user named; a FIFO or device is refused before it is opened (reading one
 /// would block for ever or never end).
-pub fn read_text(path: &std::path::Path) -> Result<String> {
+pub fn read_text(path: &Path) -> Result<String> {
     let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
     if !meta.is_file() {
         anyhow::bail!("{} is not a regular file (a FIFO, socket, device or folder)", path.display());

@@ -68,6 +68,9 @@ pub fn run(args: ModelArgs) -> Result<()> {
         Some(v) => out!("vision:         {v}; at most {} image(s) per prompt", model.max_images()),
         None => out!("vision:         none (text-only model)"),
     }
+    if let Some(m) = &i.mmproj {
+        out!("mmproj:         {}", m.display());
+    }
     out!("load time:      {load_s:.2}s");
     Ok(())
 }

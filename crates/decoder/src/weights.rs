@@ -155,7 +155,7 @@ impl Weights {
     fn stored_name(&self, full: &str) -> Option<String> {
         match &*self.source {
             Source::Safetensors { .. } => Some(full.to_string()),
-            Source::Gguf(_) => gguf_name(full),
+            Source::Gguf(_) => gguf_name(full).or_else(|| gguf_vision_name(full)),
         }
     }
 
@@ -524,4 +524,41 @@ pub fn gguf_name(hf: &str) -> Option<String> {
         _ => return None,
     };
     Some(format!("blk.{layer}.{mapped}.{kind}"))
+}
+
+/// Translates a Hugging Face vision tower or connector tensor name to the name llama.cpp's
+/// `convert_hf_to_gguf.py --mmproj` writes in an `mmproj` GGUF (gguf-py's `tensor_mapping.py`
+/// and `constants.py`, llama.cpp 0c1e57098 as vendored by llama-cpp-python 0.3.36). Idefics3 /
+/// SmolVLM's SigLIP tower and pixel-shuffle projection; the converter stores every one of them
+/// as it is in the checkpoint (no permutation or transpose: GGUF's reversed dimension order is
+/// undone by the reader), the patch embedding as the Conv2d kernel `(d, 3, p, p)`.
+pub fn gguf_vision_name(hf: &str) -> Option<String> {
+    if let Some(kind) = hf.strip_prefix("model.connector.modality_projection.proj.") {
+        return Some(format!("mm.model.fc.{kind}"));
+    }
+    let rest = hf.strip_prefix("model.vision_model.")?;
+    let (module, kind) = rest.rsplit_once('.')?;
+    let top = match module {
+        "embeddings.patch_embedding" => Some("v.patch_embd"),
+        "embeddings.position_embedding" => Some("v.position_embd"),
+        "post_layernorm" => Some("v.post_ln"),
+        _ => None,
+    };
+    if let Some(t) = top {
+        return Some(format!("{t}.{kind}"));
+    }
+    let (layer, module) = module.strip_prefix("encoder.layers.")?.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let mapped = match module {
+        "layer_norm1" => "ln1",
+        "layer_norm2" => "ln2",
+        "self_attn.q_proj" => "attn_q",
+        "self_attn.k_proj" => "attn_k",
+        "self_attn.v_proj" => "attn_v",
+        "self_attn.out_proj" => "attn_out",
+        "mlp.fc1" => "ffn_up",
+        "mlp.fc2" => "ffn_down",
+        _ => return None,
+    };
+    Some(format!("v.blk.{layer}.{mapped}.{kind}"))
 }

@@ -160,7 +160,7 @@ impl ModelConfig {
     }
 }
 
-fn gguf_usize(v: &gguf_file::Value) -> Option<usize> {
+pub(crate) fn gguf_usize(v: &gguf_file::Value) -> Option<usize> {
     use gguf_file::Value as V;
     match v {
         V::U8(x) => Some(*x as usize),
@@ -175,7 +175,7 @@ fn gguf_usize(v: &gguf_file::Value) -> Option<usize> {
     }
 }
 
-fn gguf_f64(v: &gguf_file::Value) -> Option<f64> {
+pub(crate) fn gguf_f64(v: &gguf_file::Value) -> Option<f64> {
     use gguf_file::Value as V;
     match v {
         V::F32(x) => Some(*x as f64),

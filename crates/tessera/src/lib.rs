@@ -57,6 +57,7 @@ pub use device::{default_dtype, parse_dtype, DeviceChoice};
 pub use embed::{cosine, Analysis, Embeddings, Neighbour, Pooling};
 pub use engine::{Engine, EngineConfig, EngineStats, Event, Sink};
 pub use error::{Result, TesseraError};
+pub use families::mmproj::beside as mmproj_beside;
 pub use families::{ImageFeatures, ImageProcessor, ImageSide, ImageSpec};
 pub use forward::PREFILL_BLOCK;
 pub use generate::{FinishReason, GenerateParams, GenerationOutput, SampledToken, Sequence, Timings, TokenLogprob};

@@ -45,6 +45,9 @@ pub struct LoadOptions {
     /// Positions per prompt block ([`Model::prefill_blocks`]); `None`: [`PREFILL_BLOCK`]. One
     /// at least the prompt's length runs a prompt (up to its turn ends) in one forward.
     pub prefill_block: Option<usize>,
+    /// llama.cpp's `mmproj` GGUF holding the vision tower and projector of a GGUF text model
+    /// (`families::mmproj`); refused with a model folder, whose image side is its own.
+    pub mmproj: Option<PathBuf>,
 }
 
 impl Default for LoadOptions {
@@ -56,6 +59,7 @@ impl Default for LoadOptions {
             pan_and_scan: false,
             kv_cache_dtype: None,
             prefill_block: None,
+            mmproj: None,
         }
     }
 }
@@ -69,6 +73,8 @@ pub struct ModelInfo {
     pub quantization: Option<String>,
     pub tokenizer_source: String,
     pub chat_template_source: Option<String>,
+    /// The `mmproj` GGUF the image side came from, for a GGUF text model loaded with one.
+    pub mmproj: Option<PathBuf>,
 }
 
 pub struct Model {
@@ -129,6 +135,11 @@ impl Model {
             )));
         }
         let model = match source {
+            ModelSource::Dir(dir) if opts.mmproj.is_some() => Err(TesseraError::InvalidInput(format!(
+                "an mmproj file goes with a GGUF text model, not with the model folder {} (whose image side is its \
+                 own)",
+                dir.display()
+            ))),
             ModelSource::Dir(dir) => Self::load_dir(dir, opts),
             ModelSource::Gguf(path) => Self::load_gguf(path, opts),
         }?;
@@ -162,6 +173,7 @@ impl Model {
             quantization: None,
             tokenizer_source: tokenizer_path.display().to_string(),
             chat_template_source: chat_template.as_ref().map(|_| template_source(dir)),
+            mmproj: None,
         };
         let images = match &config.vision {
             Some(spec) => {
@@ -172,6 +184,7 @@ impl Model {
                     text_hidden: config.decoder.hidden_size,
                     tokenizer: &tokenizer,
                     pan_and_scan: opts.pan_and_scan,
+                    processor: None,
                 };
                 Some(spec.load(&at)?)
             }
@@ -184,7 +197,7 @@ impl Model {
 
     fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<Self> {
         let content = tessera_decoder::weights::read_gguf(path)?;
-        let config = ModelConfig::from_gguf(&content, path)?;
+        let mut config = ModelConfig::from_gguf(&content, path)?;
         let tokenizer = Tokenizer::from_gguf(&content)?;
         let chat_template = match content.metadata.get("tokenizer.chat_template").map(|v| v.to_string()) {
             Some(Ok(src)) => {
@@ -205,9 +218,47 @@ impl Model {
             quantization: (mode == GgufMode::Quantized).then_some(quantization).flatten(),
             tokenizer_source: format!("{} (embedded vocabulary)", path.display()),
             chat_template_source: chat_template.as_ref().map(|_| "tokenizer.chat_template (GGUF)".to_string()),
+            mmproj: opts.mmproj.clone(),
         };
         let vb = Weights::from_gguf_content(path, content, mode, dtype, &opts.device)?;
-        Self::assemble(config, vb, tokenizer, chat_template, GenerationConfig::default(), info, opts)
+        let images = match &opts.mmproj {
+            Some(mmproj) => {
+                let (mmproj, images) = Self::load_mmproj(mmproj, &tokenizer, config.decoder.hidden_size, dtype, opts)?;
+                config.family = mmproj.family;
+                config.vision = Some(mmproj.spec);
+                Some(images)
+            }
+            None => None,
+        };
+        let mut model = Self::assemble(config, vb, tokenizer, chat_template, GenerationConfig::default(), info, opts)?;
+        model.images = images;
+        Ok(model)
+    }
+
+    /// The image side in the `mmproj` GGUF at `path`, for a text model of width `text_hidden`
+    /// and tokenizer `tokenizer`: what its metadata gives (family, spec) and what that loads. The tower and projector are
+    /// dequantized to `dtype` (they are small; llama.cpp writes them in f32 or f16).
+    fn load_mmproj(
+        path: &Path,
+        tokenizer: &Tokenizer,
+        text_hidden: usize,
+        dtype: DType,
+        opts: &LoadOptions,
+    ) -> Result<(crate::families::mmproj::Mmproj, Box<dyn ImageSide>)> {
+        let content = tessera_decoder::weights::read_gguf(path)?;
+        let mmproj = crate::families::mmproj::read(&content, path, tokenizer, text_hidden)?;
+        let vb = Weights::from_gguf_content(path, content, GgufMode::Dequantized, dtype, &opts.device)?;
+        let weights = if opts.vision_q8_0 { vb.with_q8_0_matrices() } else { vb };
+        let at = ImageLoad {
+            dir: path.parent().unwrap_or(Path::new(".")),
+            weights: &weights,
+            text_hidden,
+            tokenizer,
+            pan_and_scan: opts.pan_and_scan,
+            processor: Some(&mmproj.settings),
+        };
+        let images = mmproj.spec.load(&at)?;
+        Ok((mmproj, images))
     }
 
     fn assemble(

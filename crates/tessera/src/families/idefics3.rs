@@ -4,8 +4,10 @@
 
 use serde::Deserialize;
 use serde_json::Value;
-use tessera_vision::{FeatureLayer, Filter, PreprocessConfig, TilingConfig};
+use tessera_decoder::Activation;
+use tessera_vision::{FeatureLayer, Filter, PreprocessConfig, TilingConfig, TowerKind, VisionTowerConfig};
 
+use super::mmproj::ClipMetadata;
 use super::text::{TextFamily, TextSubConfig};
 use super::tower::{ConnectorConfig, Placeholder, ProcessorRule, TowerSpec, WeightRoots};
 use super::vit::{VisionClass, VisionFields};
@@ -32,24 +34,7 @@ impl Idefics3Config {
         let text = text_config(&self.text_config, TextFamily::Llama)?;
         // Idefics3 always uses its own vision config class, whatever the dict names.
         let tower = VisionClass::Idefics3.resolve(&self.vision_config).map_err(|e| format!("vision_config: {e}"))?;
-        let (side, s) = (tower.patches_per_side(), self.scale_factor.unwrap_or(2));
-        if s == 0 || !side.is_multiple_of(s) {
-            return Err(format!("scale_factor {s} does not divide {side} patches per side"));
-        }
-        let spec = TowerSpec {
-            feature: FeatureLayer::PostNorm,
-            drop_class_token: false,
-            connector: ConnectorConfig::PixelShuffle { scale_factor: s },
-            image_token_id: self.image_token_id.unwrap_or(128257),
-            placeholder: Placeholder::ImageToken,
-            processor: ProcessorRule::Tiled { tokens_per_view: tower.num_patches() / (s * s) },
-            weights: WeightRoots {
-                tower: &["model.vision_model", "vision_model"],
-                connector: &["model.connector", "connector"],
-                connector_probe: "modality_projection.proj.weight",
-            },
-            tower,
-        };
+        let spec = tower_spec(tower, self.scale_factor.unwrap_or(2), self.image_token_id.unwrap_or(128257))?;
         Ok(ModelConfig::vlm(
             "idefics3",
             text,
@@ -59,6 +44,83 @@ impl Idefics3Config {
             spec,
         ))
     }
+}
+
+/// The image side of an Idefics3 tower `tower`, pixel shuffle by `scale_factor`, image tokens
+/// replacing `image_token_id`.
+fn tower_spec(tower: VisionTowerConfig, scale_factor: usize, image_token_id: u32) -> Result<TowerSpec, String> {
+    let (side, s) = (tower.patches_per_side(), scale_factor);
+    if s == 0 || !side.is_multiple_of(s) {
+        return Err(format!("scale_factor {s} does not divide {side} patches per side"));
+    }
+    Ok(TowerSpec {
+        feature: FeatureLayer::PostNorm,
+        drop_class_token: false,
+        connector: ConnectorConfig::PixelShuffle { scale_factor: s },
+        image_token_id,
+        placeholder: Placeholder::ImageToken,
+        processor: ProcessorRule::Tiled { tokens_per_view: tower.num_patches() / (s * s) },
+        weights: WeightRoots {
+            tower: &["model.vision_model", "vision_model"],
+            connector: &["model.connector", "connector"],
+            connector_probe: "modality_projection.proj.weight",
+        },
+        tower,
+    })
+}
+
+/// The image side of an `mmproj` GGUF of projector type `idefics3` (llama.cpp's
+/// `conversion/smolvlm.py`), and its processor settings in `preprocessor_config.json`'s terms.
+/// `image_token_id`: the text model's `<image>`.
+///
+/// Which `clip.*` key gives what:
+/// - the tower: `clip.vision.{embedding_length, feed_forward_length, block_count, image_size,
+///   patch_size}`, `clip.vision.attention.{head_count, layer_norm_epsilon}` (the converter writes
+///   `vision_config.layer_norm_eps`, 1e-5 when absent); `clip.use_gelu` (true: the tanh GELU of
+///   `gelu_pytorch_tanh`, what llama.cpp's `ggml_gelu` computes);
+/// - the connector: `clip.vision.projector.scale_factor` (the config's `scale_factor`, 2 when
+///   absent), the projection's width `clip.vision.projection_dim` (checked by the caller);
+/// - the processor: `clip.vision.image_mean` / `image_std`; the tile side is the tower's
+///   `image_size` (`max_image_size.longest_edge`); the longest edge images are resized to is
+///   `clip.vision.preproc_image_size` (`size.longest_edge`; the converter writes `image_size`
+///   when the processor states none). Older mmproj files lack the key (llama.cpp then slices
+///   by its generic rule); here an image is then one tile-sized view. What no key gives is
+///   Idefics3ImageProcessor's (and llama.cpp's `mtmd` for this projector): Lanczos (`resample`
+///   1), image splitting on, rescale by 1/255, the tiles' rows and columns and a global view.
+pub(crate) fn from_mmproj(clip: &ClipMetadata<'_>, image_token_id: u32) -> Result<(TowerSpec, Value), String> {
+    let image_size = clip.usize("clip.vision.image_size")?;
+    let tower = VisionTowerConfig {
+        kind: TowerKind::Siglip,
+        hidden_size: clip.usize("clip.vision.embedding_length")?,
+        intermediate_size: clip.usize("clip.vision.feed_forward_length")?,
+        num_hidden_layers: clip.usize("clip.vision.block_count")?,
+        num_attention_heads: clip.usize("clip.vision.attention.head_count")?,
+        num_channels: 3,
+        image_size,
+        patch_size: clip.usize("clip.vision.patch_size")?,
+        layer_norm_eps: clip.f64("clip.vision.attention.layer_norm_epsilon")?.unwrap_or(1e-6),
+        hidden_act: match clip.bool("clip.use_gelu")? {
+            Some(false) => return Err("`clip.use_gelu` is false: an Idefics3 tower uses GELU".into()),
+            _ => Activation::GeluTanh,
+        },
+    };
+    tower.validate().map_err(|e| e.to_string())?;
+    let scale_factor = clip.usize_opt("clip.vision.projector.scale_factor")?.unwrap_or(2);
+    let spec = tower_spec(tower, scale_factor, image_token_id)?;
+    let longest_edge = clip.usize_opt("clip.vision.preproc_image_size")?.unwrap_or(image_size);
+    let image = serde_json::json!({
+        "do_resize": true,
+        "size": {"longest_edge": longest_edge},
+        "max_image_size": {"longest_edge": image_size},
+        "resample": 1,
+        "do_image_splitting": true,
+        "do_rescale": true,
+        "rescale_factor": 1.0 / 255.0,
+        "do_normalize": true,
+        "image_mean": clip.floats("clip.vision.image_mean")?,
+        "image_std": clip.floats("clip.vision.image_std")?,
+    });
+    Ok((spec, image))
 }
 
 /// Idefics3's image processor settings: the tiling (`size.longest_edge`, the tile side

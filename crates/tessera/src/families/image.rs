@@ -36,6 +36,31 @@ pub struct ImageLoad<'a> {
     /// Gemma 3's pan-and-scan on, whatever the processor settings say (refused by families
     /// without it).
     pub pan_and_scan: bool,
+    /// Processor settings given with the weights (an `mmproj` GGUF's, built from its `clip.*`
+    /// metadata) instead of the folder's processor files.
+    pub processor: Option<&'a ProcessorSettings>,
+}
+
+/// An image processor's settings as a Hugging Face folder states them: the image processor's
+/// fields, the processor's own, and the file they came from (for errors).
+#[derive(Debug, Clone)]
+pub struct ProcessorSettings {
+    pub image: Value,
+    pub processor: Value,
+    pub origin: PathBuf,
+}
+
+impl ProcessorSettings {
+    /// The settings `at` carries, else those of the folder `at.dir` ([`processor_files`]).
+    pub(crate) fn of(at: &ImageLoad<'_>) -> Result<Self> {
+        match at.processor {
+            Some(given) => Ok(given.clone()),
+            None => {
+                let (image, processor, origin) = processor_files(at.dir)?;
+                Ok(Self { image, processor, origin })
+            }
+        }
+    }
 }
 
 /// A family's image side as its config resolves it (the tower's sizes, the connector, the

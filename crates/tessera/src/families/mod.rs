@@ -14,6 +14,7 @@ mod gemma3;
 mod idefics3;
 pub mod image;
 mod llava;
+pub mod mmproj;
 mod native;
 mod paligemma;
 mod qwen2_vl;
@@ -30,7 +31,7 @@ use serde_json::Value;
 use tessera_decoder::DecoderConfig;
 
 use crate::error::{Result, TesseraError};
-pub use image::{ImageFeatures, ImageLoad, ImageSide, ImageSpec};
+pub use image::{ImageFeatures, ImageLoad, ImageSide, ImageSpec, ProcessorSettings};
 pub use native::NativeSpec;
 pub use qwen2_vl::Qwen2VlSpec;
 pub use text::{TextFamily, TextFields, TextModel};

@@ -19,7 +19,7 @@ use tessera_decoder::MRope;
 use tessera_vision::qwen2_vl::{Qwen3Vision, VisionMlp, VisionNorm, Windows};
 use tessera_vision::{Filter, PreprocessConfig, Qwen2VisionConfig, Qwen2VisionTower, RgbImage};
 
-use super::image::{first_prefix, processor_files, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec};
+use super::image::{first_prefix, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec, ProcessorSettings};
 use super::text::{TextFamily, TextFields, TextSubConfig};
 use super::{text_config, ModelConfig, PromptStyle, TokenIds};
 use crate::error::{Result, TesseraError};
@@ -205,7 +205,7 @@ struct Qwen2VlEncoder {
 
 impl Qwen2VlEncoder {
     fn load(spec: &Qwen2VlSpec, at: &ImageLoad<'_>) -> Result<Self> {
-        let (image, _, origin) = processor_files(at.dir)?;
+        let ProcessorSettings { image, origin, .. } = ProcessorSettings::of(at)?;
         let err = |reason: String| TesseraError::Config { path: origin.clone(), reason };
         let mut normalize: PreprocessConfig =
             serde_json::from_value(image.clone()).map_err(|e| err(format!("image processor settings: {e}")))?;

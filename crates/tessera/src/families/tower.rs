@@ -12,7 +12,9 @@ use tessera_vision::{
     TilingConfig, VisionTower, VisionTowerConfig,
 };
 
-use super::image::{first_prefix, processor_files, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec};
+use super::image::{
+    first_prefix, processor_files, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec, ProcessorSettings,
+};
 use crate::error::{Result, TesseraError};
 
 /// A tower + connector family's image side, resolved from its config.
@@ -136,6 +138,12 @@ impl ImageProcessor {
     /// `pan_and_scan`: turn Gemma 3's pan-and-scan on whatever the settings say.
     pub fn load(dir: &std::path::Path, cfg: &TowerSpec, pan_and_scan: bool) -> Result<Self> {
         let (image, processor, origin) = processor_files(dir)?;
+        Self::from_settings(&ProcessorSettings { image, processor, origin }, cfg, pan_and_scan)
+    }
+
+    /// The image processor `settings` describe for the image side `cfg` describes.
+    pub fn from_settings(settings: &ProcessorSettings, cfg: &TowerSpec, pan_and_scan: bool) -> Result<Self> {
+        let ProcessorSettings { image, processor, origin } = settings;
         let err = |reason: String| TesseraError::Config { path: origin.clone(), reason };
         let pre: PreprocessConfig =
             serde_json::from_value(image.clone()).map_err(|e| err(format!("image processor settings: {e}")))?;
@@ -143,7 +151,7 @@ impl ImageProcessor {
         let (views, tokens_per_view) = match &cfg.processor {
             ProcessorRule::Tiled { tokens_per_view } => {
                 let (tiling, normalize) =
-                    super::idefics3::tiled_processor(&image, &processor, pre, cfg.tower.image_size, *tokens_per_view)
+                    super::idefics3::tiled_processor(image, processor, pre, cfg.tower.image_size, *tokens_per_view)
                         .map_err(err)?;
                 (Views::Tiled { tiling, normalize }, *tokens_per_view)
             }
@@ -310,7 +318,7 @@ impl TowerImages {
         let t = &cfg.tower;
         let tower_root = first_prefix(vb, cfg.weights.tower, "embeddings.patch_embedding.weight");
         let connector_root = first_prefix(vb, cfg.weights.connector, cfg.weights.connector_probe);
-        let processor = ImageProcessor::load(at.dir, cfg, at.pan_and_scan)?;
+        let processor = ImageProcessor::from_settings(&ProcessorSettings::of(at)?, cfg, at.pan_and_scan)?;
         let tower = VisionTower::new(t, &tower_root, cfg.feature == FeatureLayer::PostNorm)?;
         let connector = match &cfg.connector {
             ConnectorConfig::PixelShuffle { scale_factor } => {

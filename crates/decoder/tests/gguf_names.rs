@@ -1,0 +1,43 @@
+//! Hugging Face tensor names translated to llama.cpp's GGUF names: a text model's (`blk.N.*`)
+//! and an `mmproj`'s (`v.*`, `mm.*`, as llama.cpp's `convert_hf_to_gguf.py --mmproj` writes
+//! Idefics3 / SmolVLM), and what neither translates.
+
+use tessera_decoder::weights::{gguf_name, gguf_vision_name};
+
+#[test]
+fn text_and_vision_names_translate_as_the_converter_writes_them() {
+    for (hf, gguf) in [
+        ("model.embed_tokens.weight", "token_embd.weight"),
+        ("model.layers.3.self_attn.q_proj.weight", "blk.3.attn_q.weight"),
+        ("model.layers.0.mlp.down_proj.weight", "blk.0.ffn_down.weight"),
+    ] {
+        assert_eq!(gguf_name(hf).as_deref(), Some(gguf), "{hf}");
+        assert_eq!(gguf_vision_name(hf), None, "{hf}");
+    }
+    for (hf, gguf) in [
+        ("model.vision_model.embeddings.patch_embedding.weight", "v.patch_embd.weight"),
+        ("model.vision_model.embeddings.patch_embedding.bias", "v.patch_embd.bias"),
+        ("model.vision_model.embeddings.position_embedding.weight", "v.position_embd.weight"),
+        ("model.vision_model.encoder.layers.0.layer_norm1.weight", "v.blk.0.ln1.weight"),
+        ("model.vision_model.encoder.layers.11.layer_norm2.bias", "v.blk.11.ln2.bias"),
+        ("model.vision_model.encoder.layers.1.self_attn.q_proj.weight", "v.blk.1.attn_q.weight"),
+        ("model.vision_model.encoder.layers.1.self_attn.k_proj.bias", "v.blk.1.attn_k.bias"),
+        ("model.vision_model.encoder.layers.1.self_attn.v_proj.weight", "v.blk.1.attn_v.weight"),
+        ("model.vision_model.encoder.layers.1.self_attn.out_proj.weight", "v.blk.1.attn_out.weight"),
+        ("model.vision_model.encoder.layers.2.mlp.fc1.weight", "v.blk.2.ffn_up.weight"),
+        ("model.vision_model.encoder.layers.2.mlp.fc2.bias", "v.blk.2.ffn_down.bias"),
+        ("model.vision_model.post_layernorm.weight", "v.post_ln.weight"),
+        ("model.connector.modality_projection.proj.weight", "mm.model.fc.weight"),
+    ] {
+        assert_eq!(gguf_vision_name(hf).as_deref(), Some(gguf), "{hf}");
+        assert_eq!(gguf_name(hf), None, "{hf}");
+    }
+    for unknown in [
+        "model.vision_model.encoder.layers.x.mlp.fc1.weight",
+        "model.vision_model.encoder.layers.0.mlp.fc3.weight",
+        "vision_model.post_layernorm.weight",
+        "model.connector.other.weight",
+    ] {
+        assert_eq!((gguf_name(unknown), gguf_vision_name(unknown)), (None, None), "{unknown}");
+    }
+}

@@ -1,0 +1,152 @@
+//! llama.cpp's GGUF + mmproj pairs (issue 39): the tiny SmolVLM checkpoint converted by
+//! llama.cpp's own `convert_hf_to_gguf.py` (scripts/make_gguf_pairs.sh) into an f32 text GGUF
+//! and an f32 mmproj, loaded as a pair and compared with transformers' reference for the same
+//! checkpoint (tests/fixtures/vlm/smolvlm-tiny/reference.*) and with the folder's own run:
+//! prompt ids (the GGUF's vocabulary and chat template), image tokens, logits, greedy ids.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{ensure, Context, Result};
+use candle_core::{Device, Tensor};
+use tessera::{load_image, GenerateParams, LoadOptions, Model, DEFAULT_MAX_PIXELS};
+
+fn pair_dir() -> PathBuf {
+    common::fixtures().join("vlm/smolvlm-tiny-gguf")
+}
+
+fn text_gguf() -> PathBuf {
+    pair_dir().join("smolvlm-tiny-f32.gguf")
+}
+
+fn mmproj_gguf() -> PathBuf {
+    pair_dir().join("mmproj-smolvlm-tiny-f32.gguf")
+}
+
+fn load_pair(opts: LoadOptions) -> Result<Model> {
+    let opts = LoadOptions { mmproj: Some(mmproj_gguf()), ..opts };
+    Ok(Model::load(text_gguf().to_str().context("utf-8 path")?, &opts)?)
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor, what: &str) -> Result<f32> {
+    let (a, b) = (common::on_cpu(a)?.flatten_all()?, common::on_cpu(b)?.flatten_all()?);
+    ensure!(a.dims() == b.dims(), "{what}: {} values vs {}", a.dim(0)?, b.dim(0)?);
+    Ok((a - b)?.abs()?.max_all()?.to_scalar::<f32>()?)
+}
+
+/// The pair (dequantized to f32, and as loaded by default: f32 tensors through the quantized
+/// path) against transformers' reference and the safetensors folder, case by case.
+#[test]
+fn the_pair_matches_transformers_and_the_folder() -> Result<()> {
+    let folder_dir = common::fixtures().join("vlm/smolvlm-tiny");
+    let folder = Model::load(folder_dir.to_str().context("utf-8 path")?, &common::load_options()?)?;
+    let reference = common::read_json(&folder_dir.join("reference.json"))?;
+    let tensors = candle_core::safetensors::load(folder_dir.join("reference.safetensors"), &Device::Cpu)?;
+    for (label, opts) in [("f32", common::load_options()?), ("default", common::gguf_load_options()?)] {
+        let pair = load_pair(opts)?;
+        ensure!(pair.config().vision.is_some(), "{label}: the pair has no image side");
+        assert_eq!((pair.config().family, pair.info().mmproj.as_deref()), ("idefics3", Some(mmproj_gguf().as_path())));
+        let mut checked = 0;
+        for case in reference["cases"].as_array().context("cases")? {
+            let Some(parts) = case["messages"][0]["content"].as_array() else { continue };
+            let name = case["name"].as_str().context("name")?;
+            let what = format!("{label}/{name}");
+            let images = case["images"]
+                .as_array()
+                .context("images")?
+                .iter()
+                .map(|p| Ok(load_image(&common::repo_root().join(p.as_str().context("path")?), DEFAULT_MAX_PIXELS)?))
+                .collect::<Result<Vec<_>>>()?;
+            // The GGUF's vocabulary, chat template and the mmproj's processor give the
+            // processor's ids.
+            let text: String = parts.iter().filter_map(|p| p["text"].as_str()).collect();
+            let prompt = pair.encode_prompt(&text, None, false, &images)?;
+            assert_eq!(prompt.ids(), common::ids(&case["input_ids"]), "{what}: prompt ids");
+
+            let hidden =
+                pair.forward(&prompt, .., &mut pair.new_cache(), &mut Default::default(), &mut Default::default())?;
+            let logits = pair.logits(&hidden)?;
+            let expected = tensors.get(&format!("{name}.logits")).context("reference logits")?;
+            let n = expected.dim(0)?;
+            let tail = logits.narrow(0, logits.dim(0)? - n, n)?;
+            let d = max_abs_diff(&tail, expected, "logits")?;
+            assert!(d < 1e-4, "{what}: logits differ from transformers' by {d}");
+
+            let own = folder.prompt(prompt.ids().to_vec(), &images)?;
+            let own_hidden =
+                folder.forward(&own, .., &mut folder.new_cache(), &mut Default::default(), &mut Default::default())?;
+            let d = max_abs_diff(&logits, &folder.logits(&own_hidden)?, "logits")?;
+            assert!(d < 1e-4, "{what}: logits differ from the folder's by {d}");
+
+            let greedy = common::ids(&case["greedy_ids"]);
+            let params = GenerateParams { max_new_tokens: greedy.len(), ignore_eos: true, ..Default::default() };
+            let out = pair.generate(&prompt, &params, &mut |_| {})?;
+            assert_eq!(out.generated_tokens, greedy, "{what}: greedy ids");
+            checked += 1;
+        }
+        assert!(checked >= 2, "{label}: only {checked} cases");
+    }
+    Ok(())
+}
+
+/// A copy of the mmproj with its `clip.projector_type` string overwritten in place (same
+/// length, so the file stays valid).
+fn mmproj_with_projector(tag: &str, projector: &str) -> Result<PathBuf> {
+    let mut bytes = std::fs::read(mmproj_gguf())?;
+    let key = b"clip.projector_type";
+    let at = bytes.windows(key.len()).position(|w| w == key).context("no clip.projector_type key")?;
+    // key, value type (u32 = 8, string), string length (u64), the string.
+    let value = at + key.len() + 4 + 8;
+    ensure!(&bytes[value..value + 8] == b"idefics3" && projector.len() == 8, "unexpected layout");
+    bytes[value..value + 8].copy_from_slice(projector.as_bytes());
+    let dir = std::env::temp_dir().join(format!("tessera-mmproj-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("mmproj-test.gguf");
+    std::fs::write(&path, bytes)?;
+    Ok(path)
+}
+
+#[test]
+fn an_unknown_projector_type_is_refused_in_one_line() -> Result<()> {
+    let bad = mmproj_with_projector("unknown", "qwen25vl")?;
+    let opts = LoadOptions { mmproj: Some(bad.clone()), ..common::load_options()? };
+    let err = Model::load(text_gguf().to_str().context("utf-8 path")?, &opts).err().context("loaded")?.to_string();
+    assert!(!err.contains('\n'), "{err}");
+    assert!(err.contains(&bad.display().to_string()) && err.contains("`qwen25vl`"), "{err}");
+    assert!(err.contains("not supported") && err.contains("idefics3"), "{err}");
+    std::fs::remove_dir_all(bad.parent().context("dir")?)?;
+    Ok(())
+}
+
+#[test]
+fn mismatched_or_misplaced_mmproj_files_are_refused() -> Result<()> {
+    // An mmproj with a model folder.
+    let folder = common::fixtures().join("vlm/smolvlm-tiny");
+    let opts = LoadOptions { mmproj: Some(mmproj_gguf()), ..common::load_options()? };
+    let err = Model::load(folder.to_str().context("utf-8 path")?, &opts).err().context("loaded")?.to_string();
+    assert!(err.contains("GGUF text model"), "{err}");
+    // A text GGUF given as the mmproj.
+    let opts = LoadOptions { mmproj: Some(text_gguf()), ..common::load_options()? };
+    let err = Model::load(text_gguf().to_str().context("utf-8 path")?, &opts).err().context("loaded")?.to_string();
+    assert!(err.contains("not an mmproj file") && err.contains("`llama`"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn the_mmproj_beside_a_model_is_found() {
+    assert_eq!(tessera::mmproj_beside(&text_gguf()), Some(mmproj_gguf()));
+    assert_eq!(tessera::mmproj_beside(Path::new("/nonexistent/model.gguf")), None);
+    let smollm2 = common::repo_root().join("tests/fixtures/tiny/llama-gqa/model.safetensors");
+    assert_eq!(tessera::mmproj_beside(&smollm2), None);
+}
+
+#[test]
+fn the_text_gguf_alone_is_a_text_model() -> Result<()> {
+    let model = Model::load(text_gguf().to_str().context("utf-8 path")?, &common::load_options()?)?;
+    ensure!(model.config().vision.is_none());
+    let chelsea = load_image(&common::fixtures().join("images/chelsea.png"), DEFAULT_MAX_PIXELS)?;
+    let err = model.encode_prompt("Describe this image.", None, false, &[chelsea]).err().context("encoded")?;
+    assert!(!err.to_string().is_empty());
+    Ok(())
+}
