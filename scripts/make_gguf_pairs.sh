@@ -26,10 +26,9 @@
 #    `get_vocab_base_pre` answering that (convert.py below).
 set -euo pipefail
 
-LLAMA_CPP_PYTHON_VERSION=0.3.36
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-cache="${TESSERA_PEERS_CACHE:-$HOME/.cache/tessera-peers}"
-src="$cache/llama-cpp-python-$LLAMA_CPP_PYTHON_VERSION"
+# LLAMA_CPP_PYTHON_VERSION, cache, src and fetch_llamacpp_source, as build_llamacpp.sh has them.
+source "$repo/scripts/peers/llamacpp_source.sh"
 llama="$src/vendor/llama.cpp"
 venv="$cache/convert-venv"
 checkpoint="$repo/tests/fixtures/vlm/smolvlm-tiny"
@@ -38,22 +37,7 @@ out="$repo/tests/fixtures/vlm/smolvlm-tiny-gguf"
 log() { echo "[make_gguf_pairs] $*" >&2; }
 
 # --- the converter: llama-cpp-python's sdist from PyPI (as build_llamacpp.sh) ------------------
-sdist="$cache/dl/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
-if [ ! -s "$sdist" ]; then
-  mkdir -p "$cache/dl"
-  log "downloading llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION sdist"
-  python3 -m pip download --quiet --disable-pip-version-check --no-deps \
-    --no-binary llama-cpp-python --only-binary cmake,ninja \
-    "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$cache/dl" >&2
-fi
-if [ ! -f "$llama/convert_hf_to_gguf.py" ]; then
-  log "extracting into $src"
-  rm -rf "$src.part"
-  mkdir -p "$src.part"
-  tar -xzf "$sdist" -C "$src.part" --strip-components=1
-  rm -rf "$src"
-  mv "$src.part" "$src"
-fi
+fetch_llamacpp_source
 
 # --- the venv ------------------------------------------------------------------------------------
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, transformers, numpy, sentencepiece" 2>/dev/null; then

@@ -11,13 +11,11 @@
 # (which also holds libllama.so etc., i.e. the value for LLAMA_CPP_LIB_PATH).
 set -euo pipefail
 
-LLAMA_CPP_PYTHON_VERSION=0.3.36
-LLAMACPP_COMMIT=0c1e57098
+# LLAMA_CPP_PYTHON_VERSION, cache, src and fetch_llamacpp_source (llama.cpp commit 0c1e57098).
+source "$(dirname "$0")/llamacpp_source.sh"
 JOBS="${JOBS:-2}"
 TARGETS="${LLAMACPP_TARGETS:-llama-bench llama-quantize llama-completion llama-tokenize llama-perplexity llama-batched-bench llama-server}"
 
-cache="${TESSERA_PEERS_CACHE:-$HOME/.cache/tessera-peers}"
-src="$cache/llama-cpp-python-$LLAMA_CPP_PYTHON_VERSION"
 build="$src/build"
 bin="$build/bin"
 stamp="$build/.tessera-built"
@@ -30,24 +28,7 @@ fi
 log() { echo "[build_llamacpp] $*" >&2; }
 
 # --- source: the sdist from PyPI --------------------------------------------------------------
-sdist="$cache/dl/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
-if [ ! -s "$sdist" ]; then
-  mkdir -p "$cache/dl"
-  log "downloading llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION sdist"
-  # --no-binary only for llama-cpp-python: with ':all:' pip would also build its build-time
-  # requirements (cmake, ninja) from source just to prepare metadata, which takes ages.
-  python3 -m pip download --quiet --disable-pip-version-check --no-deps \
-    --no-binary llama-cpp-python --only-binary cmake,ninja \
-    "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$cache/dl" >&2
-fi
-if [ ! -f "$src/vendor/llama.cpp/CMakeLists.txt" ]; then
-  log "extracting into $src"
-  rm -rf "$src.part"
-  mkdir -p "$src.part"
-  tar -xzf "$sdist" -C "$src.part" --strip-components=1
-  rm -rf "$src"
-  mv "$src.part" "$src"
-fi
+fetch_llamacpp_source
 
 # --- toolchain ---------------------------------------------------------------------------------
 if ! command -v cmake >/dev/null 2>&1; then
