@@ -19,7 +19,8 @@ use tessera_text::{ChatTemplate, Message, TokenEmbedding, Tokenizer};
 
 use crate::config::{GenerationConfig, ModelConfig};
 use crate::error::{Result, TesseraError};
-use crate::families::{ImageLoad, ImageSide};
+use crate::families::image::ProcessorSettings;
+use crate::families::{ImageLoad, ImageSide, ImageSpec};
 use crate::forward::PREFILL_BLOCK;
 use crate::source::{self, ModelSource};
 
@@ -177,16 +178,7 @@ impl Model {
         };
         let images = match &config.vision {
             Some(spec) => {
-                let weights = if opts.vision_q8_0 { vb.with_q8_0_matrices() } else { vb.clone() };
-                let at = ImageLoad {
-                    dir,
-                    weights: &weights,
-                    text_hidden: config.decoder.hidden_size,
-                    tokenizer: &tokenizer,
-                    pan_and_scan: opts.pan_and_scan,
-                    processor: None,
-                };
-                Some(spec.load(&at)?)
+                Some(load_image_side(spec.as_ref(), dir, &vb, config.decoder.hidden_size, &tokenizer, None, opts)?)
             }
             None => None,
         };
@@ -248,16 +240,9 @@ impl Model {
         let content = tessera_decoder::weights::read_gguf(path)?;
         let mmproj = crate::families::mmproj::read(&content, path, tokenizer, text_hidden)?;
         let vb = Weights::from_gguf_content(path, content, GgufMode::Dequantized, dtype, &opts.device)?;
-        let weights = if opts.vision_q8_0 { vb.with_q8_0_matrices() } else { vb };
-        let at = ImageLoad {
-            dir: path.parent().unwrap_or(Path::new(".")),
-            weights: &weights,
-            text_hidden,
-            tokenizer,
-            pan_and_scan: opts.pan_and_scan,
-            processor: Some(&mmproj.settings),
-        };
-        let images = mmproj.spec.load(&at)?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let images =
+            load_image_side(mmproj.spec.as_ref(), dir, &vb, text_hidden, tokenizer, Some(&mmproj.settings), opts)?;
         Ok((mmproj, images))
     }
 
@@ -431,6 +416,23 @@ impl Model {
         };
         Ok(logits.squeeze(0)?.to_dtype(DType::F32)?)
     }
+}
+
+/// The family's image side `spec` loaded from the weights `vb` (their matrices quantized to
+/// `Q8_0` under `--vision-int8`), the processor files in `dir` or the `processor` settings an
+/// mmproj gives, for a decoder of width `text_hidden`.
+fn load_image_side(
+    spec: &dyn ImageSpec,
+    dir: &Path,
+    vb: &Weights,
+    text_hidden: usize,
+    tokenizer: &Tokenizer,
+    processor: Option<&ProcessorSettings>,
+    opts: &LoadOptions,
+) -> Result<Box<dyn ImageSide>> {
+    let weights = if opts.vision_q8_0 { vb.with_q8_0_matrices() } else { vb.clone() };
+    let at = ImageLoad { dir, weights: &weights, text_hidden, tokenizer, pan_and_scan: opts.pan_and_scan, processor };
+    spec.load(&at)
 }
 
 /// The text model's root and LM head name, by the checkpoint's naming generation:
