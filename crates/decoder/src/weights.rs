@@ -306,8 +306,12 @@ impl Weights {
                     let m = self.read_packed(g, &full, &stored, info.offset, qtype, out_dim, in_dim)?;
                     return Ok(MatrixWeight::Packed(Arc::new(m)));
                 }
-                let q = self.read_qtensor(g, &full, &stored)?;
-                return Ok(MatrixWeight::Quantized(Arc::new(q)));
+                // Float matrices go to a quantization plan when there is one (below).
+                if self.quant.is_none() || !matches!(info.ggml_dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16)
+                {
+                    let q = self.read_qtensor(g, &full, &stored)?;
+                    return Ok(MatrixWeight::Quantized(Arc::new(q)));
+                }
             }
         }
         if let (Some(plan), true) = (&self.quant, crate::cpu_op::kernels_run_on(&self.device)) {

@@ -256,8 +256,8 @@ impl Model {
     }
 
     /// The image side in the `mmproj` GGUF at `path`, for a text model of width `text_hidden`
-    /// and tokenizer `tokenizer`: what its metadata gives (family, spec) and what that loads. The tower and projector are
-    /// dequantized to `dtype` (they are small; llama.cpp writes them in f32 or f16).
+    /// and tokenizer `tokenizer`: what its metadata gives (family, spec) and what that loads. Matrices of
+    /// block types stay quantized (the int8 kernels run them) unless `opts.dtype` asks for one.
     fn load_mmproj(
         path: &Path,
         tokenizer: &Tokenizer,
@@ -267,7 +267,9 @@ impl Model {
     ) -> Result<(crate::families::mmproj::Mmproj, Box<dyn ImageSide>)> {
         let content = tessera_decoder::weights::read_gguf(path)?;
         let mmproj = crate::families::mmproj::read(&content, path, tokenizer, text_hidden)?;
-        let mut vb = Weights::from_gguf_content(path, content, GgufMode::Dequantized, dtype, &opts.device)?;
+        // Quantized blocks stay quantized, as the text model's (unless a dtype is asked for).
+        let mode = if opts.dtype.is_some() { GgufMode::Dequantized } else { GgufMode::Quantized };
+        let mut vb = Weights::from_gguf_content(path, content, mode, dtype, &opts.device)?;
         if opts.vision_q8_0 {
             vb = vb.with_quantization(std::sync::Arc::new(QuantPlan::vision(QuantMix::Q8_0, [])));
         }

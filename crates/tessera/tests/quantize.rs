@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{ensure, Context, Result};
 use candle_core::quantized::gguf_file;
 use sha2::{Digest, Sha256};
-use tessera::{GenerateParams, LoadOptions, Model, QuantMix};
+use tessera::{load_image, GenerateParams, LoadOptions, Model, QuantMix, DEFAULT_MAX_PIXELS};
 use tessera_decoder::quant::QuantPlan;
 use tessera_decoder::weights::{gguf_name, gguf_vision_name};
 use tessera_kernels::{quantize::quantize_rows, QType, ThreadPool};
@@ -201,6 +201,44 @@ fn a_quantized_folder_computes_as_llama_quantizes_file() -> Result<()> {
         let greedy =
             |m: &Model| m.generate(&m.prompt(ids.clone(), &[])?, &params, &mut |_| {}).map(|o| o.generated_tokens);
         assert_eq!(greedy(&ours)?, greedy(&theirs)?, "{mix}: greedy ids");
+    }
+    Ok(())
+}
+
+/// The tiny SmolVLM folder under `--quantize T` and llama-quantize's `T` pair of it (model +
+/// mmproj): bit-identical image features (the tower and connector are the same blocks in the
+/// same order), the same greedy ids after an image prompt, and logits within what the one
+/// remaining difference moves them: llama.cpp's converter permutes Llama's q/k rows for
+/// interleaved RoPE, so the attention scores sum the same products in another order.
+#[test]
+fn a_quantized_vlm_folder_answers_as_llama_quantizes_pair() -> Result<()> {
+    let folder = common::fixtures().join("vlm/smolvlm-tiny");
+    let image = load_image(&common::fixtures().join("images/chelsea.png"), DEFAULT_MAX_PIXELS)?;
+    for mix in [QuantMix::Q8_0, QuantMix::Q4_0, QuantMix::Q4_K_M] {
+        let ours = Model::load(folder.to_str().context("utf-8")?, &quantized(mix))?;
+        let pair = quant_dir().join(format!("smolvlm-tiny-{mix}"));
+        let opts = LoadOptions { mmproj: Some(pair.join("mmproj.gguf")), ..Default::default() };
+        let theirs = Model::load(pair.join("model.gguf").to_str().context("utf-8")?, &opts)?;
+        let features = |m: &Model| -> Result<Vec<f32>> {
+            Ok(common::on_cpu(m.encode_image(&image)?.tokens())?.flatten_all()?.to_vec1()?)
+        };
+        let (a, b) = (features(&ours)?, features(&theirs)?);
+        assert_eq!(a.len(), b.len(), "{mix}: image tokens");
+        let differ = a.iter().zip(&b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+        assert_eq!(differ, 0, "{mix}: {differ} of {} image feature values differ", a.len());
+
+        let prompt = |m: &Model| m.encode_prompt("What is in this image?", None, false, std::slice::from_ref(&image));
+        let (p, q) = (prompt(&ours)?, prompt(&theirs)?);
+        assert_eq!(p.ids(), q.ids(), "{mix}: prompt ids");
+        let logits = |m: &Model, p: &tessera::Prompt| -> Result<candle_core::Tensor> {
+            let hidden = m.forward(p, .., &mut m.new_cache(), &mut Default::default(), &mut Default::default())?;
+            common::on_cpu(&m.logits(&hidden)?)
+        };
+        let d = (logits(&ours, &p)? - logits(&theirs, &q)?)?.abs()?.max_all()?.to_scalar::<f32>()?;
+        assert!(d < 0.5, "{mix}: logits differ by {d}");
+        let params = GenerateParams { max_new_tokens: 12, ignore_eos: true, ..Default::default() };
+        let greedy = |m: &Model, p: &tessera::Prompt| m.generate(p, &params, &mut |_| {}).map(|o| o.generated_tokens);
+        assert_eq!(greedy(&ours, &p)?, greedy(&theirs, &q)?, "{mix}: greedy ids");
     }
     Ok(())
 }
