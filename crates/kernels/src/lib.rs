@@ -6,7 +6,7 @@
 //! - `tessera-decoder`, on the CPU while [`enabled`] (`TESSERA_KERNELS=off` sends it down
 //!   Candle's device-generic ops): [`QMatrix`] from its linear layer (`matmul_uninit`,
 //!   `matmul_add_uninit`, `matmul_shared_uninit`) and weight loading (`new`, `dequantize`),
-//!   [`blocks::quantize_q8_0_blocks`], [`dense::linear`], [`dense::attend_many`],
+//!   [`quantize::quantize_rows`] (load-time quantization), [`dense::linear`], [`dense::attend_many`],
 //!   [`attention::attend`], [`attention::attend_rows`], [`attention::scale_mask_softmax`],
 //!   [`ops::rms_norm`], [`ops::silu_mul`], [`ops::gelu_tanh`], [`ops::f32_to_f16`] (KV writes),
 //!   [`for_each_row`] on [`ThreadPool::global`], and [`row_invariant`] around a batched decode step;
