@@ -6,8 +6,9 @@
 //! ggml builds these files without `-march` flags (the `ggml-base` library), so its arithmetic
 //! is plain IEEE single precision with no fused multiply-adds; the ports keep each expression's
 //! order so that the bytes are the same (`tests/quantize.rs` in `tessera` compares them with
-//! llama-quantize's output). Candle's `k_quants` `from_float` for `Q4_K`/`Q5_K` still follow
-//! ggml's older `make_qkx1_quants` and give other bytes, hence these ports.
+//! llama-quantize's output). Candle's `from_float` gives the same bytes for the 32-value types
+//! (a test in `tessera` checks it) but not for `Q4_K`/`Q5_K` (still ggml's older
+//! `make_qkx1_quants`) nor `Q6_K`, hence these ports.
 //!
 //! [`quantize_rows`] shares the rows of a matrix among the pool's threads; every block depends
 //! only on its own 32 or 256 values, so the bytes do not depend on the thread count.
