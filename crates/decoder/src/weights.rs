@@ -22,7 +22,9 @@ use crate::quant::QuantPlan;
 /// How GGUF weights are used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GgufMode {
-    /// Matmul weights stay quantized (Candle's quantized matmul); everything else is dequantized.
+    /// Matmul weights of block types stay quantized (tessera's int8 kernels on the CPU, Candle's
+    /// quantized matmul elsewhere); f32/f16 matrices are dense on the CPU; everything else is
+    /// dequantized.
     Quantized,
     /// Every tensor is dequantized to the working dtype.
     Dequantized,
@@ -306,9 +308,10 @@ impl Weights {
                     let m = self.read_packed(g, &full, &stored, info.offset, qtype, out_dim, in_dim)?;
                     return Ok(MatrixWeight::Packed(Arc::new(m)));
                 }
-                // Float matrices go to a quantization plan when there is one (below).
-                if self.quant.is_none() || !matches!(info.ggml_dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16)
-                {
+                // Float matrices (an f32 or f16 mmproj, say) load as a folder's do: dense on the
+                // CPU's kernels, or into a quantization plan when there is one (below).
+                let float = matches!(info.ggml_dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+                if !float || (self.quant.is_none() && !crate::cpu_op::kernels_run_on(&self.device)) {
                     let q = self.read_qtensor(g, &full, &stored)?;
                     return Ok(MatrixWeight::Quantized(Arc::new(q)));
                 }
