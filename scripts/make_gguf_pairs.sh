@@ -23,7 +23,7 @@
 #  - the converter recognizes a BPE pre-tokenizer by hashing its output on a test text against a
 #    table of published tokenizers; the tiny 480-token vocabulary is in no table. Its pre-tokenizer
 #    is GPT-2's byte-level split, which llama.cpp calls `gpt2`: the converter runs with
-#    `get_vocab_base_pre` answering that (convert.py below).
+#    `get_vocab_base_pre` answering that (scripts/peers/convert_hf.py).
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -68,20 +68,9 @@ t["tokenizer_class"] = "PreTrainedTokenizerFast"
 t["additional_special_tokens"] = t.pop("extra_special_tokens")
 json.dump(t, open(f"{d}/tokenizer_config.json", "w"), indent=2)
 EOF
-cat > "$stage/convert.py" <<'EOF'
-# convert_hf_to_gguf.py with the tiny vocabulary's pre-tokenizer named (GPT-2's byte-level split).
-import runpy, sys
-llama = sys.argv[1]
-sys.path[:0] = [llama, llama + "/gguf-py"]
-import conversion.base as base
-base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "gpt2"
-sys.argv = [llama + "/convert_hf_to_gguf.py", *sys.argv[2:]]
-runpy.run_path(sys.argv[0], run_name="__main__")
-EOF
-
 # --- convert -------------------------------------------------------------------------------------
 mkdir -p "$out"
-convert() { (cd "$stage" && "$venv/bin/python" convert.py "$llama" "$stage/smolvlm-tiny" --outtype f32 "$@" 2>&1 \
+convert() { (cd "$stage" && "$venv/bin/python" "$repo/scripts/peers/convert_hf.py" "$llama" "$stage/smolvlm-tiny" --outtype f32 "$@" 2>&1 \
   | grep -E "ERROR|WARNING|successfully" >&2); }
 log "text model"
 convert --outfile "$out/smolvlm-tiny-f32.gguf"

@@ -50,9 +50,16 @@ pub struct ModelArgs {
     /// CPU threads, 1 to 256 (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
-    /// Quantize the vision tower's and connector's matrices to 8 bits (Q8_0) on loading (CPU
-    /// only): images encode about twice as fast, but the image features (and possibly the
-    /// answers) no longer match transformers' f32 exactly.
+    /// Q4_0, Q4_K_M, Q5_K_M, Q6_K or Q8_0: quantize a safetensors checkpoint's matrices on
+    /// loading (CPU only; GGUF files keep their own types), each to the type llama-quantize gives
+    /// it for that type (the _M mixes' per-layer rules, its fallbacks for rows that 256-value
+    /// blocks do not tile), the vision tower and connector as llama-quantize does an mmproj:
+    /// the same blocks as llama-quantize writes, run on the int8 kernels.
+    #[arg(long, value_parser = quant_name)]
+    quantize: Option<String>,
+    /// The vision tower's and connector's matrices only, in 8 bits (Q8_0) on loading (CPU only;
+    /// with --quantize, they stay at Q8_0): images encode about twice as fast, but the image
+    /// features (and possibly the answers) no longer match transformers' f32 exactly.
     #[arg(long)]
     vision_int8: bool,
     /// Gemma 3: pan-and-scan — besides the whole image, the model also sees crops along its long
@@ -73,6 +80,11 @@ pub struct ModelArgs {
     /// activations can grow to ~0.5.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     prefill_block: Option<u32>,
+}
+
+/// A `--quantize` value, checked by the argument parser.
+fn quant_name(s: &str) -> std::result::Result<String, String> {
+    s.parse::<tessera::QuantMix>().map(|_| s.to_string())
 }
 
 /// A `--dtype` / `--kv-cache-dtype` value, checked by the argument parser.
@@ -120,6 +132,7 @@ pub fn load(args: &ModelArgs) -> Result<(Model, f64)> {
             device,
             dtype,
             vision_q8_0: args.vision_int8,
+            quantize: args.quantize.as_deref().map(str::parse).transpose().map_err(anyhow::Error::msg)?,
             pan_and_scan: args.pan_and_scan,
             kv_cache_dtype: args.kv_cache_dtype.as_deref().map(parse_dtype).transpose()?,
             prefill_block: args.prefill_block.map(|n| n as usize),

@@ -57,7 +57,7 @@ pub fn run(args: ModelArgs) -> Result<()> {
     out!(
         "weights:        {:?}{}",
         i.dtype,
-        i.quantization.as_ref().map(|q| format!(" activations, {q} quantized matmuls")).unwrap_or_default()
+        i.quantization.as_ref().map(|q| format!(" activations; quantized matmuls: {q}")).unwrap_or_default()
     );
     out!("device:         {:?}", model.device());
     out!("tokenizer:      {}", i.tokenizer_source);

@@ -1,7 +1,8 @@
 //! `tessera generate` on llama.cpp's GGUF + mmproj pair of the tiny SmolVLM
 //! (tests/fixtures/vlm/smolvlm-tiny-gguf, written by scripts/make_gguf_pairs.sh): the answer
 //! transformers gives for the same checkpoint, the mmproj found beside the model, a wrong
-//! projector type refused in one line.
+//! projector type refused in one line; `--quantize` on the folder answering as llama-quantize's
+//! pair of it (tests/fixtures/quant, scripts/make_quant_references.sh), and its bad uses.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -30,10 +31,16 @@ fn stderr(o: &Output) -> String {
 
 /// `generate` on the chelsea photo with the reference's prompt, 16 greedy tokens, JSON out.
 fn describe(model: &str, mmproj: Option<&str>) -> Output {
-    let mut args = vec!["generate", "--model", model];
-    if let Some(m) = mmproj {
-        args.extend(["--mmproj", m]);
+    match mmproj {
+        Some(m) => describe_with(model, &["--mmproj", m]),
+        None => describe_with(model, &[]),
     }
+}
+
+/// [`describe`] with more flags.
+fn describe_with(model: &str, flags: &[&str]) -> Output {
+    let mut args = vec!["generate", "--model", model];
+    args.extend(flags);
     let image = chelsea();
     args.extend(["--image", &image, "--prompt", "Describe this image.", "--max-new-tokens", "16"]);
     args.extend(["--ignore-eos", "--json"]);
@@ -98,5 +105,53 @@ fn a_wrong_projector_type_is_refused_in_one_line() -> Result<()> {
     assert_eq!(err.lines().count(), 1, "not one line: {err}");
     assert!(err.contains(&bad.display().to_string()) && err.contains("projector type `qwen25vl`"), "{err}");
     std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
+
+/// The folder under `--quantize T` answers as llama-quantize's `T` pair of it, `info` lists the
+/// types chosen, every subcommand takes the flag, and its bad uses fail in one line.
+#[test]
+fn quantize_on_the_folder_answers_as_llama_quantizes_pair() -> Result<()> {
+    let folder = root().join("tests/fixtures/vlm/smolvlm-tiny").to_string_lossy().into_owned();
+    let tokens = |o: &Output| -> Result<serde_json::Value> {
+        ensure!(o.status.success(), "{}", stderr(o));
+        let v: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim())?;
+        Ok(v["generated_tokens"].clone())
+    };
+    for mix in ["Q8_0", "Q4_K_M"] {
+        let pair = root().join("tests/fixtures/quant").join(format!("smolvlm-tiny-{mix}"));
+        let (model, mmproj) = (pair.join("model.gguf"), pair.join("mmproj.gguf"));
+        let theirs = describe(model.to_str().context("utf-8")?, Some(mmproj.to_str().context("utf-8")?));
+        let ours = describe_with(&folder, &["--quantize", mix]);
+        let ours = tokens(&ours)?;
+        assert_eq!(ours.as_array().map(Vec::len), Some(16), "{mix}: {ours}");
+        assert_eq!(ours, tokens(&theirs)?, "{mix}");
+    }
+    let o = tessera(&["info", "--model", &folder, "--quantize", "q4_k_m"]);
+    ensure!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("Q4_K_M at load time (text Q4_K_M: Q5_0 ×12, Q8_0 ×3; image side Q4_K_M: Q5_0 ×10, Q8_0 ×3)"),
+        "{out}"
+    );
+    for sub in ["generate", "serve", "embed", "explain", "info"] {
+        let o = tessera(&[sub, "--help"]);
+        assert!(String::from_utf8_lossy(&o.stdout).contains("--quantize <QUANTIZE>"), "{sub} --help lacks --quantize");
+    }
+
+    // An unknown type: the parser's one line names the flag and the accepted types.
+    let o = describe_with(&folder, &["--quantize", "Q3_K_S"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let first = err.lines().next().unwrap_or_default();
+    assert!(first.contains("--quantize") && first.contains("Q3_K_S"), "{err}");
+    assert!(first.contains("Q4_0, Q4_K_M, Q5_K_M, Q6_K, Q8_0"), "{err}");
+    // A GGUF file keeps its own types: refused in one line naming the file.
+    let o = describe_with(&pair("smolvlm-tiny-f32.gguf"), &["--quantize", "Q8_0"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let last = err.lines().last().unwrap_or_default();
+    assert!(last.starts_with("error: ") && !err.contains("panicked"), "{err}");
+    assert!(last.contains("smolvlm-tiny-f32.gguf") && last.contains("already stored in its own types"), "{err}");
     Ok(())
 }

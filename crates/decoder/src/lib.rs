@@ -2,7 +2,7 @@
 //! RMSNorm, rotary embeddings (and their variants), grouped-query attention, gated MLPs,
 //! attention masks, the KV cache, and a forward over embeddings returning hidden states.
 //! Also the weight sources (safetensors, GGUF) and the linear layer (dense or quantized)
-//! that vision towers share.
+//! that vision towers share, and load-time quantization's choice of types (`quant`).
 
 pub mod activation;
 pub mod attention;
@@ -15,6 +15,7 @@ pub mod linear;
 pub mod mask;
 pub mod mlp;
 pub mod norm;
+pub mod quant;
 pub mod rope;
 pub mod weights;
 
@@ -30,6 +31,7 @@ pub use linear::Linear;
 pub use mask::{AttentionMask, Blocks, MaskBiases, MaskPlan};
 pub use mlp::{GatedMlp, Mlp};
 pub use norm::{LayerNorm, NormStyle, RmsNorm};
+pub use quant::{QuantMix, QuantPlan};
 pub use rope::{MRope, RopeAngles, RopeConfig, RopeScaling, RopeStyle, RotaryEmbedding};
 pub use tessera_kernels::row_invariant;
 pub use weights::{GgufMode, MatrixWeight, Weights};

@@ -17,11 +17,14 @@ use tessera_kernels::{QMatrix, QType};
 
 use crate::error::{DecoderError, Result};
 use crate::linear::Linear;
+use crate::quant::QuantPlan;
 
 /// How GGUF weights are used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GgufMode {
-    /// Matmul weights stay quantized (Candle's quantized matmul); everything else is dequantized.
+    /// Matmul weights of block types stay quantized (tessera's int8 kernels on the CPU, Candle's
+    /// quantized matmul elsewhere); f32/f16 matrices are dense on the CPU; everything else is
+    /// dequantized.
     Quantized,
     /// Every tensor is dequantized to the working dtype.
     Dequantized,
@@ -46,9 +49,9 @@ pub struct Weights {
     prefix: String,
     dtype: DType,
     device: Device,
-    /// Dense f32 matrices read through this handle are quantized to `Q8_0` on the CPU
-    /// ([`with_q8_0_matrices`](Self::with_q8_0_matrices)).
-    q8_0_matrices: bool,
+    /// Dense matrices read through this handle are quantized on the CPU by this plan
+    /// ([`with_quantization`](Self::with_quantization)).
+    quant: Option<Arc<QuantPlan>>,
 }
 
 impl Weights {
@@ -66,7 +69,7 @@ impl Weights {
         Ok(Self {
             source: Arc::new(Source::Safetensors { files: files.to_vec(), st }),
             prefix: String::new(),
-            q8_0_matrices: false,
+            quant: None,
             dtype,
             device: device.clone(),
         })
@@ -96,7 +99,7 @@ impl Weights {
                 mode,
             })),
             prefix: String::new(),
-            q8_0_matrices: false,
+            quant: None,
             dtype,
             device: device.clone(),
         })
@@ -111,7 +114,7 @@ impl Weights {
             prefix,
             dtype: self.dtype,
             device: self.device.clone(),
-            q8_0_matrices: self.q8_0_matrices,
+            quant: self.quant.clone(),
         }
     }
 
@@ -124,10 +127,16 @@ impl Weights {
     }
 
     /// A handle whose dense matrices ([`matrix`](Self::matrix), [`linear`](Self::linear)) are
-    /// quantized to `Q8_0` on loading when the device is the CPU and rows are whole blocks, so
-    /// their matmuls run on the int8 kernels (`tessera-kernels`); other tensors are unchanged.
-    pub fn with_q8_0_matrices(&self) -> Self {
-        Self { q8_0_matrices: true, ..self.clone() }
+    /// quantized on loading, each to the type `plan` gives it (llama-quantize's choice), when
+    /// the device is the CPU with tessera's kernels, so their matmuls run on the int8 kernels;
+    /// other tensors, and matrices the plan keeps, are unchanged.
+    pub fn with_quantization(&self, plan: Arc<QuantPlan>) -> Self {
+        Self { quant: Some(plan), ..self.clone() }
+    }
+
+    /// The prefix this handle reads under (`model.text_model`).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
     }
 
     fn full_name(&self, name: &str) -> String {
@@ -299,21 +308,31 @@ impl Weights {
                     let m = self.read_packed(g, &full, &stored, info.offset, qtype, out_dim, in_dim)?;
                     return Ok(MatrixWeight::Packed(Arc::new(m)));
                 }
-                let q = self.read_qtensor(g, &full, &stored)?;
-                return Ok(MatrixWeight::Quantized(Arc::new(q)));
+                // Float matrices (an f32 or f16 mmproj, say) load as a folder's do: dense on the
+                // CPU's kernels, or into a quantization plan when there is one (below).
+                let float = matches!(info.ggml_dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+                if !float || (self.quant.is_none() && !crate::cpu_op::kernels_run_on(&self.device)) {
+                    let q = self.read_qtensor(g, &full, &stored)?;
+                    return Ok(MatrixWeight::Quantized(Arc::new(q)));
+                }
             }
         }
-        if self.q8_0_matrices && crate::cpu_op::kernels_run_on(&self.device) && in_dim.is_multiple_of(32) {
+        if let (Some(plan), true) = (&self.quant, crate::cpu_op::kernels_run_on(&self.device)) {
             let full = self.full_name(name);
-            let dense = self.get_with_dtype(&[out_dim, in_dim], name, DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-            let mut blocks = vec![0u8; dense.len() / 32 * QType::Q8_0.block_bytes()];
-            tessera_kernels::blocks::quantize_q8_0_blocks(&dense, &mut blocks);
-            let m = QMatrix::new(QType::Q8_0, out_dim, in_dim, blocks).map_err(|e| DecoderError::TensorData {
-                name: full.clone(),
-                source_desc: self.describe(),
-                reason: e.to_string(),
-            })?;
-            return Ok(MatrixWeight::Packed(Arc::new(m)));
+            if let Some(qtype) = plan.type_for(&full, in_dim) {
+                let dense =
+                    self.get_with_dtype(&[out_dim, in_dim], name, DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                let err = |e: tessera_kernels::KernelError| DecoderError::TensorData {
+                    name: full.clone(),
+                    source_desc: self.describe(),
+                    reason: e.to_string(),
+                };
+                let pool = tessera_kernels::ThreadPool::global();
+                let blocks =
+                    tessera_kernels::quantize::quantize_rows(pool, qtype, &dense, out_dim, in_dim).map_err(err)?;
+                let m = QMatrix::new(qtype, out_dim, in_dim, blocks).map_err(err)?;
+                return Ok(MatrixWeight::Packed(Arc::new(m)));
+            }
         }
         Ok(MatrixWeight::Dense(self.get(&[out_dim, in_dim], name)?))
     }

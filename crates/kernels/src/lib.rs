@@ -6,7 +6,7 @@
 //! - `tessera-decoder`, on the CPU while [`enabled`] (`TESSERA_KERNELS=off` sends it down
 //!   Candle's device-generic ops): [`QMatrix`] from its linear layer (`matmul_uninit`,
 //!   `matmul_add_uninit`, `matmul_shared_uninit`) and weight loading (`new`, `dequantize`),
-//!   [`blocks::quantize_q8_0_blocks`], [`dense::linear`], [`dense::attend_many`],
+//!   [`quantize::quantize_rows`] (load-time quantization), [`dense::linear`], [`dense::attend_many`],
 //!   [`attention::attend`], [`attention::attend_rows`], [`attention::scale_mask_softmax`],
 //!   [`ops::rms_norm`], [`ops::silu_mul`], [`ops::gelu_tanh`], [`ops::f32_to_f16`] (KV writes),
 //!   [`for_each_row`] on [`ThreadPool::global`], and [`row_invariant`] around a batched decode step;
@@ -29,6 +29,8 @@
 //! - [`blocks`]: the GGUF block layouts (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q4_K`,
 //!   `Q5_K`, `Q6_K`), dequantization, and llama.cpp's activation quantization
 //!   (`Q8_0`/`Q8_1`/`Q8_K`);
+//! - [`quantize`]: weight quantization into those blocks, as llama-quantize writes them
+//!   (ports of ggml's reference quantizers), on the pool's threads;
 //! - [`dot`]: portable integer dot products (the reference twins of the SIMD kernels);
 //! - `x86` (AVX2, AVX-512 VNNI) and `neon` (dotprod) row kernels, chosen at run time
 //!   ([`Isa::best`], overridable with `TESSERA_KERNELS`), and on AVX-512 VNNI the int8 prefill
@@ -58,6 +60,7 @@ mod neon;
 pub mod ops;
 mod panels;
 mod pool;
+pub mod quantize;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 

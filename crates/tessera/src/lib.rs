@@ -66,6 +66,7 @@ pub use prompt::{Chunk, ImageInputs, Prompt};
 pub use sampling::{Sampler, SamplingParams};
 pub use source::{resolve, ModelSource};
 pub use structured::{ConstraintFactory, OutputFormat, TokenConstraint};
+pub use tessera_decoder::QuantMix;
 pub use tessera_decoder::{flash_attention_enabled, AttentionMask, Decoder, KvCache, MaskPlan, Trace};
 pub use tessera_text::{ChatTemplate, Content, ContentPart, Conversation, Message, Tokenizer};
 pub use tessera_vision::{

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use tessera_decoder::weights::MatrixWeight;
-use tessera_decoder::{Decoder, GgufMode, KvCache, Linear, Weights};
+use tessera_decoder::{Decoder, GgufMode, KvCache, Linear, QuantMix, QuantPlan, Weights};
 use tessera_text::{ChatTemplate, Message, TokenEmbedding, Tokenizer};
 
 use crate::config::{GenerationConfig, ModelConfig};
@@ -35,6 +35,13 @@ pub struct LoadOptions {
     /// only, with tessera's kernels; refused elsewhere): image encoding runs on the int8 kernels, ~2× faster, at the price of the weights'
     /// and activations' 8-bit rounding (outputs no longer match transformers' f32 exactly).
     pub vision_q8_0: bool,
+    /// Quantize a safetensors checkpoint's matrices on loading (CPU only, with tessera's
+    /// kernels; refused elsewhere and for GGUF files, already stored in their own types): the
+    /// text model's as llama-quantize does for this type (the `_M` mixes' per-tensor rules,
+    /// its fallbacks for rows that 256-value blocks do not tile), the vision tower's and
+    /// connector's as llama-quantize does for the mmproj llama.cpp's converter writes (unless
+    /// `vision_q8_0`, which keeps them at `Q8_0`). Matmuls then run on the int8 kernels.
+    pub quantize: Option<QuantMix>,
     /// Gemma 3's pan-and-scan on (the image plus crops along its long side, when its aspect
     /// ratio calls for them), whatever the checkpoint's processor settings say.
     pub pan_and_scan: bool,
@@ -57,6 +64,7 @@ impl Default for LoadOptions {
             device: Device::Cpu,
             dtype: None,
             vision_q8_0: false,
+            quantize: None,
             pan_and_scan: false,
             kv_cache_dtype: None,
             prefill_block: None,
@@ -125,9 +133,13 @@ impl Model {
     }
 
     pub fn load_source(source: &ModelSource, opts: &LoadOptions) -> Result<Self> {
-        if opts.vision_q8_0 && !tessera_decoder::kernels_run_on(&opts.device) {
+        let flag = match opts.quantize {
+            Some(mix) => Some(format!("load-time quantization (--quantize {mix})")),
+            None => opts.vision_q8_0.then(|| "int8 vision (--vision-int8)".to_string()),
+        };
+        if let (Some(flag), false) = (&flag, tessera_decoder::kernels_run_on(&opts.device)) {
             return Err(TesseraError::InvalidInput(format!(
-                "int8 vision (--vision-int8) runs on tessera's CPU kernels, {}",
+                "{flag} runs on tessera's CPU kernels, {}",
                 if opts.device.is_cpu() {
                     "which TESSERA_KERNELS=off turns off".to_string()
                 } else {
@@ -142,6 +154,12 @@ impl Model {
                 dir.display()
             ))),
             ModelSource::Dir(dir) => Self::load_dir(dir, opts),
+            ModelSource::Gguf(path) if opts.quantize.is_some() => Err(TesseraError::InvalidInput(format!(
+                "--quantize {}: {} is a GGUF file, already stored in its own types; --quantize quantizes \
+                 safetensors checkpoints (llama-quantize requantizes GGUF files)",
+                opts.quantize.map(|m| m.name()).unwrap_or_default(),
+                path.display()
+            ))),
             ModelSource::Gguf(path) => Self::load_gguf(path, opts),
         }?;
         // On CUDA each host thread queues its work on its own stream (Candle runs on the
@@ -168,6 +186,7 @@ impl Model {
         let gen_path = dir.join("generation_config.json");
         let generation_config =
             if gen_path.exists() { GenerationConfig::from_file(&gen_path)? } else { GenerationConfig::default() };
+        let (text_plan, vision_plan) = quant_plans(&config, &vb, opts);
         let info = ModelInfo {
             source: ModelSource::Dir(dir.to_path_buf()),
             dtype,
@@ -178,12 +197,21 @@ impl Model {
         };
         let images = match &config.vision {
             Some(spec) => {
+                let vb = match &vision_plan {
+                    Some(plan) => vb.with_quantization(plan.clone()),
+                    None => vb.clone(),
+                };
                 Some(load_image_side(spec.as_ref(), dir, &vb, config.decoder.hidden_size, &tokenizer, None, opts)?)
             }
             None => None,
         };
-        let mut model = Self::assemble(config, vb, tokenizer, chat_template, generation_config, info, opts)?;
+        let text_vb = match &text_plan {
+            Some(plan) => vb.with_quantization(plan.clone()),
+            None => vb,
+        };
+        let mut model = Self::assemble(config, text_vb, tokenizer, chat_template, generation_config, info, opts)?;
         model.images = images;
+        model.info.quantization = quantization_summary(text_plan.as_deref(), vision_plan.as_deref());
         Ok(model)
     }
 
@@ -228,8 +256,8 @@ impl Model {
     }
 
     /// The image side in the `mmproj` GGUF at `path`, for a text model of width `text_hidden`
-    /// and tokenizer `tokenizer`: what its metadata gives (family, spec) and what that loads. The tower and projector are
-    /// dequantized to `dtype` (they are small; llama.cpp writes them in f32 or f16).
+    /// and tokenizer `tokenizer`: what its metadata gives (family, spec) and what that loads. Matrices of
+    /// block types stay quantized (the int8 kernels run them) unless `opts.dtype` asks for one.
     fn load_mmproj(
         path: &Path,
         tokenizer: &Tokenizer,
@@ -239,7 +267,12 @@ impl Model {
     ) -> Result<(crate::families::mmproj::Mmproj, Box<dyn ImageSide>)> {
         let content = tessera_decoder::weights::read_gguf(path)?;
         let mmproj = crate::families::mmproj::read(&content, path, tokenizer, text_hidden)?;
-        let vb = Weights::from_gguf_content(path, content, GgufMode::Dequantized, dtype, &opts.device)?;
+        // Quantized blocks stay quantized, as the text model's (unless a dtype is asked for).
+        let mode = if opts.dtype.is_some() { GgufMode::Dequantized } else { GgufMode::Quantized };
+        let mut vb = Weights::from_gguf_content(path, content, mode, dtype, &opts.device)?;
+        if opts.vision_q8_0 {
+            vb = vb.with_quantization(std::sync::Arc::new(QuantPlan::vision(QuantMix::Q8_0, [])));
+        }
         let dir = path.parent().unwrap_or(Path::new("."));
         let images =
             load_image_side(mmproj.spec.as_ref(), dir, &vb, text_hidden, tokenizer, Some(&mmproj.settings), opts)?;
@@ -418,9 +451,9 @@ impl Model {
     }
 }
 
-/// The family's image side `spec` loaded from the weights `vb` (their matrices quantized to
-/// `Q8_0` under `--vision-int8`), the processor files in `dir` or the `processor` settings an
-/// mmproj gives, for a decoder of width `text_hidden`.
+/// The family's image side `spec` loaded from the weights `vb` (quantizing as `vb` says), the
+/// processor files in `dir` or the `processor` settings an mmproj gives, for a decoder of width
+/// `text_hidden`.
 fn load_image_side(
     spec: &dyn ImageSpec,
     dir: &Path,
@@ -430,9 +463,41 @@ fn load_image_side(
     processor: Option<&ProcessorSettings>,
     opts: &LoadOptions,
 ) -> Result<Box<dyn ImageSide>> {
-    let weights = if opts.vision_q8_0 { vb.with_q8_0_matrices() } else { vb.clone() };
-    let at = ImageLoad { dir, weights: &weights, text_hidden, tokenizer, pan_and_scan: opts.pan_and_scan, processor };
+    let at = ImageLoad { dir, weights: vb, text_hidden, tokenizer, pan_and_scan: opts.pan_and_scan, processor };
     spec.load(&at)
+}
+
+/// The load-time quantization plans of a folder's text model and image side
+/// ([`LoadOptions::quantize`], [`LoadOptions::vision_q8_0`]).
+fn quant_plans(
+    config: &ModelConfig,
+    vb: &Weights,
+    opts: &LoadOptions,
+) -> (Option<std::sync::Arc<QuantPlan>>, Option<std::sync::Arc<QuantPlan>>) {
+    let (lm, head) = text_roots(vb);
+    let text = opts.quantize.map(|mix| {
+        let tied = config.tie_word_embeddings || !vb.contains(&format!("{head}.weight"));
+        std::sync::Arc::new(QuantPlan::text(mix, config.decoder.num_hidden_layers, tied))
+    });
+    let vision_mix = if opts.vision_q8_0 { Some(QuantMix::Q8_0) } else { opts.quantize };
+    let vision = vision_mix.filter(|_| config.vision.is_some()).map(|mix| {
+        let text_prefix = format!("{}.", lm.prefix());
+        let names = vb.stored_names();
+        let image_side = names.iter().filter(|n| !n.starts_with(&text_prefix)).map(String::as_str);
+        std::sync::Arc::new(QuantPlan::vision(mix, image_side))
+    });
+    (text, vision)
+}
+
+/// `tessera info`'s line for a folder quantized at load time: the mix and the types chosen.
+fn quantization_summary(text: Option<&QuantPlan>, vision: Option<&QuantPlan>) -> Option<String> {
+    let part = |what: &str, plan: &QuantPlan| format!("{what} {}: {}", plan.mix, plan.summary());
+    match (text, vision) {
+        (None, None) => None,
+        (Some(t), None) => Some(format!("{} at load time ({})", t.mix, part("text", t))),
+        (None, Some(v)) => Some(format!("image side only at load time ({})", part("image side", v))),
+        (Some(t), Some(v)) => Some(format!("{} at load time ({}; {})", t.mix, part("text", t), part("image side", v))),
+    }
 }
 
 /// The text model's root and LM head name, by the checkpoint's naming generation:

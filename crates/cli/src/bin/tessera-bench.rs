@@ -65,6 +65,10 @@ struct Args {
     /// CPU's int8 kernels.
     #[arg(long)]
     vision_int8: bool,
+    /// As `tessera generate --quantize T`: a safetensors checkpoint quantized on loading as
+    /// llama-quantize would (Q4_0, Q4_K_M, Q5_K_M, Q6_K, Q8_0); its time is in the load time.
+    #[arg(long, value_parser = |s: &str| s.parse::<tessera::QuantMix>())]
+    quantize: Option<tessera::QuantMix>,
     /// Timed repetitions (after one warm-up).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     reps: u32,
@@ -97,6 +101,7 @@ fn main() -> Result<()> {
         kv_cache_dtype,
         prefill_block,
         vision_q8_0: args.vision_int8,
+        quantize: args.quantize,
         ..Default::default()
     };
     let model = Model::load(&args.model, &opts).context("loading model")?;
@@ -195,6 +200,9 @@ fn main() -> Result<()> {
     let peak_mib = peak_rss_mib();
     let label = match (&args.dtype, &model.info().quantization) {
         (Some(d), _) => d.clone(),
+        (None, _) if args.quantize.is_some() => {
+            format!("{} (load-time)", args.quantize.map(|m| m.name()).unwrap_or_default())
+        }
         (None, Some(q)) => q.clone(),
         (None, None) => format!("{:?}", model.info().dtype).to_lowercase(),
     };
