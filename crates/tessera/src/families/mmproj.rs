@@ -4,8 +4,8 @@
 //! the processor's normalization; its tensors (`v.blk.N.attn_q.weight`, `mm.model.fc.weight`)
 //! are read under their Hugging Face names through
 //! [`gguf_vision_name`](tessera_decoder::weights::gguf_vision_name). Each projector type maps to
-//! the family that implements it, whose image side then loads from these weights and settings as
-//! it would from a checkpoint folder. Key names: gguf-py's `constants.py` (`Keys.Clip`), llama.cpp
+//! the family that implements it ([`PROJECTORS`], one row per projector type), whose image side
+//! then loads from these weights and settings as it would from a checkpoint folder. Key names: gguf-py's `constants.py` (`Keys.Clip`), llama.cpp
 //! 0c1e57098 as llama-cpp-python 0.3.36 vendors it.
 
 use std::collections::HashMap;
@@ -19,8 +19,34 @@ use super::image::{ImageSpec, ProcessorSettings};
 use crate::config::{gguf_f64, gguf_usize};
 use crate::error::{Result, TesseraError};
 
-/// The projector types (`clip.projector_type`) this engine reads, with the family each maps to.
-pub const PROJECTOR_TYPES: &[&str] = &["idefics3"];
+/// How one projector type's family reads an mmproj (errors are reasons; the caller names the
+/// file).
+type FromMmproj = fn(&MmprojInput<'_>) -> std::result::Result<MmprojSide, String>;
+
+/// Every projector type (`clip.projector_type`) tessera reads, with the family function that
+/// turns the mmproj's metadata into that family's image side. The one place that maps an mmproj
+/// to a family; adding one is a row here and the family's `from_mmproj`.
+pub const PROJECTORS: &[(&str, FromMmproj)] = &[
+    // Idefics3 / SmolVLM (llama.cpp's conversion/smolvlm.py): SigLIP tiles, pixel shuffle.
+    ("idefics3", super::idefics3::from_mmproj),
+];
+
+/// What a family's `from_mmproj` reads: the mmproj's metadata, and the text model it is paired
+/// with.
+pub struct MmprojInput<'a> {
+    pub clip: ClipMetadata<'a>,
+    /// The text model's tokenizer (the family's image token ids).
+    pub tokenizer: &'a Tokenizer,
+}
+
+/// A family's image side as an mmproj gives it.
+pub struct MmprojSide {
+    /// The family (`ModelConfig::family`).
+    pub family: &'static str,
+    pub spec: Arc<dyn ImageSpec>,
+    /// The image processor's settings in `preprocessor_config.json`'s terms.
+    pub image: serde_json::Value,
+}
 
 /// An `mmproj` file's image side: the family's spec and the processor settings its metadata
 /// gives.
@@ -32,7 +58,7 @@ pub struct Mmproj {
 }
 
 /// Typed access to an `mmproj` GGUF's `clip.*` metadata; errors name the key.
-pub(crate) struct ClipMetadata<'a> {
+pub struct ClipMetadata<'a> {
     md: &'a HashMap<String, gguf_file::Value>,
 }
 
@@ -108,22 +134,11 @@ pub fn read(content: &gguf_file::Content, path: &Path, tokenizer: &Tokenizer, te
             )));
         }
     }
-    let (family, spec, image): (_, Arc<dyn ImageSpec>, _) = match projector {
-        "idefics3" => {
-            let id = tokenizer.token_to_id("<image>").ok_or_else(|| {
-                err("projector type `idefics3` needs the text model's `<image>` token, which its vocabulary lacks"
-                    .into())
-            })?;
-            let (spec, image) = super::idefics3::from_mmproj(&clip, id).map_err(err)?;
-            ("idefics3", Arc::new(spec), image)
-        }
-        other => {
-            return Err(err(format!(
-                "projector type `{other}` is not supported (supported: {})",
-                PROJECTOR_TYPES.join(", ")
-            )))
-        }
+    let Some((_, from_mmproj)) = PROJECTORS.iter().find(|(name, _)| *name == projector) else {
+        let names: Vec<&str> = PROJECTORS.iter().map(|(name, _)| *name).collect();
+        return Err(err(format!("projector type `{projector}` is not supported (supported: {})", names.join(", "))));
     };
+    let MmprojSide { family, spec, image } = from_mmproj(&MmprojInput { clip, tokenizer }).map_err(err)?;
     let processor = serde_json::Value::Object(Default::default());
     Ok(Mmproj { family, spec, settings: ProcessorSettings { image, processor, origin: path.to_path_buf() } })
 }
