@@ -79,7 +79,8 @@ fn tower_spec(tower: VisionTowerConfig, scale_factor: usize, image_token_id: u32
 ///   `vision_config.layer_norm_eps`, 1e-5 when absent); `clip.use_gelu` (true: the tanh GELU of
 ///   `gelu_pytorch_tanh`, what llama.cpp's `ggml_gelu` computes);
 /// - the connector: `clip.vision.projector.scale_factor` (the config's `scale_factor`, 2 when
-///   absent), the projection's width `clip.vision.projection_dim` (checked by the caller);
+///   absent), the projection's width `clip.vision.projection_dim` (the text model's, which the
+///   caller checks);
 /// - the processor: `clip.vision.image_mean` / `image_std`; the tile side is the tower's
 ///   `image_size` (`max_image_size.longest_edge`); the longest edge images are resized to is
 ///   `clip.vision.preproc_image_size` (`size.longest_edge`; the converter writes `image_size`
@@ -124,7 +125,14 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String>
         "image_mean": clip.floats("clip.vision.image_mean")?,
         "image_std": clip.floats("clip.vision.image_std")?,
     });
-    Ok(MmprojSide { family: "idefics3", spec: std::sync::Arc::new(spec), image })
+    Ok(MmprojSide {
+        family: "idefics3",
+        spec: std::sync::Arc::new(spec),
+        image,
+        text: &[TextFamily::Llama],
+        width: clip.usize("clip.vision.projection_dim")?,
+        swapped_ffn: false,
+    })
 }
 
 /// Idefics3's image processor settings: the tiling (`size.longest_edge`, the tile side
