@@ -180,7 +180,7 @@ pub fn read(
     if !side.text.contains(&text_family) {
         let names: Vec<&str> = side.text.iter().map(|f| f.name()).collect();
         return Err(mismatch(format!(
-            "it is a `{projector}` projector ({}), which goes with a {} text model, not {}",
+            "its projector type `{projector}` is {}'s, which goes with a {} text model, not {}",
             side.family,
             names.join(" or "),
             text_family.name()
