@@ -22,7 +22,8 @@ case passes. The cases were written against the binary's behaviour at the time; 
 is a bug to fix in the binary, not a case to relax.
 
 Sources (all in the repository): models/shapes-vlm (the default image + text model),
-tests/fixtures/tiny/llama-gqa (a tiny text-only Llama) and the header of
+tests/fixtures/tiny/llama-gqa (a tiny text-only Llama), llama.cpp's GGUF + mmproj pairs of the
+tiny VLMs (tests/fixtures/vlm/*-gguf) and the header of
 models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf, whose metadata (vocabulary,
 merges, chat template) goes into a small F32 GGUF (width 64, 2 blocks) that the GGUF cases
 mutate. Its token embedding has pseudo-random rows for the first TOKEN_ROWS_RANDOM tokens and
@@ -1048,6 +1049,55 @@ def gen_prompt(c: Corpus):
     c.add(cls, "prompt-image-on-text-model", gen + ["--image", SHAPES_IMAGE, "--prompt", "hi"], "error", ["image"])
 
 
+def patched_copy(src: Path, dst: Path, key: bytes, old: bytes, new: bytes):
+    """A copy of the GGUF `src` with the value `old` that follows the metadata key `key` (within
+    its type and length fields) replaced by `new`, of the same length."""
+    data = bytearray(src.read_bytes())
+    at = data.index(key) + len(key)
+    found = data.index(old, at)
+    assert found - at <= 12 and len(old) == len(new), (src, key)
+    data[found:found + len(new)] = new
+    write_bytes(dst, bytes(data))
+
+
+def gen_mmproj(c: Corpus):
+    """llama.cpp's GGUF + mmproj pairs (tests/fixtures/vlm/*-gguf) put together wrongly: each
+    refusal names both files where there are two."""
+    cls = "mmproj"
+    pairs = "tests/fixtures/vlm/"
+    smol_text = "{repo}/" + pairs + "smolvlm-tiny-gguf/smolvlm-tiny-f32.gguf"
+    smol_mmproj = "{repo}/" + pairs + "smolvlm-tiny-gguf/mmproj-smolvlm-tiny-f32.gguf"
+    qwen2_text = "{repo}/" + pairs + "llava-interleave-tiny-gguf/llava-interleave-tiny-f32.gguf"
+    image = "{repo}/tests/fixtures/images/chelsea.png"
+    # Words name the fixtures by their paths below tests/fixtures/ (the Rust runner spells the
+    # repository's path its own way).
+    tail = lambda path: path.split("tests/fixtures/", 1)[1]
+
+    def gen(model, mmproj=None):
+        args = ["generate", "--model", model] + (["--mmproj", mmproj] if mmproj else [])
+        return args + ["--image", image, "--prompt", "Describe this image.", "--max-new-tokens", "4"]
+
+    c.add(cls, "mmproj-other-family", gen(qwen2_text, smol_mmproj), "error",
+          [tail(smol_mmproj), tail(qwen2_text), "idefics3", "llama", "qwen2"])
+    src = REPO / pairs / "smolvlm-tiny-gguf/mmproj-smolvlm-tiny-f32.gguf"
+    patched_copy(src, c.dir("mmproj-wider-projection") / "mmproj-wide.gguf", b"clip.vision.projection_dim",
+                 struct.pack("<I", 64), struct.pack("<I", 96))
+    c.add(cls, "mmproj-wider-projection", gen(smol_text, "{case}/mmproj-wide.gguf"), "error",
+          ["{case}/mmproj-wide.gguf", tail(smol_text), "96", "64"])
+    patched_copy(src, c.dir("mmproj-unknown-projector") / "mmproj-unknown.gguf", b"clip.projector_type",
+                 b"idefics3", b"resamplr")
+    c.add(cls, "mmproj-unknown-projector", gen(smol_text, "{case}/mmproj-unknown.gguf"), "error",
+          ["{case}/mmproj-unknown.gguf", tail(smol_text), "resamplr", "idefics3"])
+    c.add(cls, "mmproj-given-as-the-model", gen(smol_mmproj), "error", [tail(smol_mmproj), "mmproj", "--mmproj"])
+    link_or_copy(REPO / pairs / "smolvlm-tiny-gguf/smolvlm-tiny-f32.gguf",
+                 c.dir("mmproj-missing") / "smolvlm-tiny-f32.gguf")
+    c.add(cls, "mmproj-missing", gen("{case}/smolvlm-tiny-f32.gguf"), "error",
+          ["{case}/smolvlm-tiny-f32.gguf", "no mmproj", "--mmproj"])
+    c.add(cls, "mmproj-text-gguf-as-mmproj", gen(smol_text, smol_text), "error", [tail(smol_text), "not an mmproj"])
+    c.add(cls, "mmproj-with-a-folder", gen("{repo}/" + pairs + "smolvlm-tiny", smol_mmproj), "error",
+          ["GGUF text model", "smolvlm-tiny"])
+
+
 def gen_cli(c: Corpus):
     cls = "cli"
     model = "{repo}/" + LLAMA
@@ -1122,7 +1172,8 @@ def generate(out: Path):
     out.mkdir(parents=True, exist_ok=True)
     c = Corpus(out)
     t0 = time.time()
-    for gen in (gen_gguf, gen_safetensors, gen_config, gen_processor, gen_tokenizer, gen_image, gen_prompt, gen_cli):
+    for gen in (gen_gguf, gen_safetensors, gen_config, gen_processor, gen_tokenizer, gen_image, gen_prompt, gen_mmproj,
+                gen_cli):
         gen(c)
     write_json(out / "manifest.json", c.cases)
     print(f"{len(c.cases)} cases in {out} ({time.time() - t0:.1f}s)", file=sys.stderr)

@@ -1,29 +1,31 @@
 #!/usr/bin/env bash
-# Writes llama.cpp's GGUF + mmproj pair for the tiny SmolVLM checkpoint (issue 39), with
-# llama.cpp's own converter: tests/fixtures/vlm/smolvlm-tiny → tests/fixtures/vlm/smolvlm-tiny-gguf/
-# {smolvlm-tiny-f32.gguf, mmproj-smolvlm-tiny-f32.gguf}. Not run in CI; the outputs are committed.
+# Writes llama.cpp's GGUF + mmproj pairs for the tiny VLM checkpoints (issue 39), with llama.cpp's
+# own converters, into tests/fixtures/vlm/<name>-gguf/ (the outputs are committed; not run in CI):
+#   smolvlm           smolvlm-tiny          → smolvlm-tiny-f32.gguf + mmproj-smolvlm-tiny-f32.gguf
+#   llava             llava-tiny            → llava-tiny-f32.gguf + mmproj-llava-tiny-f32.gguf
+#   llava_interleave  llava-interleave-tiny → llava-interleave-tiny-f32.gguf + mmproj-…-f32.gguf
+# Usage: scripts/make_gguf_pairs.sh [family…] (default: all). One function per family below.
 #
 # The converter is convert_hf_to_gguf.py (+ its conversion/ package and gguf-py) from the
 # llama.cpp source that PyPI's llama-cpp-python==0.3.36 sdist vendors (upstream commit 0c1e57098),
-# fetched as scripts/peers/build_llamacpp.sh fetches it. It runs in a venv with what it imports
+# fetched as scripts/peers/build_llamacpp.sh fetches it; LLaVA's mmproj comes from the same
+# source's tools/mtmd/legacy-models/ scripts (convert_hf_to_gguf.py --mmproj converts only
+# Pixtral under LlavaForConditionalGeneration). It runs in a venv with what it imports
 # (requirements/requirements-convert_hf_to_gguf.txt: torch 2.11.0, numpy 2.2.6, sentencepiece,
 # transformers 4.57.6, protobuf). torch comes from PyTorch's CPU index when that is reachable,
 # else from PyPI (which also pulls its CUDA libraries, ~3 GB). Everything lives outside the repo,
 # in ~/.cache/tessera-peers/ (override with TESSERA_PEERS_CACHE).
 #
-# The tiny checkpoint is written by transformers 5 (scripts/make_tiny_vlms.py); three things the
-# converter (pinned to transformers 4) trips on are adapted in a staging copy, none touching a
-# weight:
-#  - config.json: `text_config.architectures = ["VLlama3ForCausalLM"]`, what real SmolVLM configs
-#    carry (tests/fixtures/real_configs/smolvlm-256m-instruct); without it the text conversion
-#    finds no class for Idefics3ForConditionalGeneration;
+# The tiny checkpoints are written by transformers 5 (scripts/make_tiny_vlms.py); what the
+# converter (pinned to transformers 4) trips on is adapted in a staging copy, never a weight
+# (each fixture's SOURCES.md says what and why). Common to all:
 #  - tokenizer_config.json: transformers 5's `TokenizersBackend` class becomes transformers 4's
 #    `PreTrainedTokenizerFast` (the same tokenizer.json), its `extra_special_tokens` list
 #    `additional_special_tokens`;
 #  - the converter recognizes a BPE pre-tokenizer by hashing its output on a test text against a
-#    table of published tokenizers; the tiny 480-token vocabulary is in no table. Its pre-tokenizer
-#    is GPT-2's byte-level split, which llama.cpp calls `gpt2`: the converter runs with
-#    `get_vocab_base_pre` answering that (scripts/peers/convert_hf.py).
+#    table of published tokenizers; the tiny 480-token vocabularies are in no table. Their
+#    pre-tokenizer is GPT-2's byte-level split, which llama.cpp calls `gpt2`: the converter runs
+#    with `get_vocab_base_pre` answering that (scripts/peers/convert_hf.py).
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -31,8 +33,7 @@ repo="$(cd "$(dirname "$0")/.." && pwd)"
 source "$repo/scripts/peers/llamacpp_source.sh"
 llama="$src/vendor/llama.cpp"
 venv="$cache/convert-venv"
-checkpoint="$repo/tests/fixtures/vlm/smolvlm-tiny"
-out="$repo/tests/fixtures/vlm/smolvlm-tiny-gguf"
+fixtures="$repo/tests/fixtures/vlm"
 
 log() { echo "[make_gguf_pairs] $*" >&2; }
 
@@ -49,31 +50,126 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, transfo
     "sentencepiece>=0.1.98,<0.3.0" "transformers==4.57.6" "protobuf>=4.21.0,<5.0.0" >&2
 fi
 
-# --- staging copy --------------------------------------------------------------------------------
+# --- shared: the staging directory, the converter -------------------------------------------------
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
-mkdir "$stage/smolvlm-tiny"
-for f in config.json model.safetensors tokenizer.json tokenizer_config.json chat_template.jinja \
-  generation_config.json processor_config.json; do
-  cp "$checkpoint/$f" "$stage/smolvlm-tiny/"
-done
-"$venv/bin/python" - "$stage/smolvlm-tiny" <<'EOF'
+# stage_checkpoint NAME: copies the checkpoint NAME's files into $stage/NAME, with the
+# transformers-4 tokenizer_config.json.
+stage_checkpoint() {
+  local name="$1"
+  mkdir -p "$stage/$name"
+  for f in config.json model.safetensors tokenizer.json tokenizer_config.json chat_template.jinja \
+    generation_config.json processor_config.json; do
+    cp "$fixtures/$name/$f" "$stage/$name/"
+  done
+  "$venv/bin/python" - "$stage/$name" <<'EOF'
 import json, sys
 d = sys.argv[1]
-c = json.load(open(f"{d}/config.json"))
-c["text_config"]["architectures"] = ["VLlama3ForCausalLM"]
-json.dump(c, open(f"{d}/config.json", "w"), indent=2)
 t = json.load(open(f"{d}/tokenizer_config.json"))
 t["tokenizer_class"] = "PreTrainedTokenizerFast"
 t["additional_special_tokens"] = t.pop("extra_special_tokens")
 json.dump(t, open(f"{d}/tokenizer_config.json", "w"), indent=2)
 EOF
-# --- convert -------------------------------------------------------------------------------------
-mkdir -p "$out"
-convert() { (cd "$stage" && "$venv/bin/python" "$repo/scripts/peers/convert_hf.py" "$llama" "$stage/smolvlm-tiny" --outtype f32 "$@" 2>&1 \
-  | grep -E "ERROR|WARNING|successfully" >&2); }
-log "text model"
-convert --outfile "$out/smolvlm-tiny-f32.gguf"
-log "mmproj"
-convert --mmproj --outfile "$out/mmproj-smolvlm-tiny-f32.gguf"
-ls -l "$out"/*.gguf >&2
+}
+
+# convert NAME ARGS…: convert_hf_to_gguf.py on the staged NAME, in f32.
+convert() {
+  local name="$1"
+  shift
+  (cd "$stage" && "$venv/bin/python" "$repo/scripts/peers/convert_hf.py" "$llama" "$stage/$name" --outtype f32 "$@" 2>&1 \
+    | grep -E "ERROR|WARNING|successfully" >&2)
+}
+
+# --- Idefics3 / SmolVLM --------------------------------------------------------------------------
+# config.json: `text_config.architectures = ["VLlama3ForCausalLM"]`, what real SmolVLM configs
+# carry (tests/fixtures/real_configs/smolvlm-256m-instruct); without it the text conversion finds
+# no class for Idefics3ForConditionalGeneration.
+smolvlm() {
+  local out="$fixtures/smolvlm-tiny-gguf"
+  stage_checkpoint smolvlm-tiny
+  "$venv/bin/python" - "$stage/smolvlm-tiny" <<'EOF'
+import json, sys
+d = sys.argv[1]
+c = json.load(open(f"{d}/config.json"))
+c["text_config"]["architectures"] = ["VLlama3ForCausalLM"]
+json.dump(c, open(f"{d}/config.json", "w"), indent=2)
+EOF
+  mkdir -p "$out"
+  log "smolvlm: text model"
+  convert smolvlm-tiny --outfile "$out/smolvlm-tiny-f32.gguf"
+  log "smolvlm: mmproj"
+  convert smolvlm-tiny --mmproj --outfile "$out/mmproj-smolvlm-tiny-f32.gguf"
+  ls -l "$out"/*.gguf >&2
+}
+
+# --- LLaVA (1.5: CLIP + Llama; interleave: SigLIP + Qwen2) ---------------------------------------
+# The text model: convert_hf_to_gguf.py on the whole checkpoint (LlavaForConditionalGeneration is
+# a Llama there; the interleave one's `text_config.architectures = ["Qwen2ForCausalLM"]`, what
+# llava-interleave-qwen configs carry, makes it a qwen2). The mmproj as llama.cpp's
+# docs/multimodal/llava.md makes it: llava_surgery_v2.py splits the tower (llava.clip) and the
+# projector (llava.projector) out of the checkpoint, then convert_image_encoder_to_gguf.py writes
+# them with the tower's config (`--clip-model-is-vision` for CLIP, `--clip-model-is-siglip`).
+# Staged (see the fixtures' SOURCES.md): the tower under the transformers-4 names
+# `vision_tower.vision_model.*` the surgery looks for (transformers 5 writes `vision_tower.*`);
+# the tower's config.json is `vision_config` plus the checkpoint's `vision_feature_layer`; a
+# SigLIP `hidden_act` of `gelu_pytorch_tanh` is written `gelu`; the script's f16 casts of the
+# patch kernel and the projector's matrices are off under `--use-f32`. The processor's mean and
+# std are passed as `--image-mean` / `--image-std` (the script reads no processor for a tower
+# alone and would write CLIP's).
+llava_pair() {
+  local name="$1" tower_flags="$2" out="$fixtures/$1-gguf"
+  stage_checkpoint "$name"
+  "$venv/bin/python" - "$stage/$name" <<'EOF'
+import json, os, sys
+from safetensors.torch import load_file, save_file
+d = sys.argv[1]
+c = json.load(open(f"{d}/config.json"))
+if c["text_config"]["model_type"] == "qwen2":
+    c["text_config"]["architectures"] = ["Qwen2ForCausalLM"]
+json.dump(c, open(f"{d}/config.json", "w"), indent=2)
+t = load_file(f"{d}/model.safetensors")
+t = {("vision_tower.vision_model." + k[len("vision_tower."):] if k.startswith("vision_tower.") else k): v
+     for k, v in t.items()}
+save_file(t, f"{d}/model.safetensors", metadata={"format": "pt"})
+v = dict(c["vision_config"], vision_feature_layer=c.get("vision_feature_layer", -2))
+if v["model_type"] == "siglip_vision_model" and v["hidden_act"] == "gelu_pytorch_tanh":
+    v["hidden_act"] = "gelu"
+os.makedirs(f"{d}/vit")
+json.dump(v, open(f"{d}/vit/config.json", "w"), indent=2)
+p = json.load(open(f"{d}/processor_config.json"))["image_processor"]
+norm = ["--image-mean", *map(str, p["image_mean"]), "--image-std", *map(str, p["image_std"])]
+open(f"{d}/vit/normalize.args", "w").write(" ".join(norm))
+EOF
+  sed -e 's/data = data.squeeze().numpy().astype(np.float16)/data = data.squeeze().numpy().astype(np.float32 if args.use_f32 else np.float16)/' \
+    -e 's/    if n_dims == 4:/    if n_dims == 4 and not args.use_f32:/' \
+    "$llama/tools/mtmd/legacy-models/convert_image_encoder_to_gguf.py" >"$stage/convert_image_encoder.py"
+  mkdir -p "$out"
+  log "$name: text model"
+  convert "$name" --outfile "$out/$name-f32.gguf"
+  log "$name: mmproj"
+  (
+    cd "$stage"
+    "$venv/bin/python" "$llama/tools/mtmd/legacy-models/llava_surgery_v2.py" -C -m "$name" >/dev/null
+    mv "$name/llava.clip" "$name/vit/pytorch_model.bin"
+    mv "$name/llava.projector" "$name/vit/"
+    PYTHONPATH="$llama/gguf-py" "$venv/bin/python" convert_image_encoder.py -m "$name/vit" \
+      --llava-projector "$name/vit/llava.projector" --output-dir "$name/vit" $tower_flags $(cat "$name/vit/normalize.args") --use-f32 >/dev/null
+    mv "$name/vit/mmproj-model-f32.gguf" "$out/mmproj-$name-f32.gguf"
+  )
+  ls -l "$out"/*.gguf >&2
+}
+llava() { llava_pair llava-tiny --clip-model-is-vision; }
+llava_interleave() { llava_pair llava-interleave-tiny "--clip-model-is-vision --clip-model-is-siglip"; }
+
+# --- run -----------------------------------------------------------------------------------------
+families=("$@")
+[ ${#families[@]} -gt 0 ] || families=(smolvlm llava llava_interleave)
+for f in "${families[@]}"; do
+  case "$f" in
+    smolvlm | llava | llava_interleave) "$f" ;;
+    *)
+      echo "unknown family \`$f\` (smolvlm, llava, llava_interleave)" >&2
+      exit 2
+      ;;
+  esac
+done

@@ -36,8 +36,8 @@ pub struct ModelArgs {
     #[arg(long, short = 'm')]
     model: Option<String>,
     /// With a .gguf text model: llama.cpp's mmproj GGUF holding the vision tower and projector
-    /// (projector type `idefics3`: SmolVLM / Idefics3). Default: the one `mmproj*.gguf` file
-    /// beside the model, if there is exactly one.
+    /// (SmolVLM / Idefics3, LLaVA 1.5, LLaVA-interleave; an unknown projector type is named in
+    /// the error). Default: the one `mmproj*.gguf` file beside the model, if there is exactly one.
     #[arg(long)]
     mmproj: Option<PathBuf>,
     /// auto (CUDA, then Metal, then CPU), cpu, cuda[:N] or metal[:N].

@@ -37,10 +37,7 @@ pub struct ExplainArgs {
 pub fn run(args: ExplainArgs) -> Result<()> {
     let (model, _) = load(&args.model)?;
     if model.max_images() == 0 {
-        bail!(
-            "model `{}` takes no images; explain needs a vision-language model",
-            model.info().source.path().display()
-        );
+        bail!("{}; explain needs a vision-language model", model.no_images_reason());
     }
     let image = tessera::load_image(&args.image, tessera::DEFAULT_MAX_PIXELS)?;
     let (view, rows, cols) = model.model_view(&image)?;

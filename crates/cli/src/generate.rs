@@ -128,11 +128,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let (model, load_s) = load(&args.model)?;
     if !args.image.is_empty() {
         if model.max_images() == 0 {
-            bail!(
-                "model `{}` ({}) takes no images; --image needs a vision-language model",
-                model.info().source.path().display(),
-                model.config().family
-            );
+            bail!("{}; --image needs a vision-language model", model.no_images_reason());
         }
         if args.image.len() > model.max_images() {
             bail!(

@@ -1,8 +1,10 @@
-//! `tessera generate` on llama.cpp's GGUF + mmproj pair of the tiny SmolVLM
-//! (tests/fixtures/vlm/smolvlm-tiny-gguf, written by scripts/make_gguf_pairs.sh): the answer
-//! transformers gives for the same checkpoint, the mmproj found beside the model, a wrong
-//! projector type refused in one line; `--quantize` on the folder answering as llama-quantize's
-//! pair of it (tests/fixtures/quant, scripts/make_quant_references.sh), and its bad uses.
+//! `tessera generate` on llama.cpp's GGUF + mmproj pairs of the tiny SmolVLM and LLaVA
+//! (tests/fixtures/vlm/*-gguf, written by scripts/make_gguf_pairs.sh): the answer transformers
+//! gives for the same checkpoint, the mmproj found beside the model; bad pairs (a wrong or
+//! unknown projector type, another family's mmproj, another width, an mmproj alone, a text
+//! GGUF without its mmproj) refused in one line naming the files; `--quantize` on the folder
+//! answering as llama-quantize's pair of it (tests/fixtures/quant,
+//! scripts/make_quant_references.sh), and its bad uses.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -14,7 +16,30 @@ fn root() -> PathBuf {
 }
 
 fn pair(file: &str) -> String {
-    root().join("tests/fixtures/vlm/smolvlm-tiny-gguf").join(file).to_string_lossy().into_owned()
+    fixture("smolvlm-tiny-gguf", file)
+}
+
+fn fixture(dir: &str, file: &str) -> String {
+    root().join("tests/fixtures/vlm").join(dir).join(file).to_string_lossy().into_owned()
+}
+
+/// The one `error:` line of a failed run, which must contain each of `words`.
+fn one_line_error(o: &Output, words: &[&str]) -> String {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("error: ") && !err.contains("panicked"), "{err}");
+    assert_eq!(err.lines().count(), 1, "not one line: {err}");
+    for w in words {
+        assert!(err.contains(w), "lacks {w:?}: {err}");
+    }
+    err
+}
+
+/// A scratch folder of this test process.
+fn scratch(tag: &str) -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("tessera-cli-pairs-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
 }
 
 fn chelsea() -> String {
@@ -49,7 +74,11 @@ fn describe_with(model: &str, flags: &[&str]) -> Output {
 
 /// transformers' 16 greedy ids for the chelsea case of the folder's reference.
 fn reference_greedy() -> Result<serde_json::Value> {
-    let path = root().join("tests/fixtures/vlm/smolvlm-tiny/reference.json");
+    reference_greedy_of("smolvlm-tiny")
+}
+
+fn reference_greedy_of(folder: &str) -> Result<serde_json::Value> {
+    let path = root().join("tests/fixtures/vlm").join(folder).join("reference.json");
     let reference: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path)?)?;
     let cases = reference["cases"].as_array().context("cases")?;
     let case = cases.iter().find(|c| c["name"] == "chelsea").context("the chelsea case")?;
@@ -153,5 +182,72 @@ fn quantize_on_the_folder_answers_as_llama_quantizes_pair() -> Result<()> {
     let last = err.lines().last().unwrap_or_default();
     assert!(last.starts_with("error: ") && !err.contains("panicked"), "{err}");
     assert!(last.contains("smolvlm-tiny-f32.gguf") && last.contains("already stored in its own types"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn generate_answers_from_the_llava_pair_as_transformers_does() -> Result<()> {
+    let greedy = reference_greedy_of("llava-tiny")?;
+    // The mmproj beside the model is found.
+    let o = describe(&fixture("llava-tiny-gguf", "llava-tiny-f32.gguf"), None);
+    ensure!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("mmproj-llava-tiny-f32.gguf"), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim())?;
+    assert_eq!(v["image_tokens"], 25);
+    assert_eq!(v["generated_tokens"], greedy);
+    Ok(())
+}
+
+/// A copy of `file` with the bytes `from` (once, after the key `key`) replaced by `to`, of the
+/// same length, so the GGUF stays valid.
+fn patched(file: &str, key: &str, from: &[u8], to: &[u8], out: &std::path::Path) -> Result<String> {
+    let mut bytes = std::fs::read(file)?;
+    let at = bytes.windows(key.len()).position(|w| w == key.as_bytes()).context("no such key")?;
+    let value = at + key.len();
+    let found = bytes[value..].windows(from.len()).position(|w| w == from).context("no such value")? + value;
+    ensure!(found - value <= 12 && from.len() == to.len(), "unexpected layout");
+    bytes[found..found + to.len()].copy_from_slice(to);
+    std::fs::write(out, bytes)?;
+    Ok(out.to_string_lossy().into_owned())
+}
+
+#[test]
+fn bad_pairs_are_refused_in_one_line_naming_both_files() -> Result<()> {
+    let dir = scratch("bad")?;
+    let smol_text = pair("smolvlm-tiny-f32.gguf");
+    let smol_mmproj = pair("mmproj-smolvlm-tiny-f32.gguf");
+    // SmolVLM's mmproj (Idefics3, a Llama decoder) with LLaVA-interleave's Qwen2 text model.
+    let qwen2_text = fixture("llava-interleave-tiny-gguf", "llava-interleave-tiny-f32.gguf");
+    let o = describe(&qwen2_text, Some(&smol_mmproj));
+    one_line_error(&o, &[&smol_mmproj, &qwen2_text, "does not go with", "idefics3", "llama", "qwen2"]);
+
+    // The projection made 96 wide (`clip.vision.projection_dim`, u32) for a 64-wide text model.
+    let wide = patched(
+        &smol_mmproj,
+        "clip.vision.projection_dim",
+        &64u32.to_le_bytes(),
+        &96u32.to_le_bytes(),
+        &dir.join("mmproj-wide.gguf"),
+    )?;
+    let o = describe(&smol_text, Some(&wide));
+    one_line_error(&o, &[&wide, &smol_text, "96-wide", "64 wide"]);
+
+    // A projector type tessera does not know.
+    let unknown =
+        patched(&smol_mmproj, "clip.projector_type", b"idefics3", b"resamplr", &dir.join("mmproj-unknown.gguf"))?;
+    let o = describe(&smol_text, Some(&unknown));
+    one_line_error(&o, &[&unknown, &smol_text, "`resamplr`", "not supported", "idefics3", "mlp"]);
+
+    // The mmproj given as the model.
+    let o = describe(&smol_mmproj, None);
+    one_line_error(&o, &[&smol_mmproj, "mmproj file", "--mmproj"]);
+
+    // A vision-language model's text GGUF alone: no mmproj given, none beside it.
+    let alone = dir.join("smolvlm-tiny-f32.gguf");
+    std::fs::copy(&smol_text, &alone)?;
+    let alone = alone.to_string_lossy().into_owned();
+    let o = describe(&alone, None);
+    one_line_error(&o, &[&alone, "takes no images", "no mmproj", "--mmproj"]);
+    std::fs::remove_dir_all(&dir)?;
     Ok(())
 }

@@ -546,20 +546,38 @@ pub fn gguf_name(hf: &str) -> Option<String> {
 }
 
 /// Translates a Hugging Face vision tower or connector tensor name to the name llama.cpp's
-/// `convert_hf_to_gguf.py --mmproj` writes in an `mmproj` GGUF (gguf-py's `tensor_mapping.py`
-/// and `constants.py`, llama.cpp 0c1e57098 as vendored by llama-cpp-python 0.3.36). Idefics3 /
-/// SmolVLM's SigLIP tower and pixel-shuffle projection; the converter stores every one of them
-/// as it is in the checkpoint (no permutation or transpose: GGUF's reversed dimension order is
-/// undone by the reader), the patch embedding as the Conv2d kernel `(d, 3, p, p)`.
+/// converters write in an `mmproj` GGUF (gguf-py's `tensor_mapping.py` and `constants.py`, and
+/// `tools/mtmd/legacy-models/convert_image_encoder_to_gguf.py` for LLaVA; llama.cpp 0c1e57098 as
+/// vendored by llama-cpp-python 0.3.36). The tower under `model.vision_model` (SigLIP, or CLIP
+/// with its class embedding and `pre_layrnorm`), the connector under `model.connector`
+/// (Idefics3's pixel-shuffle projection) or `multi_modal_projector` (LLaVA's two linears).
+/// The converters store every one of them as it is in the checkpoint (no permutation or
+/// transpose: GGUF's reversed dimension order is undone by the reader), the patch embedding as
+/// the Conv2d kernel `(d, 3, p, p)`. `mlp.fc1` / `fc2` are `ffn_up` / `ffn_down` as the current
+/// converter names them; the LLaVA script writes them the other way round, which the mmproj
+/// reader undoes as llama.cpp's `clip.cpp` does.
 pub fn gguf_vision_name(hf: &str) -> Option<String> {
     if let Some(kind) = hf.strip_prefix("model.connector.modality_projection.proj.") {
         return Some(format!("mm.model.fc.{kind}"));
     }
+    if let Some(rest) = hf.strip_prefix("multi_modal_projector.") {
+        let (module, kind) = rest.rsplit_once('.')?;
+        let index = match module {
+            "linear_1" => 0,
+            "linear_2" => 2,
+            _ => return None,
+        };
+        return Some(format!("mm.{index}.{kind}"));
+    }
     let rest = hf.strip_prefix("model.vision_model.")?;
+    if rest == "embeddings.class_embedding" {
+        return Some("v.class_embd".into());
+    }
     let (module, kind) = rest.rsplit_once('.')?;
     let top = match module {
         "embeddings.patch_embedding" => Some("v.patch_embd"),
         "embeddings.position_embedding" => Some("v.position_embd"),
+        "pre_layrnorm" => Some("v.pre_ln"),
         "post_layernorm" => Some("v.post_ln"),
         _ => None,
     };

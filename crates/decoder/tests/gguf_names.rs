@@ -1,6 +1,6 @@
 //! Hugging Face tensor names translated to llama.cpp's GGUF names: a text model's (`blk.N.*`)
 //! and an `mmproj`'s (`v.*`, `mm.*`, as llama.cpp's `convert_hf_to_gguf.py --mmproj` writes
-//! Idefics3 / SmolVLM), and what neither translates.
+//! Idefics3 / SmolVLM and LLaVA), and what neither translates.
 
 use tessera_decoder::weights::{gguf_name, gguf_vision_name};
 
@@ -28,6 +28,12 @@ fn text_and_vision_names_translate_as_the_converter_writes_them() {
         ("model.vision_model.encoder.layers.2.mlp.fc2.bias", "v.blk.2.ffn_down.bias"),
         ("model.vision_model.post_layernorm.weight", "v.post_ln.weight"),
         ("model.connector.modality_projection.proj.weight", "mm.model.fc.weight"),
+        // LLaVA (the legacy script): CLIP's class embedding and pre-norm, the two-linear projector.
+        ("model.vision_model.embeddings.class_embedding", "v.class_embd"),
+        ("model.vision_model.pre_layrnorm.weight", "v.pre_ln.weight"),
+        ("model.vision_model.pre_layrnorm.bias", "v.pre_ln.bias"),
+        ("multi_modal_projector.linear_1.weight", "mm.0.weight"),
+        ("multi_modal_projector.linear_2.bias", "mm.2.bias"),
     ] {
         assert_eq!(gguf_vision_name(hf).as_deref(), Some(gguf), "{hf}");
         assert_eq!(gguf_name(hf), None, "{hf}");
@@ -37,6 +43,8 @@ fn text_and_vision_names_translate_as_the_converter_writes_them() {
         "model.vision_model.encoder.layers.0.mlp.fc3.weight",
         "vision_model.post_layernorm.weight",
         "model.connector.other.weight",
+        "multi_modal_projector.linear_3.weight",
+        "model.vision_model.embeddings.class_embedding.weight",
     ] {
         assert_eq!((gguf_name(unknown), gguf_vision_name(unknown)), (None, None), "{unknown}");
     }

@@ -28,6 +28,13 @@ impl ModelConfig {
         let family = match arch_name.as_str() {
             "llama" => TextFamily::Llama,
             "qwen2" => TextFamily::Qwen2,
+            "clip" => {
+                return Err(err(
+                    "this is an mmproj file (`general.architecture` = clip: a vision tower and projector), not a \
+                     model: give the text model's GGUF as the model and this file with --mmproj"
+                        .into(),
+                ))
+            }
             other => {
                 return Err(TesseraError::UnsupportedArchitecture {
                     found: other.to_string(),

@@ -17,6 +17,10 @@ pub enum TesseraError {
     #[error("{path}: {reason}")]
     Config { path: PathBuf, reason: String },
 
+    /// An `mmproj` file that does not go with the text model it was given with.
+    #[error("{mmproj} does not go with the model {model}: {reason}")]
+    Pair { mmproj: PathBuf, model: PathBuf, reason: String },
+
     /// The checkpoint's architecture is not one this engine implements.
     #[error("unsupported architecture `{found}` (in {path}); supported: {supported}")]
     UnsupportedArchitecture { found: String, path: PathBuf, supported: String },

@@ -20,7 +20,7 @@ use tessera_text::{ChatTemplate, Message, TokenEmbedding, Tokenizer};
 use crate::config::{GenerationConfig, ModelConfig};
 use crate::error::{Result, TesseraError};
 use crate::families::image::ProcessorSettings;
-use crate::families::{ImageLoad, ImageSide, ImageSpec};
+use crate::families::{ImageLoad, ImageSide, ImageSpec, TextFamily};
 use crate::forward::PREFILL_BLOCK;
 use crate::source::{self, ModelSource};
 
@@ -243,7 +243,8 @@ impl Model {
         let vb = Weights::from_gguf_content(path, content, mode, dtype, &opts.device)?;
         let images = match &opts.mmproj {
             Some(mmproj) => {
-                let (mmproj, images) = Self::load_mmproj(mmproj, &tokenizer, config.decoder.hidden_size, dtype, opts)?;
+                let text = (config.text_family, config.decoder.hidden_size);
+                let (mmproj, images) = Self::load_mmproj(mmproj, path, &tokenizer, text, dtype, opts)?;
                 config.family = mmproj.family;
                 config.vision = Some(mmproj.spec);
                 Some(images)
@@ -255,18 +256,21 @@ impl Model {
         Ok(model)
     }
 
-    /// The image side in the `mmproj` GGUF at `path`, for a text model of width `text_hidden`
-    /// and tokenizer `tokenizer`: what its metadata gives (family, spec) and what that loads. Matrices of
-    /// block types stay quantized (the int8 kernels run them) unless `opts.dtype` asks for one.
+    /// The image side in the `mmproj` GGUF at `path`, for the text model at `model` of family
+    /// and width `text` and tokenizer `tokenizer`: what its metadata gives (family, spec) and
+    /// what that loads. Matrices of block types stay quantized (the int8 kernels run them)
+    /// unless `opts.dtype` asks for one.
     fn load_mmproj(
         path: &Path,
+        model: &Path,
         tokenizer: &Tokenizer,
-        text_hidden: usize,
+        text: (TextFamily, usize),
         dtype: DType,
         opts: &LoadOptions,
     ) -> Result<(crate::families::mmproj::Mmproj, Box<dyn ImageSide>)> {
-        let content = tessera_decoder::weights::read_gguf(path)?;
-        let mmproj = crate::families::mmproj::read(&content, path, tokenizer, text_hidden)?;
+        let text_hidden = text.1;
+        let mut content = tessera_decoder::weights::read_gguf(path)?;
+        let mmproj = crate::families::mmproj::read(&mut content, path, model, tokenizer, text)?;
         // Quantized blocks stay quantized, as the text model's (unless a dtype is asked for).
         let mode = if opts.dtype.is_some() { GgufMode::Dequantized } else { GgufMode::Quantized };
         let mut vb = Weights::from_gguf_content(path, content, mode, dtype, &opts.device)?;

@@ -107,12 +107,20 @@ impl crate::model::Model {
     }
 
     pub(crate) fn vision(&self) -> Result<&dyn ImageSide> {
-        self.images.as_deref().ok_or_else(|| {
-            TesseraError::InvalidInput(format!(
-                "model `{}` ({}) takes no images",
-                self.info.source.path().display(),
+        self.images.as_deref().ok_or_else(|| TesseraError::InvalidInput(self.no_images_reason()))
+    }
+
+    /// Why this model takes no images, in one line: a text model, or a GGUF text model loaded
+    /// without its vision-language pair's `mmproj` file.
+    pub fn no_images_reason(&self) -> String {
+        let path = self.info.source.path().display();
+        match &self.info.source {
+            crate::source::ModelSource::Gguf(_) => format!(
+                "model `{path}` ({}) takes no images: a GGUF holds only the text model, and no mmproj file (the \
+                 vision tower and projector) was given with --mmproj or found beside it",
                 self.config.family
-            ))
-        })
+            ),
+            _ => format!("model `{path}` ({}) takes no images", self.config.family),
+        }
     }
 }

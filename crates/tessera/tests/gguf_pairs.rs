@@ -1,8 +1,9 @@
-//! llama.cpp's GGUF + mmproj pairs (issue 39): the tiny SmolVLM checkpoint converted by
-//! llama.cpp's own `convert_hf_to_gguf.py` (scripts/make_gguf_pairs.sh) into an f32 text GGUF
-//! and an f32 mmproj, loaded as a pair and compared with transformers' reference for the same
-//! checkpoint (tests/fixtures/vlm/smolvlm-tiny/reference.*) and with the folder's own run:
-//! prompt ids (the GGUF's vocabulary and chat template), image tokens, logits, greedy ids.
+//! llama.cpp's GGUF + mmproj pairs (issue 39): the tiny SmolVLM, LLaVA 1.5 and LLaVA-interleave
+//! checkpoints converted by llama.cpp's own converters (scripts/make_gguf_pairs.sh) into an f32
+//! text GGUF and an f32 mmproj each, loaded as a pair and compared with transformers' reference
+//! for the same checkpoint (tests/fixtures/vlm/<name>/reference.*) and with the folder's own run:
+//! prompt ids (the GGUF's vocabulary and chat template), pixels, image tokens, logits, greedy
+//! ids.
 
 mod common;
 
@@ -12,21 +13,42 @@ use anyhow::{ensure, Context, Result};
 use candle_core::{Device, Tensor};
 use tessera::{load_image, GenerateParams, LoadOptions, Model, DEFAULT_MAX_PIXELS};
 
-fn pair_dir() -> PathBuf {
-    common::fixtures().join("vlm/smolvlm-tiny-gguf")
+/// One fixture pair: the checkpoint folder `tests/fixtures/vlm/<folder>` converted into
+/// `<folder>-gguf/{<folder>-f32.gguf, mmproj-<folder>-f32.gguf}`, and the family it loads as.
+struct Pair {
+    folder: &'static str,
+    family: &'static str,
+}
+
+const SMOLVLM: Pair = Pair { folder: "smolvlm-tiny", family: "idefics3" };
+const LLAVA: Pair = Pair { folder: "llava-tiny", family: "llava" };
+const LLAVA_INTERLEAVE: Pair = Pair { folder: "llava-interleave-tiny", family: "llava" };
+
+impl Pair {
+    fn dir(&self) -> PathBuf {
+        common::fixtures().join(format!("vlm/{}-gguf", self.folder))
+    }
+
+    fn text(&self) -> PathBuf {
+        self.dir().join(format!("{}-f32.gguf", self.folder))
+    }
+
+    fn mmproj(&self) -> PathBuf {
+        self.dir().join(format!("mmproj-{}-f32.gguf", self.folder))
+    }
+
+    fn load(&self, opts: LoadOptions) -> Result<Model> {
+        let opts = LoadOptions { mmproj: Some(self.mmproj()), ..opts };
+        Ok(Model::load(self.text().to_str().context("utf-8 path")?, &opts)?)
+    }
 }
 
 fn text_gguf() -> PathBuf {
-    pair_dir().join("smolvlm-tiny-f32.gguf")
+    SMOLVLM.text()
 }
 
 fn mmproj_gguf() -> PathBuf {
-    pair_dir().join("mmproj-smolvlm-tiny-f32.gguf")
-}
-
-fn load_pair(opts: LoadOptions) -> Result<Model> {
-    let opts = LoadOptions { mmproj: Some(mmproj_gguf()), ..opts };
-    Ok(Model::load(text_gguf().to_str().context("utf-8 path")?, &opts)?)
+    SMOLVLM.mmproj()
 }
 
 fn max_abs_diff(a: &Tensor, b: &Tensor, what: &str) -> Result<f32> {
@@ -36,22 +58,22 @@ fn max_abs_diff(a: &Tensor, b: &Tensor, what: &str) -> Result<f32> {
 }
 
 /// The pair (dequantized to f32, and as loaded by default: f32 tensors through the quantized
-/// path) against transformers' reference and the safetensors folder, case by case.
-#[test]
-fn the_pair_matches_transformers_and_the_folder() -> Result<()> {
-    let folder_dir = common::fixtures().join("vlm/smolvlm-tiny");
+/// path) against transformers' reference and the safetensors folder, case by case: prompt ids,
+/// pixel values, projected image features, logits, 16 greedy ids.
+fn matches_transformers_and_the_folder(p: &Pair) -> Result<()> {
+    let folder_dir = common::fixtures().join("vlm").join(p.folder);
     let folder = Model::load(folder_dir.to_str().context("utf-8 path")?, &common::load_options()?)?;
     let reference = common::read_json(&folder_dir.join("reference.json"))?;
     let tensors = candle_core::safetensors::load(folder_dir.join("reference.safetensors"), &Device::Cpu)?;
     for (label, opts) in [("f32", common::load_options()?), ("default", common::gguf_load_options()?)] {
-        let pair = load_pair(opts)?;
+        let pair = p.load(opts)?;
         ensure!(pair.config().vision.is_some(), "{label}: the pair has no image side");
-        assert_eq!((pair.config().family, pair.info().mmproj.as_deref()), ("idefics3", Some(mmproj_gguf().as_path())));
-        let mut checked = 0;
+        assert_eq!((pair.config().family, pair.info().mmproj.as_deref()), (p.family, Some(p.mmproj().as_path())));
+        let (mut checked, mut with_images) = (0, 0);
         for case in reference["cases"].as_array().context("cases")? {
             let Some(parts) = case["messages"][0]["content"].as_array() else { continue };
             let name = case["name"].as_str().context("name")?;
-            let what = format!("{label}/{name}");
+            let what = format!("{}/{label}/{name}", p.folder);
             let images = case["images"]
                 .as_array()
                 .context("images")?
@@ -63,6 +85,27 @@ fn the_pair_matches_transformers_and_the_folder() -> Result<()> {
             let text: String = parts.iter().filter_map(|p| p["text"].as_str()).collect();
             let prompt = pair.encode_prompt(&text, None, false, &images)?;
             assert_eq!(prompt.ids(), common::ids(&case["input_ids"]), "{what}: prompt ids");
+
+            // The processor's pixels and the tower + projector's image tokens.
+            if !images.is_empty() {
+                let reference = |k: &str| tensors.get(&format!("{name}.{k}")).with_context(|| format!("{what}: {k}"));
+                if let Ok(expected) = reference("pixel_values") {
+                    let pixels = images.iter().map(|i| pair.pixel_values(i)).collect::<tessera::Result<Vec<_>>>()?;
+                    let d = max_abs_diff(&Tensor::cat(&pixels, 0)?, expected, "pixel values")?;
+                    assert!(d < 1e-5, "{what}: pixel values differ from transformers' by {d}");
+                }
+                let tokens = |m: &Model| -> Result<Tensor> {
+                    let t =
+                        images.iter().map(|i| m.analysis().image_embeddings(i)).collect::<tessera::Result<Vec<_>>>()?;
+                    Ok(Tensor::cat(&t, 0)?)
+                };
+                let ours = tokens(&pair)?;
+                let d = max_abs_diff(&ours, &tokens(&folder)?, "image features")?;
+                assert!(d < 1e-5, "{what}: image features differ from the folder's by {d}");
+                let d = max_abs_diff(&ours, reference("image_features")?, "image features")?;
+                assert!(d < 1e-4, "{what}: image features differ from transformers' by {d}");
+                with_images += 1;
+            }
 
             let hidden =
                 pair.forward(&prompt, .., &mut pair.new_cache(), &mut Default::default(), &mut Default::default())?;
@@ -85,9 +128,24 @@ fn the_pair_matches_transformers_and_the_folder() -> Result<()> {
             assert_eq!(out.generated_tokens, greedy, "{what}: greedy ids");
             checked += 1;
         }
-        assert!(checked >= 2, "{label}: only {checked} cases");
+        assert!(checked >= 2 && with_images >= 1, "{label}: only {checked} cases, {with_images} with images");
     }
     Ok(())
+}
+
+#[test]
+fn the_smolvlm_pair_matches_transformers_and_the_folder() -> Result<()> {
+    matches_transformers_and_the_folder(&SMOLVLM)
+}
+
+#[test]
+fn the_llava_pair_matches_transformers_and_the_folder() -> Result<()> {
+    matches_transformers_and_the_folder(&LLAVA)
+}
+
+#[test]
+fn the_llava_interleave_pair_matches_transformers_and_the_folder() -> Result<()> {
+    matches_transformers_and_the_folder(&LLAVA_INTERLEAVE)
 }
 
 /// A copy of the mmproj with its `clip.projector_type` string overwritten in place (same

@@ -7,7 +7,7 @@ use serde_json::Value;
 use tessera_decoder::Activation;
 use tessera_vision::{FeatureLayer, Filter, PreprocessConfig, TilingConfig, TowerKind, VisionTowerConfig};
 
-use super::mmproj::ClipMetadata;
+use super::mmproj::{MmprojInput, MmprojSide};
 use super::text::{TextFamily, TextSubConfig};
 use super::tower::{ConnectorConfig, Placeholder, ProcessorRule, TowerSpec, WeightRoots};
 use super::vit::{VisionClass, VisionFields};
@@ -71,7 +71,7 @@ fn tower_spec(tower: VisionTowerConfig, scale_factor: usize, image_token_id: u32
 
 /// The image side of an `mmproj` GGUF of projector type `idefics3` (llama.cpp's
 /// `conversion/smolvlm.py`), and its processor settings in `preprocessor_config.json`'s terms.
-/// `image_token_id`: the text model's `<image>`.
+/// The image token is the text model's `<image>`.
 ///
 /// Which `clip.*` key gives what:
 /// - the tower: `clip.vision.{embedding_length, feed_forward_length, block_count, image_size,
@@ -79,7 +79,8 @@ fn tower_spec(tower: VisionTowerConfig, scale_factor: usize, image_token_id: u32
 ///   `vision_config.layer_norm_eps`, 1e-5 when absent); `clip.use_gelu` (true: the tanh GELU of
 ///   `gelu_pytorch_tanh`, what llama.cpp's `ggml_gelu` computes);
 /// - the connector: `clip.vision.projector.scale_factor` (the config's `scale_factor`, 2 when
-///   absent), the projection's width `clip.vision.projection_dim` (checked by the caller);
+///   absent), the projection's width `clip.vision.projection_dim` (the text model's, which the
+///   caller checks);
 /// - the processor: `clip.vision.image_mean` / `image_std`; the tile side is the tower's
 ///   `image_size` (`max_image_size.longest_edge`); the longest edge images are resized to is
 ///   `clip.vision.preproc_image_size` (`size.longest_edge`; the converter writes `image_size`
@@ -87,7 +88,11 @@ fn tower_spec(tower: VisionTowerConfig, scale_factor: usize, image_token_id: u32
 ///   by its generic rule); here an image is then one tile-sized view. What no key gives is
 ///   Idefics3ImageProcessor's (and llama.cpp's `mtmd` for this projector): Lanczos (`resample`
 ///   1), image splitting on, rescale by 1/255, the tiles' rows and columns and a global view.
-pub(crate) fn from_mmproj(clip: &ClipMetadata<'_>, image_token_id: u32) -> Result<(TowerSpec, Value), String> {
+pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String> {
+    let clip = &input.clip;
+    let image_token_id = input.tokenizer.token_to_id("<image>").ok_or_else(|| {
+        "projector type `idefics3` needs the text model's `<image>` token, which its vocabulary lacks".to_string()
+    })?;
     let image_size = clip.usize("clip.vision.image_size")?;
     let tower = VisionTowerConfig {
         kind: TowerKind::Siglip,
@@ -120,7 +125,14 @@ pub(crate) fn from_mmproj(clip: &ClipMetadata<'_>, image_token_id: u32) -> Resul
         "image_mean": clip.floats("clip.vision.image_mean")?,
         "image_std": clip.floats("clip.vision.image_std")?,
     });
-    Ok((spec, image))
+    Ok(MmprojSide {
+        family: "idefics3",
+        spec: std::sync::Arc::new(spec),
+        image,
+        text: &[TextFamily::Llama],
+        width: clip.usize("clip.vision.projection_dim")?,
+        swapped_ffn: false,
+    })
 }
 
 /// Idefics3's image processor settings: the tiling (`size.longest_edge`, the tile side

@@ -4,8 +4,10 @@
 //! the processor's normalization; its tensors (`v.blk.N.attn_q.weight`, `mm.model.fc.weight`)
 //! are read under their Hugging Face names through
 //! [`gguf_vision_name`](tessera_decoder::weights::gguf_vision_name). Each projector type maps to
-//! the family that implements it, whose image side then loads from these weights and settings as
-//! it would from a checkpoint folder. Key names: gguf-py's `constants.py` (`Keys.Clip`), llama.cpp
+//! the family that implements it ([`PROJECTORS`], one row per projector type), whose image side
+//! then loads from these weights and settings as it would from a checkpoint folder. A pair that
+//! does not fit (another family's mmproj, another width, an unknown projector type) is refused
+//! in one line naming both files. Key names: gguf-py's `constants.py` (`Keys.Clip`), llama.cpp
 //! 0c1e57098 as llama-cpp-python 0.3.36 vendors it.
 
 use std::collections::HashMap;
@@ -16,11 +18,57 @@ use candle_core::quantized::gguf_file;
 use tessera_text::Tokenizer;
 
 use super::image::{ImageSpec, ProcessorSettings};
+use super::text::TextFamily;
 use crate::config::{gguf_f64, gguf_usize};
 use crate::error::{Result, TesseraError};
 
-/// The projector types (`clip.projector_type`) this engine reads, with the family each maps to.
-pub const PROJECTOR_TYPES: &[&str] = &["idefics3"];
+/// How one projector type's family reads an mmproj (errors are reasons; the caller names the
+/// file).
+type FromMmproj = fn(&MmprojInput<'_>) -> std::result::Result<MmprojSide, String>;
+
+/// Every projector type (`clip.projector_type`) tessera reads, with the family function that
+/// turns the mmproj's metadata into that family's image side. The one place that maps an mmproj
+/// to a family; adding one is a row here and the family's `from_mmproj`.
+pub const PROJECTORS: &[(&str, FromMmproj)] = &[
+    // Idefics3 / SmolVLM (llama.cpp's conversion/smolvlm.py): SigLIP tiles, pixel shuffle.
+    ("idefics3", super::idefics3::from_mmproj),
+    // LLaVA 1.5 / LLaVA-interleave (llama.cpp's legacy-models/convert_image_encoder_to_gguf.py):
+    // CLIP or SigLIP, two linears.
+    ("mlp", super::llava::from_mmproj),
+];
+
+/// What a family's `from_mmproj` reads: the mmproj's metadata, and the text model it is paired
+/// with.
+pub struct MmprojInput<'a> {
+    pub clip: ClipMetadata<'a>,
+    /// The mmproj's tensors by their names in the file, with their shapes (row-major).
+    pub tensors: &'a HashMap<String, gguf_file::TensorInfo>,
+    /// The text model's tokenizer (the family's image token ids).
+    pub tokenizer: &'a Tokenizer,
+}
+
+/// A family's image side as an mmproj gives it.
+pub struct MmprojSide {
+    /// The family (`ModelConfig::family`).
+    pub family: &'static str,
+    pub spec: Arc<dyn ImageSpec>,
+    /// The image processor's settings in `preprocessor_config.json`'s terms.
+    pub image: serde_json::Value,
+    /// The text decoders this family pairs with (a text GGUF of another is another model's).
+    pub text: &'static [TextFamily],
+    /// The width of the image tokens the projector makes (must be the text model's).
+    pub width: usize,
+    /// The file names each tower block's `mlp.fc1` `ffn_down` and `fc2` `ffn_up` (llama.cpp's
+    /// legacy LLaVA script); the reader swaps them back, as `clip.cpp` does.
+    pub swapped_ffn: bool,
+}
+
+impl MmprojInput<'_> {
+    /// The row-major shape of the tensor the file names `name`.
+    pub fn shape(&self, name: &str) -> std::result::Result<&[usize], String> {
+        self.tensors.get(name).map(|t| t.shape.dims()).ok_or_else(|| format!("the mmproj has no tensor `{name}`"))
+    }
+}
 
 /// An `mmproj` file's image side: the family's spec and the processor settings its metadata
 /// gives.
@@ -32,7 +80,7 @@ pub struct Mmproj {
 }
 
 /// Typed access to an `mmproj` GGUF's `clip.*` metadata; errors name the key.
-pub(crate) struct ClipMetadata<'a> {
+pub struct ClipMetadata<'a> {
     md: &'a HashMap<String, gguf_file::Value>,
 }
 
@@ -69,6 +117,16 @@ impl ClipMetadata<'_> {
         }
     }
 
+    /// A list of integers (`clip.vision.feature_layer`), `None` when absent.
+    pub(crate) fn ints_opt(&self, key: &str) -> std::result::Result<Option<Vec<usize>>, String> {
+        let Some(v) = self.md.get(key) else { return Ok(None) };
+        let items = v.to_vec().map_err(|_| format!("`{key}` is not a list"))?;
+        let ints = items
+            .iter()
+            .map(|x| gguf_usize(x).ok_or_else(|| format!("`{key}` holds a value that is not a non-negative integer")));
+        ints.collect::<std::result::Result<Vec<_>, _>>().map(Some)
+    }
+
     /// A list of numbers (`clip.vision.image_mean`).
     pub(crate) fn floats(&self, key: &str) -> std::result::Result<Vec<f64>, String> {
         let v = self.md.get(key).ok_or_else(|| format!("the metadata has no `{key}`"))?;
@@ -77,10 +135,19 @@ impl ClipMetadata<'_> {
     }
 }
 
-/// Reads the image side of the `mmproj` GGUF at `path` (its parsed header `content`) for a text
-/// model of width `text_hidden` whose tokenizer is `tokenizer`.
-pub fn read(content: &gguf_file::Content, path: &Path, tokenizer: &Tokenizer, text_hidden: usize) -> Result<Mmproj> {
+/// Reads the image side of the `mmproj` GGUF at `path` (its parsed header `content`) for the
+/// GGUF text model at `model`, of family `text_family` and width `text_hidden`, whose tokenizer
+/// is `tokenizer`. Tensor names the family says are swapped are put right in `content`.
+pub fn read(
+    content: &mut gguf_file::Content,
+    path: &Path,
+    model: &Path,
+    tokenizer: &Tokenizer,
+    (text_family, text_hidden): (TextFamily, usize),
+) -> Result<Mmproj> {
     let err = |reason: String| TesseraError::Config { path: path.to_path_buf(), reason };
+    let mismatch =
+        |reason: String| TesseraError::Pair { mmproj: path.to_path_buf(), model: model.to_path_buf(), reason };
     let clip = ClipMetadata { md: &content.metadata };
     let arch = clip.string("general.architecture").map_err(err)?;
     if arch != Some("clip") {
@@ -99,33 +166,60 @@ pub fn read(content: &gguf_file::Content, path: &Path, tokenizer: &Tokenizer, te
             .string("clip.vision.projector_type")
             .map_err(err)?
             .ok_or_else(|| err("the metadata names no projector type (`clip.projector_type`)".into()))?,
-    };
-    if let Some(dim) = clip.usize_opt("clip.vision.projection_dim").map_err(err)? {
-        if dim != text_hidden {
-            return Err(err(format!(
-                "the projector makes {dim}-wide image tokens (`clip.vision.projection_dim`) but the text model is \
-                 {text_hidden} wide: this mmproj belongs to another model"
-            )));
-        }
     }
-    let (family, spec, image): (_, Arc<dyn ImageSpec>, _) = match projector {
-        "idefics3" => {
-            let id = tokenizer.token_to_id("<image>").ok_or_else(|| {
-                err("projector type `idefics3` needs the text model's `<image>` token, which its vocabulary lacks"
-                    .into())
-            })?;
-            let (spec, image) = super::idefics3::from_mmproj(&clip, id).map_err(err)?;
-            ("idefics3", Arc::new(spec), image)
-        }
-        other => {
-            return Err(err(format!(
-                "projector type `{other}` is not supported (supported: {})",
-                PROJECTOR_TYPES.join(", ")
-            )))
-        }
+    .to_string();
+    let Some((_, from_mmproj)) = PROJECTORS.iter().find(|(name, _)| *name == projector) else {
+        let names: Vec<&str> = PROJECTORS.iter().map(|(name, _)| *name).collect();
+        return Err(mismatch(format!(
+            "its projector type `{projector}` is not supported (supported: {})",
+            names.join(", ")
+        )));
     };
+    let input = MmprojInput { clip, tensors: &content.tensor_infos, tokenizer };
+    let side = from_mmproj(&input).map_err(err)?;
+    if !side.text.contains(&text_family) {
+        let names: Vec<&str> = side.text.iter().map(|f| f.name()).collect();
+        return Err(mismatch(format!(
+            "its projector type `{projector}` is {}'s, which goes with a {} text model, not {}",
+            side.family,
+            names.join(" or "),
+            text_family.name()
+        )));
+    }
+    if side.width != text_hidden {
+        return Err(mismatch(format!(
+            "its projector makes {}-wide image tokens but the text model is {text_hidden} wide",
+            side.width
+        )));
+    }
+    if side.swapped_ffn {
+        swap_ffn_names(content);
+    }
+    let MmprojSide { family, spec, image, .. } = side;
     let processor = serde_json::Value::Object(Default::default());
     Ok(Mmproj { family, spec, settings: ProcessorSettings { image, processor, origin: path.to_path_buf() } })
+}
+
+/// Renames each tower block's `ffn_up.*` to `ffn_down.*` and back (llama.cpp's legacy LLaVA
+/// script named `fc1` `ffn_down`).
+fn swap_ffn_names(content: &mut gguf_file::Content) {
+    let renamed: Vec<(String, String)> = content
+        .tensor_infos
+        .keys()
+        .filter_map(|name| {
+            let other = if name.contains(".ffn_up.") {
+                name.replace(".ffn_up.", ".ffn_down.")
+            } else if name.contains(".ffn_down.") {
+                name.replace(".ffn_down.", ".ffn_up.")
+            } else {
+                return None;
+            };
+            name.starts_with("v.blk.").then(|| (name.clone(), other))
+        })
+        .collect();
+    let mut moved: Vec<(String, gguf_file::TensorInfo)> =
+        renamed.iter().filter_map(|(from, to)| Some((to.clone(), content.tensor_infos.remove(from)?))).collect();
+    content.tensor_infos.extend(moved.drain(..));
 }
 
 /// The `mmproj*.gguf` file beside the GGUF `model`, when there is exactly one (what llama.cpp's
