@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Writes llama.cpp's GGUF + mmproj pair for the tiny SmolVLM checkpoint (issue 39), with
 # llama.cpp's own converter: tests/fixtures/vlm/smolvlm-tiny → tests/fixtures/vlm/smolvlm-tiny-gguf/
-# {smolvlm-tiny-f32.gguf, mmproj-smolvlm-tiny-f32.gguf}. Not run in CI; the outputs are committed.
+# {smolvlm-tiny-f32.gguf, mmproj-smolvlm-tiny-f32.gguf}; likewise the Qwen2-VL, Qwen2.5-VL and
+# Qwen3-VL pairs (qwen_pair, at the end). Not run in CI; the outputs are committed.
 #
 # The converter is convert_hf_to_gguf.py (+ its conversion/ package and gguf-py) from the
 # llama.cpp source that PyPI's llama-cpp-python==0.3.36 sdist vendors (upstream commit 0c1e57098),
@@ -88,3 +89,76 @@ convert --outfile "$out/smolvlm-tiny-f32.gguf"
 log "mmproj"
 convert --mmproj --outfile "$out/mmproj-smolvlm-tiny-f32.gguf"
 ls -l "$out"/*.gguf >&2
+
+# --- Qwen2-VL, Qwen2.5-VL, Qwen3-VL ----------------------------------------------------------------
+# The tiny checkpoints are written by transformers 5 too; their staging copies take the same
+# tokenizer_config.json change (no weight changes), and the converter runs through
+# convert_qwen.py, which changes two things in it:
+#  - the mmproj's tensor-name table is built for the tower's block count, and the merger's
+#    `mlp.2` is found through it as block 2: a 2-block tower (the tiny Qwen2-VL) has none, and
+#    the converter stops with "Can not map tensor 'visual.merger.mlp.2.bias'". The table is
+#    built for at least 3 blocks (names of blocks the tower lacks are never asked for);
+#  - it writes three keys llama.cpp's format defines but its Qwen converters leave out, because
+#    the tiny checkpoints' values differ from the defaults a reader assumes:
+#    `clip.vision.image_min_pixels` / `image_max_pixels` (the processor's
+#    `size.shortest_edge` / `longest_edge`: 256 / 4096 pixels here, where Qwen2VLImageProcessor's
+#    defaults are 56·56 / 28·28·1280 and llama.cpp's 8 / 4096 tokens) and, for Qwen2.5-VL,
+#    `clip.vision.window_size` (16 px here, 112 by default).
+cat > "$stage/convert_qwen.py" <<'EOF'
+import runpy, sys
+llama = sys.argv[1]
+sys.path[:0] = [llama, llama + "/gguf-py"]
+import gguf
+get_map = gguf.get_tensor_name_map
+gguf.get_tensor_name_map = lambda arch, n_blocks: get_map(arch, max(n_blocks, 3))
+import conversion.base, conversion.qwenvl, conversion.qwen3vl
+conversion.base.gguf.get_tensor_name_map = gguf.get_tensor_name_map
+
+def with_budget(cls):
+    write = cls.set_gguf_parameters
+    def set_gguf_parameters(self):
+        write(self)
+        size = self.preprocessor_config["size"]
+        self.gguf_writer.add_vision_min_pixels(int(size["shortest_edge"]))
+        self.gguf_writer.add_vision_max_pixels(int(size["longest_edge"]))
+        if "window_size" in self.hparams_vision:
+            self.gguf_writer.add_vision_window_size(int(self.hparams_vision["window_size"]))
+    cls.set_gguf_parameters = set_gguf_parameters
+
+with_budget(conversion.qwenvl.Qwen2VLVisionModel)
+with_budget(conversion.qwen3vl.Qwen3VLVisionModel)
+runpy.run_path(sys.argv[0].replace("convert_qwen.py", "convert.py"), run_name="__main__")
+EOF
+
+# The pair of the tiny checkpoint tests/fixtures/vlm/$1, in tests/fixtures/vlm/$1-gguf/.
+qwen_pair() {
+  local name="$1" dir="$stage/$1" pair_out="$repo/tests/fixtures/vlm/$1-gguf"
+  mkdir "$dir" && mkdir -p "$pair_out"
+  for f in config.json model.safetensors tokenizer.json tokenizer_config.json chat_template.jinja \
+    generation_config.json processor_config.json; do
+    cp "$repo/tests/fixtures/vlm/$name/$f" "$dir/"
+  done
+  "$venv/bin/python" - "$dir" <<'EOF'
+import json, sys
+d = sys.argv[1]
+t = json.load(open(f"{d}/tokenizer_config.json"))
+t["tokenizer_class"] = "PreTrainedTokenizerFast"
+t["additional_special_tokens"] = t.pop("extra_special_tokens")
+json.dump(t, open(f"{d}/tokenizer_config.json", "w"), indent=2)
+EOF
+  run() { (cd "$stage" && "$venv/bin/python" convert_qwen.py "$llama" "$dir" --outtype f32 "$@" 2>&1 \
+    | grep -E "ERROR|WARNING|Error|successfully" >&2); }
+  log "$name: text model"
+  run --outfile "$pair_out/$name-f32.gguf"
+  log "$name: mmproj"
+  run --mmproj --outfile "$pair_out/mmproj-$name-f32.gguf"
+  ls -l "$pair_out"/*.gguf >&2
+}
+
+qwen2_vl() { qwen_pair qwen2-vl-tiny; }
+qwen2_5_vl() { qwen_pair qwen2.5-vl-tiny; }
+qwen3_vl() { qwen_pair qwen3-vl-tiny; }
+
+qwen2_vl
+qwen2_5_vl
+qwen3_vl

@@ -15,6 +15,7 @@ pub mod linear;
 pub mod mask;
 pub mod mlp;
 pub mod norm;
+pub mod qwen_vl_names;
 pub mod rope;
 pub mod weights;
 

@@ -20,7 +20,7 @@ use crate::config::{gguf_f64, gguf_usize};
 use crate::error::{Result, TesseraError};
 
 /// The projector types (`clip.projector_type`) this engine reads, with the family each maps to.
-pub const PROJECTOR_TYPES: &[&str] = &["idefics3"];
+pub const PROJECTOR_TYPES: &[&str] = &["idefics3", "qwen2vl_merger", "qwen2.5vl_merger", "qwen3vl_merger"];
 
 /// An `mmproj` file's image side: the family's spec and the processor settings its metadata
 /// gives.
@@ -75,6 +75,15 @@ impl ClipMetadata<'_> {
         let items = v.to_vec().map_err(|_| format!("`{key}` is not a list"))?;
         items.iter().map(|x| gguf_f64(x).ok_or_else(|| format!("`{key}` holds a value that is not a number"))).collect()
     }
+
+    /// A list of booleans (`clip.vision.is_deepstack_layers`), `None` when absent.
+    pub(crate) fn bools(&self, key: &str) -> std::result::Result<Option<Vec<bool>>, String> {
+        let Some(v) = self.md.get(key) else { return Ok(None) };
+        let items = v.to_vec().map_err(|_| format!("`{key}` is not a list"))?;
+        let flags =
+            items.iter().map(|x| x.to_bool().map_err(|_| format!("`{key}` holds a value that is not a boolean")));
+        flags.collect::<std::result::Result<Vec<_>, _>>().map(Some)
+    }
 }
 
 /// Reads the image side of the `mmproj` GGUF at `path` (its parsed header `content`) for a text
@@ -116,6 +125,11 @@ pub fn read(content: &gguf_file::Content, path: &Path, tokenizer: &Tokenizer, te
             })?;
             let (spec, image) = super::idefics3::from_mmproj(&clip, id).map_err(err)?;
             ("idefics3", Arc::new(spec), image)
+        }
+        "qwen2vl_merger" | "qwen2.5vl_merger" | "qwen3vl_merger" => {
+            let (family, spec, image) =
+                super::qwen2_vl::from_mmproj(&clip, projector, tokenizer, &content.tensor_infos).map_err(err)?;
+            (family, Arc::new(spec), image)
         }
         other => {
             return Err(err(format!(
