@@ -131,3 +131,16 @@ fn a_qwen2_vl_text_gguf_alone_is_a_text_model() -> Result<()> {
     assert_eq!((mrope.section, mrope.interleaved, model.config().decoder.qk_norm), ([2, 3, 3], true, true));
     Ok(())
 }
+
+/// A Qwen mmproj beside a text model whose vocabulary has no `<|image_pad|>` (the SmolVLM
+/// pair's, as wide) is refused in one line naming the mmproj and the missing token.
+#[test]
+fn a_qwen_mmproj_with_another_text_model_is_refused_in_one_line() -> Result<()> {
+    let (_, mmproj) = pair_files("qwen2-vl-tiny");
+    let smolvlm = common::fixtures().join("vlm/smolvlm-tiny-gguf/smolvlm-tiny-f32.gguf");
+    let opts = LoadOptions { mmproj: Some(mmproj.clone()), ..common::load_options()? };
+    let err = Model::load(smolvlm.to_str().context("utf-8 path")?, &opts).err().context("loaded")?.to_string();
+    assert!(!err.contains('\n'), "{err}");
+    assert!(err.contains(&mmproj.display().to_string()) && err.contains("`<|image_pad|>`"), "{err}");
+    Ok(())
+}
