@@ -4,6 +4,7 @@
 #   smolvlm           smolvlm-tiny          → smolvlm-tiny-f32.gguf + mmproj-smolvlm-tiny-f32.gguf
 #   llava             llava-tiny            → llava-tiny-f32.gguf + mmproj-llava-tiny-f32.gguf
 #   llava_interleave  llava-interleave-tiny → llava-interleave-tiny-f32.gguf + mmproj-…-f32.gguf
+#   qwen2_vl, qwen2_5_vl, qwen3_vl  qwen2-vl-tiny, qwen2.5-vl-tiny, qwen3-vl-tiny → <name>-f32.gguf + mmproj-<name>-f32.gguf
 # Usage: scripts/make_gguf_pairs.sh [family…] (default: all). One function per family below.
 #
 # The converter is convert_hf_to_gguf.py (+ its conversion/ package and gguf-py) from the
@@ -161,14 +162,75 @@ EOF
 llava() { llava_pair llava-tiny --clip-model-is-vision; }
 llava_interleave() { llava_pair llava-interleave-tiny "--clip-model-is-vision --clip-model-is-siglip"; }
 
+# --- Qwen2-VL, Qwen2.5-VL, Qwen3-VL ----------------------------------------------------------------
+# The tiny checkpoints are written by transformers 5 too; their staging copies take the same
+# tokenizer_config.json change (no weight changes), and the converter runs through
+# convert_qwen.py, which changes two things in it:
+#  - the mmproj's tensor-name table is built for the tower's block count, and the merger's
+#    `mlp.2` is found through it as block 2: a 2-block tower (the tiny Qwen2-VL) has none, and
+#    the converter stops with "Can not map tensor 'visual.merger.mlp.2.bias'". The table is
+#    built for at least 3 blocks (names of blocks the tower lacks are never asked for);
+#  - it writes three keys llama.cpp's format defines but its Qwen converters leave out, because
+#    the tiny checkpoints' values differ from the defaults a reader assumes:
+#    `clip.vision.image_min_pixels` / `image_max_pixels` (the processor's
+#    `size.shortest_edge` / `longest_edge`: 256 / 4096 pixels here, where Qwen2VLImageProcessor's
+#    defaults are 56·56 / 28·28·1280 and llama.cpp's 8 / 4096 tokens) and, for Qwen2.5-VL,
+#    `clip.vision.window_size` (16 px here, 112 by default).
+cat > "$stage/convert_qwen.py" <<'EOF'
+# Usage: convert_qwen.py CONVERT_HF_PY LLAMA_CPP_DIR MODEL_DIR [converter arguments ...]
+import runpy, sys
+script = sys.argv.pop(1)
+llama = sys.argv[1]
+sys.path[:0] = [llama, llama + "/gguf-py"]
+import gguf
+get_map = gguf.get_tensor_name_map
+gguf.get_tensor_name_map = lambda arch, n_blocks: get_map(arch, max(n_blocks, 3))
+import conversion.base, conversion.qwenvl, conversion.qwen3vl
+conversion.base.gguf.get_tensor_name_map = gguf.get_tensor_name_map
+
+def with_budget(cls):
+    write = cls.set_gguf_parameters
+    def set_gguf_parameters(self):
+        write(self)
+        size = self.preprocessor_config["size"]
+        self.gguf_writer.add_vision_min_pixels(int(size["shortest_edge"]))
+        self.gguf_writer.add_vision_max_pixels(int(size["longest_edge"]))
+        if "window_size" in self.hparams_vision:
+            self.gguf_writer.add_vision_window_size(int(self.hparams_vision["window_size"]))
+    cls.set_gguf_parameters = set_gguf_parameters
+
+with_budget(conversion.qwenvl.Qwen2VLVisionModel)
+with_budget(conversion.qwen3vl.Qwen3VLVisionModel)
+sys.argv[0] = script
+runpy.run_path(script, run_name="__main__")
+EOF
+
+# The pair of the tiny checkpoint tests/fixtures/vlm/$1, in tests/fixtures/vlm/$1-gguf/.
+qwen_pair() {
+  local name="$1" dir="$stage/$1" pair_out="$repo/tests/fixtures/vlm/$1-gguf"
+  stage_checkpoint "$name"
+  mkdir -p "$pair_out"
+  run() { (cd "$stage" && "$venv/bin/python" convert_qwen.py "$repo/scripts/peers/convert_hf.py" "$llama" "$dir" --outtype f32 "$@" 2>&1 \
+    | grep -E "ERROR|WARNING|Error|successfully" >&2); }
+  log "$name: text model"
+  run --outfile "$pair_out/$name-f32.gguf"
+  log "$name: mmproj"
+  run --mmproj --outfile "$pair_out/mmproj-$name-f32.gguf"
+  ls -l "$pair_out"/*.gguf >&2
+}
+
+qwen2_vl() { qwen_pair qwen2-vl-tiny; }
+qwen2_5_vl() { qwen_pair qwen2.5-vl-tiny; }
+qwen3_vl() { qwen_pair qwen3-vl-tiny; }
+
 # --- run -----------------------------------------------------------------------------------------
 families=("$@")
-[ ${#families[@]} -gt 0 ] || families=(smolvlm llava llava_interleave)
+[ ${#families[@]} -gt 0 ] || families=(smolvlm llava llava_interleave qwen2_vl qwen2_5_vl qwen3_vl)
 for f in "${families[@]}"; do
   case "$f" in
-    smolvlm | llava | llava_interleave) "$f" ;;
+    smolvlm | llava | llava_interleave | qwen2_vl | qwen2_5_vl | qwen3_vl) "$f" ;;
     *)
-      echo "unknown family \`$f\` (smolvlm, llava, llava_interleave)" >&2
+      echo "unknown family \`$f\` (smolvlm, llava, llava_interleave, qwen2_vl, qwen2_5_vl, qwen3_vl)" >&2
       exit 2
       ;;
   esac

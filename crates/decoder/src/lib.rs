@@ -16,6 +16,7 @@ pub mod mask;
 pub mod mlp;
 pub mod norm;
 pub mod quant;
+pub mod qwen_vl_names;
 pub mod rope;
 pub mod weights;
 

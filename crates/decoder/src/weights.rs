@@ -537,6 +537,8 @@ pub fn gguf_name(hf: &str) -> Option<String> {
         "self_attn.k_proj" => "attn_k",
         "self_attn.v_proj" => "attn_v",
         "self_attn.o_proj" => "attn_output",
+        "self_attn.q_norm" => "attn_q_norm",
+        "self_attn.k_norm" => "attn_k_norm",
         "mlp.gate_proj" => "ffn_gate",
         "mlp.up_proj" => "ffn_up",
         "mlp.down_proj" => "ffn_down",
@@ -557,6 +559,9 @@ pub fn gguf_name(hf: &str) -> Option<String> {
 /// converter names them; the LLaVA script writes them the other way round, which the mmproj
 /// reader undoes as llama.cpp's `clip.cpp` does.
 pub fn gguf_vision_name(hf: &str) -> Option<String> {
+    if let Some(rest) = hf.strip_prefix("visual.") {
+        return crate::qwen_vl_names::gguf_name(rest);
+    }
     if let Some(kind) = hf.strip_prefix("model.connector.modality_projection.proj.") {
         return Some(format!("mm.model.fc.{kind}"));
     }

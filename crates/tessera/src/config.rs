@@ -8,7 +8,7 @@ use std::path::Path;
 use candle_core::quantized::gguf_file;
 use serde::Deserialize;
 use serde_json::Value;
-use tessera_decoder::{Activation, DecoderConfig, NormStyle, RopeConfig, RopeScaling};
+use tessera_decoder::{Activation, DecoderConfig, MRope, NormStyle, RopeConfig, RopeScaling};
 
 use crate::error::{Result, TesseraError};
 pub use crate::families::{
@@ -28,6 +28,9 @@ impl ModelConfig {
         let family = match arch_name.as_str() {
             "llama" => TextFamily::Llama,
             "qwen2" => TextFamily::Qwen2,
+            // Qwen2-VL's and Qwen2.5-VL's text model; Qwen3-VL's.
+            "qwen2vl" => TextFamily::Qwen2Vl,
+            "qwen3vl" => TextFamily::Qwen3Vl,
             "clip" => {
                 return Err(err(
                     "this is an mmproj file (`general.architecture` = clip: a vision tower and projector), not a \
@@ -90,7 +93,7 @@ impl ModelConfig {
                 theta: get_f("rope.freq_base").unwrap_or(10_000.0),
                 scaling: RopeScaling::Default,
                 style: family.gguf_rope_style(),
-                mrope: None,
+                mrope: gguf_mrope(md, &key("rope.dimension_sections"), family).map_err(err)?,
             },
             max_position_embeddings: get_u("context_length")?,
             qkv_bias: content.tensor_infos.contains_key("blk.0.attn_q.bias"),
@@ -100,7 +103,7 @@ impl ModelConfig {
             position_offset: 0,
             attn_logit_softcapping: None,
             sandwich_norms: false,
-            qk_norm: false,
+            qk_norm: content.tensor_infos.contains_key("blk.0.attn_q_norm.weight"),
             local_rope: None,
         };
         // The checks speak Hugging Face's field names; the file has llama.cpp's keys.
@@ -164,6 +167,28 @@ impl ModelConfig {
             final_logit_softcapping: None,
             vision: None,
         })
+    }
+}
+
+/// Multimodal RoPE from `{arch}.rope.dimension_sections` (`key`): llama.cpp writes four
+/// sections (temporal, height, width, and a fourth for other models, 0 here); the layout of the
+/// three streams over the frequencies is the family's ([`TextFamily::gguf_mrope_interleaved`]).
+fn gguf_mrope(
+    md: &HashMap<String, gguf_file::Value>,
+    key: &str,
+    family: TextFamily,
+) -> std::result::Result<Option<MRope>, String> {
+    let Some(v) = md.get(key) else { return Ok(None) };
+    let items = v.to_vec().map_err(|_| format!("`{key}` is not a list"))?;
+    let s: Vec<usize> = items
+        .iter()
+        .map(|x| gguf_usize(x).ok_or_else(|| format!("`{key}` holds a value that is not a non-negative integer")))
+        .collect::<std::result::Result<_, _>>()?;
+    match s.as_slice() {
+        [t, h, w] | [t, h, w, 0] => {
+            Ok(Some(MRope { section: [*t, *h, *w], interleaved: family.gguf_mrope_interleaved() }))
+        }
+        _ => Err(format!("`{key}` is {s:?}: M-RoPE takes three sections (temporal, height, width)")),
     }
 }
 

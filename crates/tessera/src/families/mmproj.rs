@@ -35,6 +35,11 @@ pub const PROJECTORS: &[(&str, FromMmproj)] = &[
     // LLaVA 1.5 / LLaVA-interleave (llama.cpp's legacy-models/convert_image_encoder_to_gguf.py):
     // CLIP or SigLIP, two linears.
     ("mlp", super::llava::from_mmproj),
+    // Qwen2-VL, Qwen2.5-VL, Qwen3-VL (llama.cpp's conversion/qwen*.py): a 3-D patch kernel split
+    // in two, 2-D RoPE, a 2x2 merger; 2.5's windows, 3's DeepStack.
+    ("qwen2vl_merger", |input| super::qwen2_vl::from_mmproj(input, "qwen2vl_merger")),
+    ("qwen2.5vl_merger", |input| super::qwen2_vl::from_mmproj(input, "qwen2.5vl_merger")),
+    ("qwen3vl_merger", |input| super::qwen2_vl::from_mmproj(input, "qwen3vl_merger")),
 ];
 
 /// What a family's `from_mmproj` reads: the mmproj's metadata, and the text model it is paired
@@ -132,6 +137,15 @@ impl ClipMetadata<'_> {
         let v = self.md.get(key).ok_or_else(|| format!("the metadata has no `{key}`"))?;
         let items = v.to_vec().map_err(|_| format!("`{key}` is not a list"))?;
         items.iter().map(|x| gguf_f64(x).ok_or_else(|| format!("`{key}` holds a value that is not a number"))).collect()
+    }
+
+    /// A list of booleans (`clip.vision.is_deepstack_layers`), `None` when absent.
+    pub(crate) fn bools(&self, key: &str) -> std::result::Result<Option<Vec<bool>>, String> {
+        let Some(v) = self.md.get(key) else { return Ok(None) };
+        let items = v.to_vec().map_err(|_| format!("`{key}` is not a list"))?;
+        let flags =
+            items.iter().map(|x| x.to_bool().map_err(|_| format!("`{key}` holds a value that is not a boolean")));
+        flags.collect::<std::result::Result<Vec<_>, _>>().map(Some)
     }
 }
 

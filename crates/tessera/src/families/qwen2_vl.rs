@@ -11,6 +11,7 @@
 //! embedding and learned, interpolated positions, DeepStack features added to the first decoder
 //! layers, interleaved M-RoPE, and a Qwen3 text model (q/k norms).
 
+
 use candle_core::{Device, Tensor};
 use serde::Deserialize;
 use serde_json::Value;
@@ -20,6 +21,7 @@ use tessera_vision::qwen2_vl::{Qwen3Vision, VisionMlp, VisionNorm, Windows};
 use tessera_vision::{Filter, PreprocessConfig, Qwen2VisionConfig, Qwen2VisionTower, RgbImage};
 
 use super::image::{first_prefix, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec, ProcessorSettings};
+use super::mmproj::{MmprojInput, MmprojSide};
 use super::text::{TextFamily, TextFields, TextSubConfig};
 use super::{text_config, ModelConfig, PromptStyle, TokenIds};
 use crate::error::{Result, TesseraError};
@@ -189,6 +191,132 @@ impl Qwen2VlConfig {
         let spec = Qwen2VlSpec { tower, image_token_id: self.image_token_id.unwrap_or(151_655) };
         Ok(ModelConfig::vlm(name, text, self.tie_word_embeddings, self.eos_token_id.as_ref(), PromptStyle::Chat, spec))
     }
+}
+
+/// The image side of an `mmproj` GGUF of projector type `qwen2vl_merger`, `qwen2.5vl_merger` or
+/// `qwen3vl_merger` (llama.cpp's `conversion/qwenvl.py`, `conversion/qwen3vl.py`): the family's
+/// name, its spec and its processor settings in `preprocessor_config.json`'s terms. The image
+/// token is the text model's `<|image_pad|>`.
+///
+/// Which `clip.*` key gives what:
+/// - the tower: `clip.vision.{embedding_length, block_count, patch_size}`,
+///   `clip.vision.attention.head_count`; the MLP's width `feed_forward_length` (Qwen2-VL's:
+///   `v.blk.0.ffn_up.weight`'s rows in `tensors`, the mmproj's tensors); the merger's output `clip.vision.projection_dim` (the text
+///   model's width); `clip.vision.spatial_merge_size` (2 when absent, as llama.cpp reads it);
+///   Qwen2.5-VL's full-attention blocks from `clip.vision.n_wa_pattern` (every n-th block:
+///   the converter only writes evenly spaced `fullatt_block_indexes`) and its window from
+///   `clip.vision.window_size` (the converter does not write it: then 112 px, transformers' and
+///   llama.cpp's default); Qwen3-VL's learned position table is `(image_size / patch_size)²`
+///   (the converter writes `image_size` so) and its DeepStack blocks are those
+///   `clip.vision.is_deepstack_layers` flags;
+/// - the processor: `clip.vision.image_mean` / `image_std`; the pixel budget
+///   `clip.vision.image_min_pixels` / `image_max_pixels` where the file has them (llama.cpp's
+///   keys; its Qwen converter does not write them, and llama.cpp then allows 8 to 4096 tokens).
+///
+/// What no key gives is the family's, as transformers has it: two frames per patch (the
+/// converter refuses other `temporal_patch_size`s), 3 channels, the 2-D RoPE base 10000, the
+/// activations (QuickGELU, SiLU for 2.5, tanh GELU for 3; `clip.use_silu` / `clip.use_gelu`
+/// are checked against them), the towers' norm epsilon 1e-6 (transformers fixes it; the
+/// file's `attention.layer_norm_epsilon` is the converter's copy of the text model's), and
+/// Qwen2VLImageProcessor's bicubic resize, rescale by 1/255 and, without the budget keys, its
+/// default budget of 56·56 to 28·28·1280 pixels.
+pub(crate) fn from_mmproj(input: &MmprojInput<'_>, projector: &str) -> std::result::Result<MmprojSide, String> {
+    let (clip, tokenizer, tensors) = (&input.clip, input.tokenizer, input.tensors);
+    let generation = match projector {
+        "qwen2vl_merger" => Generation::Qwen2Vl,
+        "qwen2.5vl_merger" => Generation::Qwen25Vl,
+        _ => Generation::Qwen3Vl,
+    };
+    let image_token_id = tokenizer.token_to_id("<|image_pad|>").ok_or_else(|| {
+        format!("projector type `{projector}` needs the text model's `<|image_pad|>` token, which its vocabulary lacks")
+    })?;
+    let embed_dim = clip.usize("clip.vision.embedding_length")?;
+    let ffn = clip.usize("clip.vision.feed_forward_length")?;
+    let depth = clip.usize("clip.vision.block_count")?;
+    let patch_size = clip.usize("clip.vision.patch_size")?;
+    let act = |key: &str, act: Activation| match clip.bool(key)? {
+        Some(false) => Err(format!("`{key}` is false: this tower uses {act:?}")),
+        _ => Ok(act),
+    };
+    let (name, norm, mlp, windows, qwen3, hidden_act) = match generation {
+        Generation::Qwen2Vl => {
+            // The converter writes Qwen2-VL's `vision_config.hidden_size` (the merger's output)
+            // as `feed_forward_length`; the MLP's width is its first matrix's.
+            let width = tensors
+                .get("v.blk.0.ffn_up.weight")
+                .and_then(|t| t.shape.dims().first().copied())
+                .ok_or("the mmproj has no `v.blk.0.ffn_up.weight` to size the tower's MLP by")?;
+            if embed_dim == 0 || !width.is_multiple_of(embed_dim) {
+                return Err(format!("the MLP's width {width} is not a multiple of the tower's width {embed_dim}"));
+            }
+            let mlp = VisionMlp::Plain { ratio: width / embed_dim };
+            ("qwen2_vl", VisionNorm::Layer, mlp, None, None, Activation::QuickGelu)
+        }
+        Generation::Qwen25Vl => {
+            let n = clip.usize("clip.vision.n_wa_pattern")?;
+            if n == 0 {
+                return Err("`clip.vision.n_wa_pattern` must be positive".into());
+            }
+            let windows = Windows {
+                size: clip.usize_opt("clip.vision.window_size")?.unwrap_or(112),
+                full_blocks: (0..depth).filter(|b| (b + 1) % n == 0).collect(),
+            };
+            let act = act("clip.use_silu", Activation::Silu)?;
+            ("qwen2_5_vl", VisionNorm::Rms, VisionMlp::Gated { intermediate: ffn }, Some(windows), None, act)
+        }
+        Generation::Qwen3Vl => {
+            let side = clip.usize("clip.vision.image_size")? / patch_size.max(1);
+            let flags = clip.bools("clip.vision.is_deepstack_layers")?.unwrap_or_default();
+            let q = Qwen3Vision {
+                num_position_embeddings: side * side,
+                deepstack: flags.iter().enumerate().filter(|(_, &f)| f).map(|(b, _)| b).collect(),
+            };
+            let act = act("clip.use_gelu", Activation::GeluTanh)?;
+            ("qwen3_vl", VisionNorm::Layer, VisionMlp::Linear { intermediate: ffn }, None, Some(q), act)
+        }
+    };
+    let tower = Qwen2VisionConfig {
+        depth,
+        embed_dim,
+        hidden_size: clip.usize("clip.vision.projection_dim")?,
+        num_heads: clip.usize("clip.vision.attention.head_count")?,
+        norm,
+        mlp,
+        windows,
+        qwen3,
+        in_channels: 3,
+        patch_size,
+        spatial_merge_size: clip.usize_opt("clip.vision.spatial_merge_size")?.unwrap_or(2),
+        temporal_patch_size: 2,
+        hidden_act,
+        rope_theta: 10_000.0,
+    };
+    tower.validate().map_err(|e| e.to_string())?;
+    let mut image = serde_json::json!({
+        "do_resize": true,
+        "resample": 3,
+        "do_rescale": true,
+        "rescale_factor": 1.0 / 255.0,
+        "do_normalize": true,
+        "image_mean": clip.floats("clip.vision.image_mean")?,
+        "image_std": clip.floats("clip.vision.image_std")?,
+        "patch_size": tower.patch_size,
+        "merge_size": tower.spatial_merge_size,
+        "temporal_patch_size": tower.temporal_patch_size,
+    });
+    for (key, field) in [("clip.vision.image_min_pixels", "min_pixels"), ("clip.vision.image_max_pixels", "max_pixels")]
+    {
+        if let Some(v) = clip.usize_opt(key)? {
+            image[field] = v.into();
+        }
+    }
+    let text: &'static [TextFamily] = match generation {
+        Generation::Qwen3Vl => &[TextFamily::Qwen3Vl],
+        _ => &[TextFamily::Qwen2Vl, TextFamily::Qwen25Vl],
+    };
+    let width = tower.hidden_size;
+    let spec = std::sync::Arc::new(Qwen2VlSpec { tower, image_token_id });
+    Ok(MmprojSide { family: name, spec, image, text, width, swapped_ffn: false })
 }
 
 /// Qwen2-VL's processor settings, tower and merger.

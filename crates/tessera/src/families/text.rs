@@ -267,6 +267,15 @@ impl TextFamily {
     }
 }
 
+impl TextFamily {
+    /// Whether llama.cpp's GGUF of this family lays the multimodal RoPE streams out
+    /// interleaved over the frequencies (Qwen3-VL, llama.cpp's `LLAMA_ROPE_TYPE_IMROPE`) rather
+    /// than in consecutive sections (Qwen2-VL, `LLAMA_ROPE_TYPE_MROPE`).
+    pub fn gguf_mrope_interleaved(self) -> bool {
+        self == Self::Qwen3Vl
+    }
+}
+
 /// The fields of a text model's `config.json` (or a VLM's `text_config`); `null` counts as
 /// absent.
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -1,0 +1,146 @@
+//! llama.cpp's GGUF + mmproj pairs of Qwen2-VL, Qwen2.5-VL and Qwen3-VL (issue 39): the tiny
+//! checkpoints converted by llama.cpp's own `convert_hf_to_gguf.py` (scripts/make_gguf_pairs.sh,
+//! `qwen_pair`) into an f32 text GGUF (`qwen2vl` / `qwen3vl` architecture: M-RoPE sections, q/k
+//! norms) and an f32 mmproj (`qwen2vl_merger`, `qwen2.5vl_merger`, `qwen3vl_merger`: q/k/v and
+//! the Conv3d patch kernel split by the converter), loaded as a pair and compared with
+//! transformers' reference for the same checkpoint (tests/fixtures/vlm/<name>/reference.*) and
+//! with tessera's run of the folder: prompt ids (the GGUF's vocabulary and chat template, the
+//! image token counts of `smart_resize`), image features, logits, 16 greedy ids — on the
+//! non-square photo, two images in one prompt and text alone.
+
+mod common;
+
+use std::path::PathBuf;
+
+use anyhow::{ensure, Context, Result};
+use candle_core::{Device, Tensor};
+use tessera::{load_image, GenerateParams, LoadOptions, Model, RgbImage, DEFAULT_MAX_PIXELS};
+
+fn pair_files(name: &str) -> (PathBuf, PathBuf) {
+    let dir = common::fixtures().join(format!("vlm/{name}-gguf"));
+    (dir.join(format!("{name}-f32.gguf")), dir.join(format!("mmproj-{name}-f32.gguf")))
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor, what: &str) -> Result<f32> {
+    let (a, b) = (common::on_cpu(a)?.flatten_all()?, common::on_cpu(b)?.flatten_all()?);
+    ensure!(a.dims() == b.dims(), "{what}: {} values vs {}", a.dim(0)?, b.dim(0)?);
+    Ok((a - b)?.abs()?.max_all()?.to_scalar::<f32>()?)
+}
+
+/// Each image's tokens `(n, hidden)`, concatenated (the reference's `image_features` rows).
+fn image_features(model: &Model, images: &[RgbImage]) -> Result<Tensor> {
+    let each = images.iter().map(|i| model.analysis().image_embeddings(i)).collect::<tessera::Result<Vec<_>>>()?;
+    Ok(Tensor::cat(&each, 0)?)
+}
+
+/// The pair of tests/fixtures/vlm/`name` (model family `family`; `deepstack`: Qwen3-VL's
+/// DeepStack levels per image), dequantized to f32 and as loaded by default (f32 tensors
+/// through the quantized path), against transformers' reference and the folder, case by case.
+fn pair_matches_transformers_and_the_folder(name: &str, family: &str, deepstack: usize) -> Result<()> {
+    let folder_dir = common::fixtures().join("vlm").join(name);
+    let folder = Model::load(folder_dir.to_str().context("utf-8 path")?, &common::load_options()?)?;
+    let reference = common::read_json(&folder_dir.join("reference.json"))?;
+    let tensors = candle_core::safetensors::load(folder_dir.join("reference.safetensors"), &Device::Cpu)?;
+    let (text, mmproj) = pair_files(name);
+    for (label, opts) in [("f32", common::load_options()?), ("default", common::gguf_load_options()?)] {
+        let opts = LoadOptions { mmproj: Some(mmproj.clone()), ..opts };
+        let pair = Model::load(text.to_str().context("utf-8 path")?, &opts)?;
+        assert_eq!((pair.config().family, pair.info().mmproj.as_deref()), (family, Some(mmproj.as_path())));
+        let mut checked = 0;
+        for case in reference["cases"].as_array().context("cases")? {
+            let parts = case["messages"][0]["content"].as_array().context("content")?;
+            let case_name = case["name"].as_str().context("name")?;
+            let what = format!("{name}/{label}/{case_name}");
+            let images = case["images"]
+                .as_array()
+                .context("images")?
+                .iter()
+                .map(|p| Ok(load_image(&common::repo_root().join(p.as_str().context("path")?), DEFAULT_MAX_PIXELS)?))
+                .collect::<Result<Vec<_>>>()?;
+            // The GGUF's vocabulary and chat template, and smart_resize under the mmproj's
+            // patch size, merge size and pixel budget, give the processor's ids.
+            let prompt_text: String = parts.iter().filter_map(|p| p["text"].as_str()).collect();
+            let prompt = pair.encode_prompt(&prompt_text, None, false, &images)?;
+            assert_eq!(prompt.ids(), common::ids(&case["input_ids"]), "{what}: prompt ids");
+
+            if !images.is_empty() {
+                let got = image_features(&pair, &images)?;
+                let want = tensors.get(&format!("{case_name}.image_features")).context("reference features")?;
+                let d = max_abs_diff(&got, want, "image features")?;
+                assert!(d < 1e-4, "{what}: image features differ from transformers' by {d}");
+                let d = max_abs_diff(&got, &image_features(&folder, &images)?, "image features")?;
+                assert!(d < 1e-5, "{what}: image features differ from the folder's by {d}");
+                let levels = pair.encode_image(&images[0])?.layer_additions().len();
+                assert_eq!(levels, deepstack, "{what}: DeepStack levels");
+            }
+
+            let hidden =
+                pair.forward(&prompt, .., &mut pair.new_cache(), &mut Default::default(), &mut Default::default())?;
+            let logits = pair.logits(&hidden)?;
+            let expected = tensors.get(&format!("{case_name}.logits")).context("reference logits")?;
+            let n = expected.dim(0)?;
+            let tail = logits.narrow(0, logits.dim(0)? - n, n)?;
+            let d = max_abs_diff(&tail, expected, "logits")?;
+            assert!(d < 1e-4, "{what}: logits differ from transformers' by {d}");
+
+            let own = folder.prompt(prompt.ids().to_vec(), &images)?;
+            let own_hidden =
+                folder.forward(&own, .., &mut folder.new_cache(), &mut Default::default(), &mut Default::default())?;
+            let d = max_abs_diff(&logits, &folder.logits(&own_hidden)?, "logits")?;
+            assert!(d < 1e-4, "{what}: logits differ from the folder's by {d}");
+
+            let greedy = common::ids(&case["greedy_ids"]);
+            let params = GenerateParams { max_new_tokens: greedy.len(), ignore_eos: true, ..Default::default() };
+            let out = pair.generate(&prompt, &params, &mut |_| {})?;
+            assert_eq!(out.generated_tokens, greedy, "{what}: greedy ids");
+            assert_eq!(greedy.len(), 16, "{what}: the reference's greedy ids");
+            checked += 1;
+        }
+        assert_eq!(checked, 3, "{name}/{label}: the chelsea, two-image and text cases");
+    }
+    Ok(())
+}
+
+#[test]
+fn qwen2_vl_pair_matches_transformers_and_the_folder() -> Result<()> {
+    pair_matches_transformers_and_the_folder("qwen2-vl-tiny", "qwen2_vl", 0)
+}
+
+#[test]
+fn qwen2_5_vl_pair_matches_transformers_and_the_folder() -> Result<()> {
+    pair_matches_transformers_and_the_folder("qwen2.5-vl-tiny", "qwen2_5_vl", 0)
+}
+
+#[test]
+fn qwen3_vl_pair_matches_transformers_and_the_folder() -> Result<()> {
+    pair_matches_transformers_and_the_folder("qwen3-vl-tiny", "qwen3_vl", 2)
+}
+
+/// A Qwen2-VL text GGUF alone is a text model whose decoder keeps its M-RoPE sections (every
+/// stream at the text position, so text alone matches the folder's logits).
+#[test]
+fn a_qwen2_vl_text_gguf_alone_is_a_text_model() -> Result<()> {
+    let (text, _) = pair_files("qwen2-vl-tiny");
+    let model = Model::load(text.to_str().context("utf-8 path")?, &common::load_options()?)?;
+    ensure!(model.config().vision.is_none());
+    let mrope = model.config().decoder.rope.mrope.context("M-RoPE")?;
+    assert_eq!((mrope.section, mrope.interleaved), ([2, 3, 3], false));
+    let (text, _) = pair_files("qwen3-vl-tiny");
+    let model = Model::load(text.to_str().context("utf-8 path")?, &common::load_options()?)?;
+    let mrope = model.config().decoder.rope.mrope.context("M-RoPE")?;
+    assert_eq!((mrope.section, mrope.interleaved, model.config().decoder.qk_norm), ([2, 3, 3], true, true));
+    Ok(())
+}
+
+/// A Qwen mmproj beside a text model whose vocabulary has no `<|image_pad|>` (the SmolVLM
+/// pair's, as wide) is refused in one line naming the mmproj and the missing token.
+#[test]
+fn a_qwen_mmproj_with_another_text_model_is_refused_in_one_line() -> Result<()> {
+    let (_, mmproj) = pair_files("qwen2-vl-tiny");
+    let smolvlm = common::fixtures().join("vlm/smolvlm-tiny-gguf/smolvlm-tiny-f32.gguf");
+    let opts = LoadOptions { mmproj: Some(mmproj.clone()), ..common::load_options()? };
+    let err = Model::load(smolvlm.to_str().context("utf-8 path")?, &opts).err().context("loaded")?.to_string();
+    assert!(!err.contains('\n'), "{err}");
+    assert!(err.contains(&mmproj.display().to_string()) && err.contains("`<|image_pad|>`"), "{err}");
+    Ok(())
+}
