@@ -16,6 +16,7 @@ pub mod mask;
 pub mod mlp;
 pub mod norm;
 pub mod rope;
+mod weight_file;
 pub mod weights;
 
 pub use activation::Activation;

@@ -182,8 +182,10 @@ impl Model {
             }
             None => None,
         };
-        let mut model = Self::assemble(config, vb, tokenizer, chat_template, generation_config, info, opts)?;
+        let mut model = Self::assemble(config, vb.clone(), tokenizer, chat_template, generation_config, info, opts)?;
         model.images = images;
+        // Everything is read: a file that changed meanwhile may have given a mix of two versions.
+        vb.check_unchanged()?;
         Ok(model)
     }
 
@@ -222,8 +224,10 @@ impl Model {
             }
             None => None,
         };
-        let mut model = Self::assemble(config, vb, tokenizer, chat_template, GenerationConfig::default(), info, opts)?;
+        let mut model =
+            Self::assemble(config, vb.clone(), tokenizer, chat_template, GenerationConfig::default(), info, opts)?;
         model.images = images;
+        vb.check_unchanged()?;
         Ok(model)
     }
 
@@ -243,6 +247,7 @@ impl Model {
         let dir = path.parent().unwrap_or(Path::new("."));
         let images =
             load_image_side(mmproj.spec.as_ref(), dir, &vb, text_hidden, tokenizer, Some(&mmproj.settings), opts)?;
+        vb.check_unchanged()?;
         Ok((mmproj, images))
     }
 
