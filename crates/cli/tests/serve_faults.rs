@@ -1,11 +1,12 @@
 //! `tessera serve` told to stop while it works (issue 43, point 3): SIGTERM during 16 streams.
-//! The running streams finish (each to its last event, `[DONE]`), every new request gets 503
-//! while they do, and the process then exits with status 0. The model is SmolLM2 Q4_1, slow
-//! enough on a CPU that 16 streams of 64 tokens are still running when the signal comes.
+//! The running streams finish (each to its last event, `[DONE]`), and so does a request whose body
+//! was still being sent, every new request gets 503 while they do, and the process then exits
+//! with status 0. The model is SmolLM2 Q4_1, slow
+//! enough on a CPU that 16 streams of 96 tokens are still running when the signal comes.
 
 #![cfg(unix)]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -16,7 +17,7 @@ use anyhow::{bail, ensure, Context, Result};
 use serde_json::{json, Value};
 
 const STREAMS: usize = 16;
-const MAX_TOKENS: u64 = 64;
+const MAX_TOKENS: u64 = 96;
 /// The longest any one wait may take on a busy machine before the test fails.
 const PATIENCE: Duration = Duration::from_secs(300);
 
@@ -147,6 +148,19 @@ fn sigterm_during_16_streams_lets_them_finish_refuses_new_requests_and_exits_0()
             std::thread::spawn(move || stream(&base, seed, first))
         })
         .collect();
+    // One more request admitted before the signal whose end the test holds: its body is half
+    // sent. However fast the streams end, the server cannot finish draining before this one does.
+    let body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0}).to_string();
+    let (first_half, second_half) = body.split_at(body.len() / 2);
+    let mut upload = std::net::TcpStream::connect(server.base.trim_start_matches("http://"))?;
+    upload.set_read_timeout(Some(PATIENCE))?;
+    write!(
+        upload,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+         connection: close\r\n\r\n{first_half}",
+        body.len()
+    )?;
+    // (The streams' first tokens take far longer than the server takes to read that head.)
     for i in 0..STREAMS {
         firsts.recv_timeout(PATIENCE).with_context(|| format!("{i} of {STREAMS} streams started"))?;
     }
@@ -173,6 +187,12 @@ fn sigterm_during_16_streams_lets_them_finish_refuses_new_requests_and_exits_0()
     }
     let refused_at = signalled.elapsed();
 
+    // The held request, admitted before the signal, completes once its body is in.
+    upload.write_all(second_half.as_bytes())?;
+    let mut answer = String::new();
+    upload.read_to_string(&mut answer)?;
+    ensure!(answer.starts_with("HTTP/1.1 200") && answer.contains("chat.completion"), "{answer}");
+
     // Every stream ran to its end.
     let mut running_at_signal = 0;
     for (i, s) in streams.into_iter().enumerate() {
@@ -189,7 +209,7 @@ fn sigterm_during_16_streams_lets_them_finish_refuses_new_requests_and_exits_0()
             running_at_signal += 1;
         }
     }
-    // The premise: the streams were still running when the signal came (64 tokens each take
+    // The premise: the streams were still running when the signal came (96 tokens each take
     // seconds on a CPU; the signal went as soon as each had its first).
     ensure!(running_at_signal >= STREAMS / 2, "only {running_at_signal} streams were still running at SIGTERM");
 
