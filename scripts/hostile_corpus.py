@@ -1136,6 +1136,12 @@ def gen_cli(c: Corpus):
     flag("cli-embed-pool-unknown", ["embed", "--model", model, "--text", "hi", "--pool", "median"], ["--pool", "median"])
     flag("cli-embed-pool-token-absent", ["embed", "--model", model, "--text", "hi", "--pool", "token:zebra"],
          ["zebra"])
+    # Server limits (refused by the argument parser, before anything is loaded or bound).
+    serve = ["serve", "--model", "{repo}/" + SHAPES, "--port", "0"]
+    flag("cli-serve-max-connections-0", serve + ["--max-connections", "0"], ["--max-connections"])
+    for label, v in (("0", "0"), ("negative", "-1"), ("nan", "NaN"), ("inf", "inf"), ("word", "ten")):
+        flag("cli-serve-header-timeout-" + label, serve + ["--header-timeout=" + v], ["--header-timeout"])
+    flag("cli-serve-drain-timeout-1e9", serve + ["--drain-timeout", "1e9"], ["--drain-timeout"])
     flag("cli-model-missing", ["generate", "--model", "{case}/does-not-exist", "--prompt", "hi"], ["does-not-exist"])
     d = c.dir("cli-model-fifo")
     if not (d / "model.gguf").exists():

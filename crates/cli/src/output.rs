@@ -12,6 +12,10 @@
 //!   `/dev/null`, a FIFO) cannot be replaced by renaming: it is opened and written in place. A
 //!   folder is refused.
 //! - A replaced file keeps its permissions.
+//! - **What a killed writer left is cleaned up by the next one.** A process killed between
+//!   creating its temporary file and renaming it (SIGKILL, a power cut) leaves the destination
+//!   whole but a `.NAME.PID-N.tmp` beside it; the next write of `NAME` removes those whose process
+//!   is gone (Linux: no `/proc/PID`; a reused PID keeps its file, which is never read).
 //!
 //! Errors name the path given (and the link's target where it differs) and say what failed, on
 //! one line.
@@ -88,6 +92,7 @@ fn replace(
         _ => Path::new("."),
     };
     let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    remove_stale_temporaries(dir, &name);
     let (tmp, mut file) = create_temporary(dir, &name)?;
     let written = (|| -> std::io::Result<()> {
         let mut w = std::io::BufWriter::new(&mut file);
@@ -111,6 +116,32 @@ fn replace(
         let _ = d.sync_all();
     }
     Ok(())
+}
+
+/// The process id in `file`, when it is a temporary file of [`create_temporary`] for `name`.
+fn temporary_pid(file: &str, name: &str) -> Option<u32> {
+    let rest = file.strip_prefix('.')?.strip_prefix(name)?.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let (pid, n) = rest.split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(pid) && digits(n)).then(|| pid.parse().ok()).flatten()
+}
+
+/// Removes the temporary files for `name` in `dir` that a process which no longer runs left
+/// (best effort: a file that cannot be removed stays). Only where a process's liveness can be
+/// read without a system call wrapper: Linux's `/proc`.
+fn remove_stale_temporaries(dir: &Path, name: &str) {
+    if !cfg!(target_os = "linux") || !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let Some(pid) = temporary_pid(&file.to_string_lossy(), name) else { continue };
+        let is_file = entry.file_type().is_ok_and(|t| t.is_file());
+        if is_file && pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// A new file `.NAME.PID-N.tmp` in `dir` (never an existing one).
@@ -213,6 +244,33 @@ mod tests {
         assert!(write_with(&fresh, |_| Err(std::io::Error::other("boom"))).is_err());
         assert!(!fresh.exists());
         assert_eq!(entries(&dir), ["attention.json"]);
+        std::fs::remove_dir_all(&dir)?;
+        Ok(())
+    }
+
+    #[test]
+    fn temporary_files_left_by_a_dead_process_are_removed_by_the_next_write() -> Result<()> {
+        let dir = scratch("stale");
+        let path = dir.join("e.npy");
+        std::fs::write(&path, b"old")?;
+        // A PID above Linux's maximum (2^22) never runs; ours does; other names are not ours.
+        let dead = dir.join(".e.npy.4194305-0.tmp");
+        let alive = dir.join(format!(".e.npy.{}-7.tmp", std::process::id()));
+        let others = [".f.npy.4194305-0.tmp", ".e.npy.4194305-0.tmp.bak", ".e.npy.x-0.tmp", "e.npy.4194305-0.tmp"];
+        for p in [&dead, &alive].into_iter().cloned().chain(others.iter().map(|o| dir.join(o))) {
+            std::fs::write(p, b"half")?;
+        }
+        write_file(&path, b"new")?;
+        assert_eq!(std::fs::read(&path)?, b"new");
+        let mut want: Vec<String> = others.iter().map(|o| o.to_string()).collect();
+        want.extend(["e.npy".to_string(), alive.file_name().unwrap().to_string_lossy().into_owned()]);
+        want.sort();
+        if cfg!(target_os = "linux") {
+            assert_eq!(entries(&dir), want);
+        }
+        assert_eq!(temporary_pid(".e.npy.12-3.tmp", "e.npy"), Some(12));
+        assert_eq!(temporary_pid(".e.npy.12-.tmp", "e.npy"), None);
+        assert_eq!(temporary_pid(".e.npy.-3.tmp", "e.npy"), None);
         std::fs::remove_dir_all(&dir)?;
         Ok(())
     }

@@ -2,6 +2,7 @@
 //! limits and caches from the flags.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -55,6 +56,28 @@ pub struct ServeArgs {
     /// least recently used out; 0 turns the cache off.
     #[arg(long, default_value_t = 1 << 30, value_parser = clap::value_parser!(u64).range(0..=(1u64 << 40)))]
     kv_cache_bytes: u64,
+    /// Connections served at once (streams, waiting and idle keep-alive connections included);
+    /// past it a new connection is answered 503 with Retry-After and closed. Each takes a file
+    /// descriptor: keep it under `ulimit -n`.
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_connections: u64,
+    /// Seconds a connection may take to send a request's head (from its opening, or from its last
+    /// response when kept alive); then it is closed. Bounds half-open and idle connections.
+    #[arg(long, default_value = "10", value_name = "SECONDS", value_parser = seconds)]
+    header_timeout: Duration,
+    /// Seconds SIGTERM or Ctrl-C waits for running requests to finish (new ones get 503 in the
+    /// meantime) before closing their connections and exiting.
+    #[arg(long, default_value = "120", value_name = "SECONDS", value_parser = seconds)]
+    drain_timeout: Duration,
+}
+
+/// A duration in seconds (decimals allowed), from a millisecond to a day.
+fn seconds(s: &str) -> std::result::Result<Duration, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(0.001..=86_400.0).contains(&v) {
+        return Err(format!("{s} s is out of range (0.001 to 86400)"));
+    }
+    Ok(Duration::from_secs_f64(v))
 }
 
 /// Loads the model and serves it until SIGTERM or Ctrl-C.
@@ -72,6 +95,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_image_pixels: args.max_image_pixels,
         allowed_local_media: args.allowed_local_media.clone(),
         allowed_media_domains: args.allowed_media_domains.clone(),
+        max_connections: args.max_connections as usize,
+        header_timeout: args.header_timeout,
+        drain_timeout: args.drain_timeout,
         engine: tessera::EngineConfig {
             max_batch: args.max_batch as usize,
             max_queue: args.max_queue as usize,

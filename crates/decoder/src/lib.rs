@@ -18,6 +18,7 @@ pub mod norm;
 pub mod quant;
 pub mod qwen_vl_names;
 pub mod rope;
+mod weight_file;
 pub mod weights;
 
 pub use activation::Activation;

@@ -8,16 +8,16 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
-use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
 use tessera_kernels::{QMatrix, QType};
 
 use crate::error::{DecoderError, Result};
 use crate::linear::Linear;
 use crate::quant::QuantPlan;
+use crate::weight_file::{Safetensors, WeightFile};
 
 /// How GGUF weights are used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,12 +33,12 @@ pub enum GgufMode {
 struct GgufSource {
     path: PathBuf,
     content: gguf_file::Content,
-    file: Mutex<File>,
+    file: WeightFile,
     mode: GgufMode,
 }
 
 enum Source {
-    Safetensors { files: Vec<PathBuf>, st: MmapedSafetensors },
+    Safetensors(Safetensors),
     Gguf(GgufSource),
 }
 
@@ -55,19 +55,12 @@ pub struct Weights {
 }
 
 impl Weights {
-    /// Memory-maps one or more safetensors files (the shards of one checkpoint).
+    /// Opens one or more safetensors files (the shards of one checkpoint) and checks their
+    /// headers; tensors are read from them on demand (`read`, not a memory map:
+    /// [`crate::weight_file`]).
     pub fn from_safetensors(files: &[PathBuf], dtype: DType, device: &Device) -> Result<Self> {
-        for f in files {
-            check_safetensors_file(f)?;
-        }
-        // SAFETY: the files are memory-mapped read-only; like every mmap-based loader we rely
-        // on them not being modified while the model is alive.
-        let st = unsafe { MmapedSafetensors::multi(files) }.map_err(|e| DecoderError::WeightFile {
-            path: files.first().cloned().unwrap_or_default(),
-            reason: e.to_string(),
-        })?;
         Ok(Self {
-            source: Arc::new(Source::Safetensors { files: files.to_vec(), st }),
+            source: Arc::new(Source::Safetensors(Safetensors::open(files)?)),
             prefix: String::new(),
             quant: None,
             dtype,
@@ -89,15 +82,9 @@ impl Weights {
         dtype: DType,
         device: &Device,
     ) -> Result<Self> {
-        let file = File::open(path)
-            .map_err(|e| DecoderError::WeightFile { path: path.to_path_buf(), reason: e.to_string() })?;
+        let file = WeightFile::open(path)?;
         Ok(Self {
-            source: Arc::new(Source::Gguf(GgufSource {
-                path: path.to_path_buf(),
-                content,
-                file: Mutex::new(file),
-                mode,
-            })),
+            source: Arc::new(Source::Gguf(GgufSource { path: path.to_path_buf(), content, file, mode })),
             prefix: String::new(),
             quant: None,
             dtype,
@@ -126,6 +113,16 @@ impl Weights {
         &self.device
     }
 
+    /// Fails, naming the file, if a file of this checkpoint changed since it was opened (shrunk,
+    /// grew, rewritten, or its path now names another file): call it once everything is loaded.
+    /// What this can and cannot see is in [`crate::weight_file`].
+    pub fn check_unchanged(&self) -> Result<()> {
+        match &*self.source {
+            Source::Safetensors(st) => st.files.iter().try_for_each(WeightFile::check_unchanged),
+            Source::Gguf(g) => g.file.check_unchanged(),
+        }
+    }
+
     /// A handle whose dense matrices ([`matrix`](Self::matrix), [`linear`](Self::linear)) are
     /// quantized on loading, each to the type `plan` gives it (llama-quantize's choice), when
     /// the device is the CPU with tessera's kernels, so their matmuls run on the int8 kernels;
@@ -149,10 +146,10 @@ impl Weights {
 
     fn describe(&self) -> String {
         match &*self.source {
-            Source::Safetensors { files, .. } => match files.as_slice() {
-                [one] => one.display().to_string(),
+            Source::Safetensors(st) => match st.files.as_slice() {
+                [one] => one.path.display().to_string(),
                 [first, ..] => {
-                    format!("{} ({} shards)", first.parent().unwrap_or(Path::new(".")).display(), files.len())
+                    format!("{} ({} shards)", first.path.parent().unwrap_or(Path::new(".")).display(), st.files.len())
                 }
                 [] => "an empty checkpoint".into(),
             },
@@ -163,7 +160,7 @@ impl Weights {
     /// The name a tensor has in the file (GGUF translates Hugging Face names).
     fn stored_name(&self, full: &str) -> Option<String> {
         match &*self.source {
-            Source::Safetensors { .. } => Some(full.to_string()),
+            Source::Safetensors(_) => Some(full.to_string()),
             Source::Gguf(_) => gguf_name(full).or_else(|| gguf_vision_name(full)),
         }
     }
@@ -175,7 +172,7 @@ impl Weights {
             return false;
         };
         match &*self.source {
-            Source::Safetensors { st, .. } => st.get(&stored).is_ok(),
+            Source::Safetensors(st) => st.get(&stored).is_some(),
             Source::Gguf(g) => g.content.tensor_infos.contains_key(&stored),
         }
     }
@@ -189,7 +186,7 @@ impl Weights {
     /// Every tensor name in the checkpoint, as stored.
     pub fn stored_names(&self) -> Vec<String> {
         match &*self.source {
-            Source::Safetensors { st, .. } => st.tensors().into_iter().map(|(n, _)| n).collect(),
+            Source::Safetensors(st) => st.names().cloned().collect(),
             Source::Gguf(g) => g.content.tensor_infos.keys().cloned().collect(),
         }
     }
@@ -219,10 +216,10 @@ impl Weights {
     }
 
     fn read_qtensor(&self, g: &GgufSource, full: &str, stored: &str) -> Result<QTensor> {
-        let mut file = g.file.lock().map_err(|_| DecoderError::TensorData {
+        let mut file = g.file.lock().map_err(|e| DecoderError::TensorData {
             name: full.to_string(),
             source_desc: self.describe(),
-            reason: "file lock poisoned".into(),
+            reason: e.to_string(),
         })?;
         g.content.tensor(&mut *file, stored, &self.device).map_err(|e| DecoderError::TensorData {
             name: format!("{full} (`{stored}` in the GGUF)"),
@@ -243,7 +240,6 @@ impl Weights {
         rows: usize,
         cols: usize,
     ) -> Result<QMatrix> {
-        use std::io::{Read, Seek, SeekFrom};
         let err = |reason: String| DecoderError::TensorData {
             name: format!("{full} (`{stored}` in the GGUF)"),
             source_desc: self.describe(),
@@ -251,10 +247,7 @@ impl Weights {
         };
         let len = QMatrix::byte_len(qtype, rows, cols).map_err(|e| err(e.to_string()))?;
         let mut data = vec![0u8; len];
-        let mut file = g.file.lock().map_err(|_| err("file lock poisoned".into()))?;
-        file.seek(SeekFrom::Start(g.content.tensor_data_offset + offset))
-            .and_then(|_| file.read_exact(&mut data))
-            .map_err(|e| err(e.to_string()))?;
+        g.file.read_at(g.content.tensor_data_offset + offset, &mut data).map_err(err)?;
         QMatrix::new(qtype, rows, cols, data).map_err(|e| err(e.to_string()))
     }
 
@@ -268,21 +261,20 @@ impl Weights {
         let full = self.full_name(name);
         let stored = self.stored_name(&full).ok_or_else(|| self.missing(&full))?;
         let tensor = match &*self.source {
-            Source::Safetensors { st, .. } => {
-                let view = st.get(&stored).map_err(|_| self.missing(&full))?;
-                self.check_shape(&full, shape, view.shape())?;
-                use safetensors::Dtype as D;
-                if dtype.is_float() && !matches!(view.dtype(), D::F16 | D::BF16 | D::F32 | D::F64) {
+            Source::Safetensors(st) => {
+                let stored = st.get(&stored).ok_or_else(|| self.missing(&full))?;
+                self.check_shape(&full, shape, &stored.shape)?;
+                if dtype.is_float() && !matches!(stored.dtype.as_str(), "F16" | "BF16" | "F32" | "F64") {
                     return Err(DecoderError::TensorData {
                         name: full.clone(),
                         source_desc: self.describe(),
-                        reason: format!("stored as {:?}, not floating point: not a weight", view.dtype()),
+                        reason: format!("stored as {}, not floating point: not a weight", stored.dtype),
                     });
                 }
-                st.load(&stored, &self.device).map_err(|e| DecoderError::TensorData {
+                st.load(stored, &self.device).map_err(|reason| DecoderError::TensorData {
                     name: full.clone(),
                     source_desc: self.describe(),
-                    reason: e.to_string(),
+                    reason,
                 })?
             }
             Source::Gguf(g) => {
@@ -395,124 +387,10 @@ pub fn read_gguf(path: &Path) -> Result<gguf_file::Content> {
     })
 }
 
-/// The safetensors format's own limit on a header (its crate refuses larger ones).
-const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
-
-/// A JSON object's entries in file order, duplicates kept (a map would keep the last).
-struct Entries(Vec<(String, serde_json::Value)>);
-
-impl<'de> serde::Deserialize<'de> for Entries {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct Visitor;
-        impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = Entries;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<Entries, A::Error> {
-                let mut out = Vec::new();
-                while let Some(entry) = map.next_entry()? {
-                    out.push(entry);
-                }
-                Ok(Entries(out))
-            }
-        }
-        d.deserialize_map(Visitor)
-    }
-}
-
-/// Checks a safetensors file before it is mapped: the header's size, and for every tensor a
-/// known dtype, a shape whose byte size is its data range, ranges inside the file that do not
-/// overlap, and no name twice (Candle's reader would keep the last).
-fn check_safetensors_file(path: &Path) -> Result<()> {
-    let err = |reason: String| DecoderError::WeightFile { path: path.to_path_buf(), reason };
-    let file = File::open(path).map_err(|e| err(e.to_string()))?;
-    let len = file.metadata().map_err(|e| err(e.to_string()))?.len();
-    check_safetensors_header(std::io::BufReader::new(file), len).map_err(err)
-}
-
-/// [`check_safetensors_file`]'s checks over any reader of a `len`-byte file; the error says
-/// what is wrong without the file's name.
-pub fn check_safetensors_header(mut file: impl std::io::Read, len: u64) -> std::result::Result<(), String> {
-    let mut n = [0u8; 8];
-    file.read_exact(&mut n).map_err(|_| format!("too short to be safetensors ({len} bytes)"))?;
-    let header_len = u64::from_le_bytes(n);
-    if header_len > len.saturating_sub(8) {
-        return Err(format!("header claims {header_len} bytes but the file has {len}"));
-    }
-    if header_len > MAX_SAFETENSORS_HEADER {
-        return Err(format!("header of {header_len} bytes is over the format's limit of {MAX_SAFETENSORS_HEADER}"));
-    }
-    let mut header = vec![0u8; header_len as usize];
-    file.read_exact(&mut header).map_err(|e| e.to_string())?;
-    let Entries(entries) = serde_json::from_slice(&header).map_err(|e| format!("invalid safetensors header: {e}"))?;
-    let data_len = len - 8 - header_len;
-    let mut names = std::collections::HashSet::new();
-    let mut spans = Vec::new();
-    for (name, entry) in &entries {
-        if !names.insert(name.as_str()) {
-            return Err(format!("tensor `{name}` appears twice in the header"));
-        }
-        if name == "__metadata__" {
-            continue;
-        }
-        let bad = |what: &str| format!("tensor `{name}`: {what}");
-        let dtype = entry.get("dtype").and_then(|d| d.as_str()).ok_or_else(|| bad("no `dtype`"))?;
-        let size: u64 = match dtype {
-            "BOOL" | "U8" | "I8" | "F8_E4M3" | "F8_E5M2" => 1,
-            "U16" | "I16" | "F16" | "BF16" => 2,
-            "U32" | "I32" | "F32" => 4,
-            "U64" | "I64" | "F64" => 8,
-            other => return Err(bad(&format!("unknown dtype `{other}`"))),
-        };
-        let shape = entry
-            .get("shape")
-            .and_then(|s| s.as_array())
-            .and_then(|s| s.iter().map(|d| d.as_u64()).collect::<Option<Vec<u64>>>())
-            .ok_or_else(|| bad("`shape` is not a list of sizes"))?;
-        let bytes = shape
-            .iter()
-            .try_fold(size, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| bad(&format!("shape {shape:?} overflows")))?;
-        let offsets = entry
-            .get("data_offsets")
-            .and_then(|o| o.as_array())
-            .and_then(|o| o.iter().map(|x| x.as_u64()).collect::<Option<Vec<u64>>>())
-            .filter(|o| o.len() == 2)
-            .ok_or_else(|| bad("`data_offsets` is not [begin, end]"))?;
-        let (begin, end) = (offsets[0], offsets[1]);
-        if end < begin {
-            return Err(bad(&format!("data_offsets [{begin}, {end}] end before they begin")));
-        }
-        if end > data_len {
-            return Err(format!("truncated: tensor `{name}` ends at data byte {end} but only {data_len} are present"));
-        }
-        if end - begin != bytes {
-            return Err(bad(&format!(
-                "{dtype} {shape:?} takes {bytes} bytes but its data_offsets span {}",
-                end - begin
-            )));
-        }
-        spans.push((begin, end, name.as_str()));
-    }
-    spans.sort();
-    for pair in spans.windows(2) {
-        if pair[1].0 < pair[0].1 {
-            return Err(format!("tensors `{}` and `{}` overlap in the file", pair[0].2, pair[1].2));
-        }
-    }
-    // The format packs the tensors with nothing between them (its reader refuses gaps too).
-    let mut at = 0;
-    for &(begin, end, name) in &spans {
-        if begin > at {
-            return Err(format!("data bytes {at}..{begin} before tensor `{name}` belong to no tensor"));
-        }
-        at = end;
-    }
-    if data_len > at {
-        return Err(format!("data bytes {at}..{data_len} after the last tensor belong to no tensor"));
-    }
-    Ok(())
+/// [`parse_safetensors_header`](crate::weight_file::parse_safetensors_header)'s checks over any
+/// reader of a `len`-byte file; the error says what is wrong without the file's name.
+pub fn check_safetensors_header(file: impl std::io::Read, len: u64) -> std::result::Result<(), String> {
+    crate::weight_file::parse_safetensors_header(file, len).map(|_| ())
 }
 
 /// Translates a Hugging Face tensor name to llama.cpp's GGUF name (Llama-family decoders).

@@ -51,7 +51,7 @@ impl IntoResponse for ApiError {
             "error": {"message": self.message, "type": self.kind(), "param": self.param, "code": null}
         });
         let mut res = (self.status, axum::Json(body)).into_response();
-        if self.status == StatusCode::TOO_MANY_REQUESTS {
+        if matches!(self.status, StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE) {
             res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         res

@@ -12,6 +12,7 @@
 //! never requests.
 
 mod api;
+pub mod connections;
 mod error;
 mod handlers;
 pub mod logging;
@@ -19,8 +20,9 @@ mod metrics;
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::routing::{get, post};
 use axum::Router;
@@ -46,6 +48,13 @@ pub struct ServerConfig {
     /// `http(s)` image URLs are downloaded only from these hosts and their subdomains (none:
     /// off).
     pub allowed_media_domains: Vec<String>,
+    /// Connections served at once; more are answered 503 ([`connections`]).
+    pub max_connections: usize,
+    /// How long a connection may take to send a request's head, from its opening or its last
+    /// response; then it is closed.
+    pub header_timeout: Duration,
+    /// How long a stop request waits for running requests before closing their connections.
+    pub drain_timeout: Duration,
     pub engine: EngineConfig,
 }
 
@@ -59,6 +68,9 @@ impl Default for ServerConfig {
             max_image_pixels: tessera::DEFAULT_MAX_PIXELS,
             allowed_local_media: None,
             allowed_media_domains: Vec::new(),
+            max_connections: 512,
+            header_timeout: Duration::from_secs(10),
+            drain_timeout: Duration::from_secs(120),
             engine: EngineConfig::default(),
         }
     }
@@ -71,6 +83,10 @@ pub struct AppState {
     /// Unix seconds at start (`created` of the model entry).
     pub created: u64,
     pub started: Instant,
+    /// The connections' counters (`/metrics`).
+    pub connections: connections::ConnectionStats,
+    /// Set once the server stops taking requests: every new one gets 503.
+    pub draining: AtomicBool,
     next_id: std::sync::atomic::AtomicU64,
 }
 
@@ -87,7 +103,15 @@ impl AppState {
         }
         let engine = Engine::start(model, config.engine.clone())?;
         let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-        Ok(Arc::new(Self { engine, config, created, started: Instant::now(), next_id: 0.into() }))
+        Ok(Arc::new(Self {
+            engine,
+            config,
+            created,
+            started: Instant::now(),
+            connections: Default::default(),
+            draining: false.into(),
+            next_id: 0.into(),
+        }))
     }
 
     pub fn model(&self) -> &Model {
@@ -112,8 +136,23 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics::metrics))
         .route("/", get(handlers::chat_page))
         .fallback(handlers::not_found)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), refuse_while_draining))
         .layer(axum::middleware::from_fn(log_request))
         .with_state(state)
+}
+
+/// Once the server is shutting down, every new request gets 503 (the running ones finish).
+async fn refuse_while_draining(
+    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if state.draining.load(std::sync::atomic::Ordering::SeqCst) {
+        let message = "the server is shutting down".to_string();
+        return ApiError { status: axum::http::StatusCode::SERVICE_UNAVAILABLE, message, param: None }.into_response();
+    }
+    next.run(req).await
 }
 
 /// One log line per request: method, path, status and time to the response's head (a
@@ -125,8 +164,9 @@ async fn log_request(req: axum::extract::Request, next: axum::middleware::Next) 
     res
 }
 
-/// Serves `state` on `listener` until `shutdown` resolves; then stops accepting, lets the
-/// requests in flight finish, and returns.
+/// Serves `state` on `listener` until `shutdown` resolves; then drains (running requests
+/// finish, new ones get 503) and returns. Connections are capped and must send their request
+/// heads in time ([`connections`]).
 ///
 /// Connections run with `TCP_NODELAY`: a stream sends one small SSE event per token, and with
 /// Nagle's algorithm each event would wait for the client's delayed ACK of the one before
@@ -136,13 +176,7 @@ pub async fn serve(
     state: Arc<AppState>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!("cannot set TCP_NODELAY on a connection: {e}");
-        }
-    });
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+    connections::serve(listener, state, shutdown).await
 }
 
 /// Resolves on SIGTERM or Ctrl-C (SIGINT).
@@ -165,5 +199,4 @@ pub async fn shutdown_signal() {
         _ = ctrl_c => {},
         _ = term => {},
     }
-    tracing::info!("shutting down: no new connections; requests in flight finish");
 }

@@ -13,6 +13,7 @@ use crate::AppState;
 /// Every metric, one `# HELP`, `# TYPE` and value each.
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let s = state.engine.stats();
+    let c = &state.connections;
     let n = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
     let size = |a: &AtomicUsize| a.load(Ordering::Relaxed) as f64;
     let (counter, gauge) = ("counter", "gauge");
@@ -52,6 +53,20 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         ),
         ("prefilled_positions_total", counter, "Prompt positions computed.", n(&s.prefilled_positions)),
         ("prefix_cache_bytes", gauge, "Bytes of cached KV prefixes.", size(&s.prefix_cache_bytes)),
+        ("connections_open", gauge, "Connections being served.", size(&c.open)),
+        ("connections_accepted_total", counter, "Connections served.", n(&c.accepted)),
+        (
+            "connections_refused_total",
+            counter,
+            "Connections answered 503 or closed: past --max-connections, or shutting down.",
+            n(&c.refused),
+        ),
+        (
+            "header_timeouts_total",
+            counter,
+            "Connections closed for not sending a request head within --header-timeout.",
+            n(&c.header_timeouts),
+        ),
         (
             "log_lines_dropped_total",
             counter,

@@ -207,11 +207,13 @@ impl Model {
         };
         let text_vb = match &text_plan {
             Some(plan) => vb.with_quantization(plan.clone()),
-            None => vb,
+            None => vb.clone(),
         };
         let mut model = Self::assemble(config, text_vb, tokenizer, chat_template, generation_config, info, opts)?;
         model.images = images;
         model.info.quantization = quantization_summary(text_plan.as_deref(), vision_plan.as_deref());
+        // Everything is read: a file that changed meanwhile may have given a mix of two versions.
+        vb.check_unchanged()?;
         Ok(model)
     }
 
@@ -251,8 +253,10 @@ impl Model {
             }
             None => None,
         };
-        let mut model = Self::assemble(config, vb, tokenizer, chat_template, GenerationConfig::default(), info, opts)?;
+        let mut model =
+            Self::assemble(config, vb.clone(), tokenizer, chat_template, GenerationConfig::default(), info, opts)?;
         model.images = images;
+        vb.check_unchanged()?;
         Ok(model)
     }
 
@@ -280,6 +284,7 @@ impl Model {
         let dir = path.parent().unwrap_or(Path::new("."));
         let images =
             load_image_side(mmproj.spec.as_ref(), dir, &vb, text_hidden, tokenizer, Some(&mmproj.settings), opts)?;
+        vb.check_unchanged()?;
         Ok((mmproj, images))
     }
 
