@@ -22,6 +22,24 @@
 
 use serde_json::Value;
 
+/// The markers the tool-call and reasoning parsers read. Where a tokenizer has one as a special
+/// token (Mistral's `[TOOL_CALLS]`, Llama's `<|python_tag|>`, Gemma 4's), the detokenizer must
+/// keep it ([`crate::Tokenizer::decode_stream_keeping`]) for the parser to see it.
+pub const MARKERS: &[&str] = &[
+    "<tool_call>",
+    "</tool_call>",
+    "<|python_tag|>",
+    "[TOOL_CALLS]",
+    "[ARGS]",
+    "<|tool_call>",
+    "<tool_call|>",
+    "<|\"|>",
+    "<think>",
+    "</think>",
+    "<|channel>",
+    "<channel|>",
+];
+
 /// How a model family writes tool calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolFormat {

@@ -88,6 +88,12 @@ pub async fn chat_completions(State(state): Shared, body: Body) -> Result<Respon
     };
     let mut params = params(&state, &sampling, top)?;
     let forced = matches!(calls, Calls::Forced);
+    let thinking = ThinkingMarkers::detect(&template);
+    if !matches!(calls, Calls::Off) || thinking.is_some() {
+        // The markers that are special tokens (Mistral's, Gemma 4's) stay in the text.
+        let tokenizer = state.model().tokenizer();
+        params.keep_tokens = tessera::tool_calls::MARKERS.iter().filter_map(|m| tokenizer.token_to_id(m)).collect();
+    }
     if let Some(format) = format {
         let st = state.clone();
         params.constraint = Some(
@@ -122,7 +128,7 @@ pub async fn chat_completions(State(state): Shared, body: Body) -> Result<Respon
     })
     .await?;
     let rx = submit(&state, prompt, params)?;
-    let reasoning = ThinkingMarkers::detect(&template).map(|m| ReasoningSplitter::new(m, &rendered));
+    let reasoning = thinking.map(|m| ReasoningSplitter::new(m, &rendered));
     let seed = sampling.seed.unwrap_or(0) ^ state.created ^ rendered.len() as u64;
     let output = Arc::new(Mutex::new(ChatOutput::new(reasoning, calls, template_format, seed)));
     let (id, created, model) = (state.id("chatcmpl"), state.created, state.config.model_name.clone());
