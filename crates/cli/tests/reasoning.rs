@@ -29,7 +29,7 @@ fn thinking_model() -> Result<PathBuf> {
     Ok(dir)
 }
 
-fn generate(model: &PathBuf, extra: &[&str]) -> Result<String> {
+fn generate(model: &std::path::Path, extra: &[&str]) -> Result<String> {
     let mut args = vec!["generate", "--model", model.to_str().context("path")?, "-p", "Hi", "--max-new-tokens", "12"];
     args.extend(["--ignore-eos", "--temperature", "0"]);
     args.extend(extra);
