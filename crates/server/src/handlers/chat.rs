@@ -18,7 +18,7 @@ use super::chat_output::{assemble, Calls, ChatOutput};
 use super::media::load_image;
 use super::request::{blocking, check_model, collect, params, read_json, submit};
 use super::response::{chat_logprobs, finish_reason, sse};
-use super::tools::{describe_in_system, output_format, Choice, Tools};
+use super::tools::{calls_as_text, describe_in_system, output_format, Choice, Tools};
 use super::Shared;
 use crate::api::{ChatRequest, Sampling, Usage};
 use crate::error::ApiError;
@@ -79,7 +79,9 @@ pub async fn chat_completions(State(state): Shared, body: Body) -> Result<Respon
         kwargs.entry("reasoning_effort").or_insert_with(|| json!(effort));
     }
     let template = state.model().chat_template().map(|t| t.source().to_string()).unwrap_or_default();
-    let native = !tools.list.is_empty() && state.model().chat_template().is_some_and(|t| t.supports_tools());
+    let tool_template = state.model().chat_template().is_some_and(|t| t.supports_tools());
+    let native = !tools.list.is_empty() && tool_template;
+    let describe = !tools.list.is_empty() && !tool_template && tools.choice != Choice::Off;
     let template_format = ToolFormat::detect(&template);
     let calls = match tools.choice {
         Choice::Off => Calls::Off,
@@ -119,11 +121,14 @@ pub async fn chat_completions(State(state): Shared, body: Body) -> Result<Respon
             .param("messages"));
         }
         let images = conv.images.iter().map(|s| load_image(&st, s)).collect::<Result<Vec<_>, _>>()?;
-        let (messages, opts) = match (tool_list.is_empty(), native) {
-            (true, _) => (conv.messages, RenderOptions { tools: None, kwargs }),
-            (false, true) => (conv.messages, RenderOptions { tools: Some(json!(tool_list)), kwargs }),
-            (false, false) => (describe_in_system(&conv.messages, &tool_list), RenderOptions { tools: None, kwargs }),
+        // A template without tools sees earlier calls as their JSON text, and the tools (unless
+        // `tool_choice` is `none`) described in the system message.
+        let messages = match (tool_template, describe) {
+            (true, _) => conv.messages,
+            (false, true) => describe_in_system(&conv.messages, &tool_list),
+            (false, false) => conv.messages.iter().map(calls_as_text).collect(),
         };
+        let opts = RenderOptions { tools: native.then(|| json!(tool_list)), kwargs };
         Ok(st.model().encode_chat_with(&messages, &images, &opts)?)
     })
     .await?;

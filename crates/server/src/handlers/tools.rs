@@ -4,7 +4,8 @@
 //! - the tools reach the chat template as transformers passes them (`tools=`); a template that
 //!   shows no tools (SmolLM2's) gets them described in a system message instead, with the
 //!   instruction to answer a call as one JSON object `{"name", "arguments"}` (llama.cpp's
-//!   generic tool format), and the assistant calls in the history written that way;
+//!   generic tool format), and the assistant calls in the history written that way (also under
+//!   `tool_choice: none`, which leaves the tools out);
 //! - the output's calls are read in the format the template teaches ([`ToolFormat::detect`]),
 //!   that JSON object for a template without one;
 //! - `tool_choice: "required"` or a named function constrains the output to a call of those
@@ -135,7 +136,9 @@ pub fn describe_in_system(messages: &[Message], tools: &[Value]) -> Vec<Message>
     out
 }
 
-fn calls_as_text(m: &Message) -> Message {
+/// An assistant turn's `tool_calls` as its content (the JSON objects, one a line), for a
+/// template that does not render calls; other messages as they are.
+pub fn calls_as_text(m: &Message) -> Message {
     let Some(Value::Array(calls)) = m.extra.get("tool_calls") else { return m.clone() };
     let text: Vec<String> = calls
         .iter()
