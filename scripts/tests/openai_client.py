@@ -5,7 +5,9 @@ Starts the server itself, then: a chat with an image as a data URL (the answer m
 CLI's `tessera generate` answer), the same chat streamed with usage, a raw completion, models,
 embeddings, and the exception types the client raises for bad requests. Then, on a second
 server with the real SmolLM2 weights, `response_format` `json_schema` (the output must parse and
-validate). Exits non-zero on any failure.
+validate) and a two-step agent loop through the client's tools API: a call forced by
+`tool_choice` (its arguments valid under the tool's schema; streamed, the deltas join to a
+call), the tool's result sent back, a final answer. Exits non-zero on any failure.
 
     python3 scripts/tests/openai_client.py [--tessera target/debug/tessera]
 """
@@ -86,6 +88,96 @@ def structured_output(tessera):
     check_sigterm(server)
 
 
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Adds two integers.",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                       "required": ["a", "b"], "additionalProperties": False},
+    },
+}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                       "required": ["city"], "additionalProperties": False},
+    },
+}
+
+
+def validate_call(name, arguments):
+    """The call's arguments under its tool's schema, checked by hand."""
+    args = json.loads(arguments)
+    if name == "add":
+        assert set(args) == {"a", "b"} and all(type(args[k]) is int for k in "ab"), arguments
+    elif name == "get_weather":
+        assert set(args) == {"city"} and isinstance(args["city"], str) and len(args["city"]) <= 20, arguments
+    else:
+        raise AssertionError(f"a call of {name!r}, not a tool")
+    return args
+
+
+def streamed_call(stream):
+    """The call a stream's tool-call deltas join to, and the finish reason."""
+    call, finish = {"id": None, "name": None, "arguments": ""}, None
+    for chunk in stream:
+        for choice in chunk.choices:
+            for d in choice.delta.tool_calls or []:
+                assert d.index == 0, d
+                if d.id:
+                    call["id"], call["name"] = d.id, d.function.name
+                call["arguments"] += d.function.arguments or ""
+            finish = choice.finish_reason or finish
+    return call, finish
+
+
+def agent_loop(tessera):
+    with serve(tessera, SMOLLM2, "smollm2") as server:
+        client = openai.OpenAI(base_url=server.base + "/v1", api_key="unused", max_retries=0)
+        messages = [{"role": "user", "content": "What is 12 plus 30? Use the tool."}]
+        for stream in (False, True):
+            kwargs = dict(model="smollm2", messages=messages, tools=[ADD, WEATHER], temperature=0, max_tokens=100,
+                          tool_choice={"type": "function", "function": {"name": "add"}})
+            if stream:
+                call, finish = streamed_call(client.chat.completions.create(stream=True, **kwargs))
+            else:
+                res = client.chat.completions.create(**kwargs)
+                finish, tc = res.choices[0].finish_reason, res.choices[0].message.tool_calls[0]
+                call = {"id": tc.id, "name": tc.function.name, "arguments": tc.function.arguments}
+                check(tc.type == "function" and res.choices[0].message.content is None, "a call, no content")
+            args = validate_call(call["name"], call["arguments"])
+            check(finish == "tool_calls" and call["name"] == "add",
+                  f"forced call (stream={stream}): add({call['arguments']}), finish_reason tool_calls")
+            history = messages + [
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": call["id"], "type": "function",
+                     "function": {"name": call["name"], "arguments": call["arguments"]}}]},
+                {"role": "tool", "tool_call_id": call["id"], "content": str(args["a"] + args["b"])},
+            ]
+            final = client.chat.completions.create(model="smollm2", messages=history, tools=[ADD, WEATHER],
+                                                   tool_choice="none", temperature=0, max_tokens=32)
+            answer = final.choices[0].message.content
+            check(isinstance(answer, str) and answer and final.choices[0].message.tool_calls is None,
+                  f"final answer after the tool's result: {answer!r}")
+        # `required`, sampled: any of the tools, each call valid under its schema.
+        for seed in (1, 2, 3):
+            res = client.chat.completions.create(model="smollm2", messages=messages, tools=[ADD, WEATHER],
+                                                 tool_choice="required", temperature=1.0, seed=seed, max_tokens=100)
+            tc = res.choices[0].message.tool_calls[0]
+            validate_call(tc.function.name, tc.function.arguments)
+            check(res.choices[0].finish_reason == "tool_calls", f"required, seed {seed}: {tc.function.name}"
+                  f"({tc.function.arguments}) is valid")
+        expect_error(openai.BadRequestError,
+                     lambda: client.chat.completions.create(
+                         model="smollm2", messages=messages, tools=[ADD],
+                         tool_choice={"type": "function", "function": {"name": "multiply"}}),
+                     "tool_choice naming a function not in tools")
+    check_sigterm(server)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tessera", default=os.path.join(ROOT, "target", "debug", "tessera"))
@@ -153,6 +245,7 @@ def main():
                      "temperature 5")
     check_sigterm(server)
     structured_output(args.tessera)
+    agent_loop(args.tessera)
     print("openai client: all checks passed")
 
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use tessera::{GenerateParams, GenerationOutput, SamplingParams};
+use tessera::{GenerateParams, GenerationOutput, ReasoningSplitter, SamplingParams, Split, ThinkingMarkers};
 
 use crate::common::{load, out, read_text, ModelArgs};
 
@@ -80,6 +80,17 @@ pub struct GenerateArgs {
     /// With --json: the top-K log-probabilities at every generated position.
     #[arg(long)]
     logprobs: Option<usize>,
+    /// The reasoning of a thinking model (the text between its chat template's thinking
+    /// markers, `<think>…</think>`): `show` prints it (dimmed on a terminal), `hide` leaves only
+    /// the answer. With --json both go to `reasoning_content` and `content`.
+    #[arg(long, value_enum, default_value_t = Reasoning::Show)]
+    reasoning: Reasoning,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Reasoning {
+    Show,
+    Hide,
 }
 
 /// A finite number, for the flag parsers below.
@@ -180,7 +191,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         seed: args.seed,
         ..Default::default()
     };
-    let params = GenerateParams {
+    let mut params = GenerateParams {
         max_new_tokens: args.max_new_tokens,
         sampling,
         stop_strings: args.stop.clone(),
@@ -188,6 +199,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         logprobs: args.logprobs,
         capture_attention: false,
         constraint: None,
+        keep_tokens: Vec::new(),
     };
     if let Some(budget) = args.max_image_tokens {
         for (img, name) in images.iter().zip(&image_names) {
@@ -199,19 +211,44 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         (None, Some(text)) => model.encode_prompt(text, args.system.as_deref(), args.raw, &images)?,
         (None, None) => bail!("give --prompt or --messages"),
     };
+    // The thinking markers, unless the prompt is raw; the prompt's last tokens tell whether the
+    // template opened the thinking block itself.
+    let markers = model.chat_template().filter(|_| !args.raw).and_then(|t| ThinkingMarkers::detect(t.source()));
+    let tail = prompt.ids().len().saturating_sub(8);
+    let prompt_tail = model.tokenizer().decode(&prompt.ids()[tail..], false).unwrap_or_default();
+    let mut splitter = markers.clone().map(|m| ReasoningSplitter::new(m, &prompt_tail));
+    if markers.is_some() {
+        // Markers that are special tokens (Gemma 4's) stay in the text for the splitter.
+        let tokenizer = model.tokenizer();
+        params.keep_tokens = tessera::tool_calls::MARKERS.iter().filter_map(|m| tokenizer.token_to_id(m)).collect();
+    }
     let out = if args.json {
         model.generate(&prompt, &params, &mut |_| {})?
     } else {
         let mut stdout = std::io::stdout();
-        let out = model.generate(&prompt, &params, &mut |t| {
-            let _ = stdout.write_all(t.as_bytes());
+        let dim = std::io::IsTerminal::is_terminal(&stdout);
+        let show = args.reasoning == Reasoning::Show;
+        let write = |split: Split, stdout: &mut std::io::Stdout| {
+            if show && !split.reasoning.is_empty() {
+                let text = if dim { format!("\x1b[2m{}\x1b[0m", split.reasoning) } else { split.reasoning };
+                let _ = stdout.write_all(text.as_bytes());
+            }
+            let _ = stdout.write_all(split.content.as_bytes());
             let _ = stdout.flush();
+        };
+        let out = model.generate(&prompt, &params, &mut |t| match &mut splitter {
+            Some(s) => write(s.push(t), &mut stdout),
+            None => write(Split { reasoning: String::new(), content: t.to_string() }, &mut stdout),
         })?;
+        if let Some(s) = &mut splitter {
+            write(s.finish(), &mut stdout);
+        }
         out!("");
         out
     };
     if args.json {
-        print_json(&out, load_s)?;
+        let split = markers.map(|m| ReasoningSplitter::split(m, &prompt_tail, &out.text));
+        print_json(&out, load_s, split)?;
     } else {
         report_timings(&out, load_s);
     }
@@ -226,8 +263,12 @@ fn pixel_limit_hint(e: tessera::VisionError) -> anyhow::Error {
     }
 }
 
-fn print_json(out: &GenerationOutput, load_s: f64) -> Result<()> {
+fn print_json(out: &GenerationOutput, load_s: f64, split: Option<Split>) -> Result<()> {
     let mut v = serde_json::to_value(out)?;
+    if let (Some(split), Some(obj)) = (split, v.as_object_mut()) {
+        obj.insert("reasoning_content".into(), split.reasoning.into());
+        obj.insert("content".into(), split.content.into());
+    }
     if let Some(t) = v.get_mut("timings").and_then(|t| t.as_object_mut()) {
         t.insert("load_s".into(), load_s.into());
     }

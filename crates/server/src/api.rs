@@ -67,6 +67,14 @@ pub struct ChatRequest {
     pub logprobs: bool,
     pub top_logprobs: Option<u64>,
     pub response_format: Option<ResponseFormat>,
+    /// Kept as JSON, checked by `handlers::tools` (which names the entry at fault).
+    pub tools: Option<serde_json::Value>,
+    /// `auto`, `none`, `required` or `{"type": "function", "function": {"name"}}`.
+    pub tool_choice: Option<serde_json::Value>,
+    /// Reaches the template as the variable `reasoning_effort`.
+    pub reasoning_effort: Option<String>,
+    /// More template variables (`enable_thinking`, …), as vLLM and llama.cpp take them.
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// `prompt`: one string, or a list holding one.

@@ -30,6 +30,9 @@ pub struct GenerateParams {
     /// Structured output: only tokens the grammar allows are sampled
     /// ([`Model::output_constraint`]); generation ends where the grammar does.
     pub constraint: Option<std::sync::Arc<dyn crate::structured::ConstraintFactory>>,
+    /// Special tokens whose text stays in the output (the others are skipped): markers that
+    /// tool-call and reasoning parsers read ([`tessera_text::tool_calls::MARKERS`]).
+    pub keep_tokens: Vec<u32>,
 }
 
 impl Default for GenerateParams {
@@ -42,6 +45,7 @@ impl Default for GenerateParams {
             logprobs: None,
             capture_attention: false,
             constraint: None,
+            keep_tokens: Vec::new(),
         }
     }
 }
@@ -207,7 +211,11 @@ impl<'m> Sequence<'m> {
             logprobs: params.logprobs.map(|_| Vec::new()),
             sampled_logprobs: Vec::new(),
             attention: params.capture_attention.then(Vec::new),
-            stream: model.tokenizer().decode_stream(true),
+            stream: if params.keep_tokens.is_empty() {
+                model.tokenizer().decode_stream(true)
+            } else {
+                model.tokenizer().decode_stream_keeping(&params.keep_tokens)
+            },
             text: String::new(),
             emitted: 0,
             finish: None,

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 use tessera_decoder::weights::MatrixWeight;
 use tessera_decoder::{Decoder, GgufMode, KvCache, Linear, QuantMix, QuantPlan, Weights};
-use tessera_text::{ChatTemplate, Message, TokenEmbedding, Tokenizer};
+use tessera_text::{ChatTemplate, Message, RenderOptions, TokenEmbedding, Tokenizer};
 
 use crate::config::{GenerationConfig, ModelConfig};
 use crate::error::{Result, TesseraError};
@@ -412,13 +412,23 @@ impl Model {
 
     /// Renders a conversation with the model's chat template.
     pub fn render_chat(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        self.render_chat_with(messages, add_generation_prompt, &RenderOptions::default())
+    }
+
+    /// [`render_chat`](Self::render_chat) with tools and template variables.
+    pub fn render_chat_with(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+        opts: &RenderOptions,
+    ) -> Result<String> {
         let template = self.chat_template.as_ref().ok_or_else(|| {
             TesseraError::InvalidInput(format!(
                 "{} has no chat template; use raw prompts",
                 self.info.source.path().display()
             ))
         })?;
-        Ok(template.render(messages, add_generation_prompt)?)
+        Ok(template.render_with(messages, add_generation_prompt, opts)?)
     }
 
     /// The token embedding matrix.

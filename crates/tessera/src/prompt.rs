@@ -7,7 +7,7 @@
 use std::ops::Range;
 
 use candle_core::Tensor;
-use tessera_text::{Content, ContentPart, Message};
+use tessera_text::{Content, ContentPart, Message, RenderOptions};
 use tessera_vision::RgbImage;
 
 use crate::config::PromptStyle;
@@ -232,11 +232,22 @@ impl Model {
     /// in order ([`tessera_text::Conversation`] reads both from the chat JSON). A text model's
     /// messages given as lists of text parts are rendered with their text joined.
     pub fn encode_chat(&self, messages: &[Message], images: &[RgbImage]) -> Result<Prompt> {
+        self.encode_chat_with(messages, images, &RenderOptions::default()).map(|(prompt, _)| prompt)
+    }
+
+    /// [`encode_chat`](Self::encode_chat) with tools and template variables (`opts`, as
+    /// `apply_chat_template(tools=…, **kwargs)`); also returns the rendered text.
+    pub fn encode_chat_with(
+        &self,
+        messages: &[Message],
+        images: &[RgbImage],
+        opts: &RenderOptions,
+    ) -> Result<(Prompt, String)> {
         let image_parts: usize = messages
             .iter()
             .map(|m| match &m.content {
                 Content::Parts(p) => p.iter().filter(|p| matches!(p, ContentPart::Image)).count(),
-                Content::Text(_) => 0,
+                Content::Text(_) | Content::Null => 0,
             })
             .sum();
         if image_parts != images.len() {
@@ -268,21 +279,21 @@ impl Model {
                                 ContentPart::Image => None,
                             })
                             .collect();
-                        Message::text(&m.role, &text)
+                        m.with_content(Content::Text(text))
                     }
-                    Content::Text(_) => m.clone(),
+                    Content::Text(_) | Content::Null => m.clone(),
                 })
                 .collect::<Vec<_>>();
             &flat[..]
         } else {
             messages
         };
-        let rendered = self.render_chat(messages, true)?;
+        let rendered = self.render_chat_with(messages, true, opts)?;
         // A text model's chat template carries all its special tokens; a processor adds the
         // tokenizer's unless the text already starts with BOS.
         let add = placeholder.is_some()
             && !self.tokenizer.special().bos_token.as_deref().is_some_and(|b| !b.is_empty() && rendered.starts_with(b));
-        self.tokenize_with_images(&rendered, add, images)
+        Ok((self.tokenize_with_images(&rendered, add, images)?, rendered))
     }
 
     /// Tokenizes `text`, each image placeholder in it first expanded into its image's tokens.

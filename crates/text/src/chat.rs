@@ -11,131 +11,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use minijinja::{Environment, Error as JinjaError, ErrorKind};
-use serde::{Deserialize, Serialize};
 
+pub use crate::conversation::{Content, ContentPart, Conversation, Message};
 use crate::error::{Result, TextError};
 
-/// One part of a multimodal message, in the Hugging Face form.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum ContentPart {
-    Text { text: String },
-    Image,
-}
-
-/// A message's content: plain text, or a list of parts (`[image, …, text]`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Content {
-    Text(String),
-    Parts(Vec<ContentPart>),
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Message {
-    pub role: String,
-    pub content: Content,
-}
-
-impl Message {
-    pub fn text(role: &str, text: &str) -> Self {
-        Self { role: role.into(), content: Content::Text(text.into()) }
-    }
-
-    pub fn parts(role: &str, parts: Vec<ContentPart>) -> Self {
-        Self { role: role.into(), content: Content::Parts(parts) }
-    }
-}
-
-/// A conversation read from JSON: its messages (every image part as `{"type": "image"}`, the form
-/// chat templates test) and the images' sources in the order the parts appear.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Conversation {
-    pub messages: Vec<Message>,
-    /// What each image part named: a file path, a `file://` URL, a `data:` URL or an
-    /// `http(s)` URL, as written (resolving it is the caller's).
-    pub images: Vec<String>,
-}
-
-impl Conversation {
-    /// Reads a JSON list of messages in the Hugging Face chat format: `{"role", "content"}` with
-    /// `content` a string or a list of parts — `{"type": "text", "text"}`, `{"type": "image"}` with
-    /// its source under `image`, `url` or `path`, or its bytes under `base64` (the keys
-    /// `apply_chat_template` accepts), or
-    /// OpenAI's `{"type": "image_url", "image_url": {"url"}}` (or `"image_url": "…"`).
-    pub fn from_json(value: &serde_json::Value) -> Result<Self> {
-        let bad = |what: String| TextError::Messages(what);
-        let list = value.as_array().ok_or_else(|| bad("expected a JSON list of messages".into()))?;
-        if list.is_empty() {
-            return Err(bad("the list of messages is empty".into()));
-        }
-        let mut images = Vec::new();
-        let mut messages = Vec::with_capacity(list.len());
-        for (i, m) in list.iter().enumerate() {
-            let at = |what: &str| bad(format!("message {i}: {what}"));
-            let obj = m.as_object().ok_or_else(|| at("not an object"))?;
-            let role = obj.get("role").and_then(|r| r.as_str()).ok_or_else(|| at("no `role` string"))?;
-            // The roles chat templates know; another is a typo the template would render as is.
-            if !matches!(role, "system" | "developer" | "user" | "assistant" | "tool" | "function" | "ipython") {
-                return Err(at(&format!(
-                    "unknown role `{role}` (system, developer, user, assistant, tool, function or ipython)"
-                )));
-            }
-            if let Some(key) = obj.keys().find(|k| !matches!(k.as_str(), "role" | "content" | "name")) {
-                return Err(at(&format!("unknown field `{key}`")));
-            }
-            let content = match obj.get("content") {
-                Some(serde_json::Value::String(s)) => Content::Text(s.clone()),
-                Some(serde_json::Value::Array(parts)) => {
-                    let mut out = Vec::with_capacity(parts.len());
-                    for (j, part) in parts.iter().enumerate() {
-                        let at = |what: &str| bad(format!("message {i}, part {j}: {what}"));
-                        let kind = part.get("type").and_then(|t| t.as_str()).ok_or_else(|| at("no `type` string"))?;
-                        let source = |keys: &[&str]| {
-                            keys.iter()
-                                .find_map(|k| part.get(*k).and_then(|v| v.as_str()))
-                                .map(str::to_string)
-                                .ok_or_else(|| at(&format!("an image part needs one of {keys:?} (a path or URL)")))
-                        };
-                        match kind {
-                            "text" => {
-                                let text =
-                                    part.get("text").and_then(|t| t.as_str()).ok_or_else(|| at("no `text` string"))?;
-                                out.push(ContentPart::Text { text: text.to_string() });
-                            }
-                            "image" => {
-                                let src = match part.get("base64").and_then(|b| b.as_str()) {
-                                    Some(b64) => format!("data:;base64,{b64}"),
-                                    None => source(&["image", "url", "path", "base64"])?,
-                                };
-                                images.push(src);
-                                out.push(ContentPart::Image);
-                            }
-                            "image_url" => {
-                                let url = match part.get("image_url") {
-                                    Some(serde_json::Value::String(s)) => s.clone(),
-                                    Some(v) => v
-                                        .get("url")
-                                        .and_then(|u| u.as_str())
-                                        .map(str::to_string)
-                                        .ok_or_else(|| at("`image_url` needs a `url` string"))?,
-                                    None => return Err(at("no `image_url`")),
-                                };
-                                images.push(url);
-                                out.push(ContentPart::Image);
-                            }
-                            other => return Err(at(&format!("unknown part type `{other}` (text, image, image_url)"))),
-                        }
-                    }
-                    Content::Parts(out)
-                }
-                Some(_) => return Err(at("`content` must be a string or a list of parts")),
-                None => return Err(at("no `content`")),
-            };
-            messages.push(Message { role: role.to_string(), content });
-        }
-        Ok(Self { messages, images })
-    }
+/// What a render passes to the template besides the messages, as transformers'
+/// `apply_chat_template(messages, tools=…, **kwargs)` does.
+#[derive(Debug, Clone, Default)]
+pub struct RenderOptions {
+    /// The tools (OpenAI's `[{"type": "function", "function": {…}}]`); absent, the template sees
+    /// `tools` as none, as transformers passes it.
+    pub tools: Option<serde_json::Value>,
+    /// More variables (a request's `chat_template_kwargs`: `enable_thinking`, …). They may
+    /// override `bos_token` / `eos_token`, not `messages`, `tools` or `add_generation_prompt`.
+    pub kwargs: serde_json::Map<String, serde_json::Value>,
 }
 
 pub struct ChatTemplate {
@@ -143,6 +32,9 @@ pub struct ChatTemplate {
     bos_token: Option<String>,
     eos_token: Option<String>,
     origin: String,
+    /// The template's text (after [`strip_generation_tags`]): what tool-call and reasoning
+    /// formats are detected from.
+    source: String,
     /// Set once a render ran out of its memory budget: later renders are refused at once
     /// (each such render leaves its stopped thread behind).
     exhausted: AtomicBool,
@@ -182,10 +74,22 @@ impl ChatTemplate {
             Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
         });
         env.add_function("strftime_now", |fmt: String| -> String { strftime_now(&fmt) });
+        // Python's `json.dumps` spacing and no HTML escaping, as transformers' `tojson`.
+        env.add_filter("tojson", crate::pyjson::tojson);
         let source = strip_generation_tags(source);
-        env.add_template_owned(NAME, source)
+        env.add_template_owned(NAME, source.clone())
             .map_err(|e| TextError::Template { origin: origin.clone(), reason: describe(&e) })?;
-        Ok(Self { env: Arc::new(env), bos_token, eos_token, origin, exhausted: AtomicBool::new(false) })
+        Ok(Self { env: Arc::new(env), bos_token, eos_token, origin, source, exhausted: AtomicBool::new(false) })
+    }
+
+    /// The template's text.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether the template reads `tools` (renders tool definitions).
+    pub fn supports_tools(&self) -> bool {
+        self.source.contains("tools")
     }
 
     /// Finds a model folder's template: `chat_template.jinja`, then `chat_template.json`, then
@@ -239,6 +143,16 @@ impl ChatTemplate {
     /// the binary installs `tessera_kernels::BudgetedAlloc` (the render then runs on a thread
     /// of its own); elsewhere the template renders on the calling thread without it.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        self.render_with(messages, add_generation_prompt, &RenderOptions::default())
+    }
+
+    /// [`render`](Self::render) with tools and more template variables.
+    pub fn render_with(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+        opts: &RenderOptions,
+    ) -> Result<String> {
         let exhausted = || TextError::Template {
             origin: self.origin.clone(),
             reason: format!(
@@ -250,12 +164,16 @@ impl ChatTemplate {
             return Err(exhausted());
         }
         let env = self.env.clone();
-        let ctx = minijinja::context! {
+        let mut vars = serde_json::Map::new();
+        vars.insert("bos_token".into(), self.bos_token.clone().unwrap_or_default().into());
+        vars.insert("eos_token".into(), self.eos_token.clone().unwrap_or_default().into());
+        vars.extend(opts.kwargs.clone());
+        let fixed = minijinja::context! {
             messages => messages,
+            tools => opts.tools.clone(),
             add_generation_prompt => add_generation_prompt,
-            bos_token => self.bos_token.clone().unwrap_or_default(),
-            eos_token => self.eos_token.clone().unwrap_or_default(),
         };
+        let ctx = minijinja::context! { ..fixed, ..minijinja::Value::from_serialize(&vars) };
         let origin = self.origin.clone();
         match tessera_kernels::with_memory_budget(TEMPLATE_MEMORY, move || render_in(&env, ctx, &origin)) {
             Ok(out) => out,
@@ -458,62 +376,6 @@ mod tests {
         let t = ChatTemplate::new(CHATML, None, None).unwrap();
         let s = t.render(&[Message::text("user", "hi")], true).unwrap();
         assert_eq!(s, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
-    }
-
-    #[test]
-    fn conversations_read_every_image_form_in_order() {
-        let json = serde_json::json!([
-            {"role": "system", "content": "Be brief."},
-            {"role": "user", "content": [
-                {"type": "image", "image": "a.png"},
-                {"type": "text", "text": "What is this?"},
-                {"type": "image", "url": "file:///tmp/b.png"},
-            ]},
-            {"role": "assistant", "content": [{"type": "text", "text": "A cat."}]},
-            {"role": "user", "content": [
-                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
-                {"type": "image_url", "image_url": "c.jpg"},
-                {"type": "image", "path": "d.png"},
-                {"type": "image", "base64": "QUJD"},
-                {"type": "text", "text": "And these?"},
-            ]},
-        ]);
-        let c = Conversation::from_json(&json).unwrap();
-        assert_eq!(
-            c.images,
-            ["a.png", "file:///tmp/b.png", "data:image/png;base64,AAAA", "c.jpg", "d.png", "data:;base64,QUJD"]
-        );
-        assert_eq!(c.messages[0], Message::text("system", "Be brief."));
-        let text = |t: &str| ContentPart::Text { text: t.into() };
-        assert_eq!(
-            c.messages[1],
-            Message::parts("user", vec![ContentPart::Image, text("What is this?"), ContentPart::Image])
-        );
-        assert_eq!(c.messages[2], Message::parts("assistant", vec![text("A cat.")]));
-        assert_eq!(
-            c.messages[3].content,
-            Content::Parts(vec![ContentPart::Image; 4].into_iter().chain([text("And these?")]).collect())
-        );
-    }
-
-    #[test]
-    fn malformed_conversations_name_the_message_and_part() {
-        let err = |v: serde_json::Value| Conversation::from_json(&v).unwrap_err().to_string();
-        assert!(err(serde_json::json!({"role": "user"})).contains("a JSON list"));
-        assert!(err(serde_json::json!([])).contains("empty"));
-        assert!(err(serde_json::json!([{"content": "hi"}])).contains("message 0: no `role`"));
-        assert!(err(serde_json::json!([{"role": "user"}])).contains("message 0: no `content`"));
-        assert!(err(serde_json::json!([{"role": "user", "content": 3}])).contains("string or a list"));
-        assert!(err(serde_json::json!([{"role": "user", "content": "x", "contnet": 1}]))
-            .contains("unknown field `contnet`"));
-        let e = err(
-            serde_json::json!([{"role": "user", "content": "a"}, {"role": "user", "content": [{"type": "image"}]}]),
-        );
-        assert!(e.contains("message 1, part 0") && e.contains("a path or URL"), "{e}");
-        let e = err(serde_json::json!([{"role": "user", "content": [{"type": "video", "video": "v.mp4"}]}]));
-        assert!(e.contains("unknown part type `video`"), "{e}");
-        let e = err(serde_json::json!([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]));
-        assert!(e.contains("`url` string"), "{e}");
     }
 
     #[test]

@@ -2,13 +2,20 @@
 //! tokens, chat templates, image-placeholder expansion, and token embeddings.
 
 pub mod chat;
+pub mod conversation;
 pub mod embedding;
 pub mod error;
 pub mod placeholders;
+mod pyjson;
+pub mod reasoning;
 pub mod tokenizer;
+pub mod tool_calls;
 
-pub use chat::{ChatTemplate, Content, ContentPart, Conversation, Message};
+pub use chat::{ChatTemplate, RenderOptions};
+pub use conversation::{Content, ContentPart, Conversation, Message};
 pub use embedding::TokenEmbedding;
 pub use error::{Result, TextError};
 pub use placeholders::{expand_placeholders, idefics3_image_prompt, paligemma_prompt};
+pub use reasoning::{ReasoningSplitter, Split, ThinkingMarkers};
 pub use tokenizer::{SpecialTokens, TextStream, Tokenizer};
+pub use tool_calls::{ParsedOutput, ToolCall, ToolFormat};

@@ -217,7 +217,27 @@ impl Tokenizer {
     /// A streaming detokenizer: feed generated ids one at a time and get each newly completed
     /// piece of text, decoding only the last few ids per step (not the whole text again).
     pub fn decode_stream(&self, skip_special_tokens: bool) -> TextStream<'_> {
-        TextStream { tokenizer: self, ids: Vec::new(), prefix: 0, read: 0, skip_special_tokens }
+        TextStream { tokenizer: self, ids: Vec::new(), prefix: 0, read: 0, skip_special_tokens, dropped: None }
+    }
+
+    /// [`decode_stream`](Self::decode_stream) skipping special tokens except `keep` (markers a
+    /// parser reads: `[TOOL_CALLS]`, Gemma 4's `<|channel>`), whose text stays in the stream.
+    pub fn decode_stream_keeping(&self, keep: &[u32]) -> TextStream<'_> {
+        let dropped = self
+            .inner
+            .get_added_tokens_decoder()
+            .into_iter()
+            .filter(|(id, t)| t.special && !keep.contains(id))
+            .map(|(id, _)| id)
+            .collect();
+        TextStream {
+            tokenizer: self,
+            ids: Vec::new(),
+            prefix: 0,
+            read: 0,
+            skip_special_tokens: false,
+            dropped: Some(dropped),
+        }
     }
 
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
@@ -303,6 +323,8 @@ pub struct TextStream<'a> {
     /// Ids before this one have been emitted.
     read: usize,
     skip_special_tokens: bool,
+    /// With [`Tokenizer::decode_stream_keeping`]: the special ids left out of the text.
+    dropped: Option<std::collections::HashSet<u32>>,
 }
 
 impl TextStream<'_> {
@@ -310,8 +332,15 @@ impl TextStream<'_> {
     /// the id decodes to nothing, e.g. a skipped special token).
     pub fn step(&mut self, id: u32) -> Result<Option<String>> {
         self.ids.push(id);
-        let before = self.tokenizer.decode(&self.ids[self.prefix..self.read], self.skip_special_tokens)?;
-        let after = self.tokenizer.decode(&self.ids[self.prefix..], self.skip_special_tokens)?;
+        let decode = |ids: &[u32]| match &self.dropped {
+            None => self.tokenizer.decode(ids, self.skip_special_tokens),
+            Some(dropped) => {
+                let kept: Vec<u32> = ids.iter().copied().filter(|id| !dropped.contains(id)).collect();
+                self.tokenizer.decode(&kept, false)
+            }
+        };
+        let before = decode(&self.ids[self.prefix..self.read])?;
+        let after = decode(&self.ids[self.prefix..])?;
         if after.len() <= before.len() || after.ends_with('\u{FFFD}') {
             return Ok(None);
         }

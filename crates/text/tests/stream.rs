@@ -60,3 +60,29 @@ fn streamed_pieces_concatenate_to_the_full_decode() -> Result<()> {
     assert_eq!(n, 6 * TEXTS.len() * 2);
     Ok(())
 }
+
+/// A stream that keeps some special tokens (the markers tool-call and reasoning parsers read)
+/// writes those and skips the others.
+#[test]
+fn kept_special_tokens_stay_in_the_stream() -> Result<()> {
+    let gguf = root().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let mut file =
+        std::fs::File::open(&gguf).with_context(|| format!("{}: run scripts/fetch_smollm2.sh", gguf.display()))?;
+    let tok = Tokenizer::from_gguf(&candle_core::quantized::gguf_file::Content::read(&mut file)?)?;
+    let start = tok.token_to_id("<|im_start|>").context("<|im_start|>")?;
+    let ids = tok.encode("<|im_start|>user\nhi café<|im_end|>\n", false)?;
+    assert!(ids.contains(&start) && ids.len() > 4, "{ids:?}");
+    let mut stream = tok.decode_stream_keeping(&[start]);
+    let mut text = String::new();
+    for &id in &ids {
+        text.push_str(&stream.step(id)?.unwrap_or_default());
+    }
+    assert_eq!(text, "<|im_start|>user\nhi café\n");
+    let mut skipping = tok.decode_stream(true);
+    let mut skipped = String::new();
+    for &id in &ids {
+        skipped.push_str(&skipping.step(id)?.unwrap_or_default());
+    }
+    assert_eq!(skipped, "user\nhi café\n");
+    Ok(())
+}

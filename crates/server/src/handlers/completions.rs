@@ -57,7 +57,7 @@ pub async fn completions(State(state): Shared, body: Body) -> Result<Response, A
                 if !tokens.is_empty() {
                     c["choices"][0]["logprobs"] = completion_logprobs(st.model(), tokens);
                 }
-                c
+                vec![c]
             }
         };
         let end = move |out: &GenerationOutput| {

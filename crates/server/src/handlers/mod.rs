@@ -6,6 +6,7 @@
 //! its output into OpenAI's bodies and server-sent events.
 
 mod chat;
+mod chat_output;
 mod completions;
 mod embeddings;
 mod media;
@@ -13,6 +14,7 @@ mod page;
 mod request;
 mod response;
 mod status;
+mod tools;
 
 use std::sync::Arc;
 

@@ -60,13 +60,13 @@ pub(super) fn completion_logprobs(model: &Model, tokens: &[SampledToken]) -> Val
 }
 
 /// The events of one streamed response as SSE `data:` lines — `first`, one chunk per
-/// `piece(text, tokens)` (`tokens`: the sampled tokens since the last chunk, with `logprobs`),
+/// `piece(text, tokens)` (none or several; `tokens`: the sampled tokens since the last chunk, with `logprobs`),
 /// the chunks of `end(output)` — then `[DONE]`. When the client disconnects the stream (and
 /// with it the receiver) is dropped, which cancels the generation.
 pub(super) fn sse(
     rx: mpsc::UnboundedReceiver<Event>,
     first: Option<Value>,
-    piece: impl Fn(&str, &[SampledToken]) -> Value + Send + Sync + 'static,
+    piece: impl Fn(&str, &[SampledToken]) -> Vec<Value> + Send + Sync + 'static,
     end: impl Fn(&GenerationOutput) -> Vec<Value> + Send + Sync + 'static,
 ) -> Response {
     let (piece, end) = (Arc::new(piece), Arc::new(end));
@@ -88,13 +88,13 @@ pub(super) fn sse(
                 match rx.recv().await {
                     Some(Event::Tokens(t)) => tokens.extend(t),
                     Some(Event::Text(t)) => {
-                        let chunk = piece(&t, &tokens).to_string();
-                        return Some((vec![chunk], (rx, None, Vec::new(), false)));
+                        let chunks = piece(&t, &tokens).iter().map(Value::to_string).collect();
+                        return Some((chunks, (rx, None, Vec::new(), false)));
                     }
                     Some(Event::Done(out)) => {
                         // Tokens whose text never showed (an EOS, a stop string) still get theirs.
-                        let rest = (!tokens.is_empty()).then(|| piece("", &tokens).to_string());
-                        break rest.into_iter().chain(end(&out).iter().map(Value::to_string)).collect();
+                        let rest = if tokens.is_empty() { Vec::new() } else { piece("", &tokens) };
+                        break rest.iter().chain(end(&out).iter()).map(Value::to_string).collect();
                     }
                     Some(Event::Error(e)) => break error(e.into()),
                     None => {
