@@ -9,20 +9,36 @@
 # llama.cpp is built from the source bundled in PyPI's llama-cpp-python sdist
 # (scripts/peers/build_llamacpp.sh, cached under ~/.cache/tessera-peers).
 #
-# Usage: scripts/bench.sh [--types "Q4_1 Q4_K_M"] [--threads "1 2"] [--reps N]
+# With --shape 1b (or 8b), instead: the Llama shapes at real sizes that
+# scripts/peers/make_bench_shapes.sh writes (random weights, SmolLM2's vocabulary) in Q4_0,
+# Q4_K_M, Q5_K_M, Q6_K and Q8_0: prompt processing of 512 tokens and generation of 64 from an
+# empty cache (llama-bench's `-p 512 -n 64`), and beside each row the machine's read bandwidth
+# measured just before it (`tessera-bench --read-bandwidth`, same threads), the bytes a decode
+# step reads (every tensor of the file once: the tied embedding is the LM head) and each
+# engine's decode as a fraction of that read limit (bandwidth / bytes per token).
+#
+# Usage: scripts/bench.sh [--shape 1b|8b] [--types "Q4_1 Q4_K_M"] [--threads "1 2"] [--reps N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-types="Q4_1 Q4_0 Q5_0 Q5_1 Q8_0 Q4_K_M Q5_K_M Q6_K"
+types=""
 threads="1 2"
 reps=3
+shape=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --types) types="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
     --reps) reps="$2"; shift 2 ;;
+    --shape) shape="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
+bench="${CARGO_TARGET_DIR:-target}/release/tessera-bench"
+if [ -n "$shape" ]; then
+  exec bash scripts/bench_shapes.sh --shape "$shape" --threads "$threads" --reps "$reps" \
+    ${types:+--types "$types"}
+fi
+types="${types:-Q4_1 Q4_0 Q5_0 Q5_1 Q8_0 Q4_K_M Q5_K_M Q6_K}"
 q41=$(bash scripts/fetch_smollm2.sh | tail -1)
 llama_bin=$(bash scripts/peers/build_llamacpp.sh | tail -1)
 models=$(bash scripts/peers/quantize_smollm2.sh | tail -1)
@@ -35,7 +51,7 @@ echo "# llama.cpp: $(basename "$(dirname "$(dirname "$llama_bin")")")"
 for t in $types; do
   if [ "$t" = Q4_1 ]; then f="$q41"; else f="$models/SmolLM2-135M-Instruct.$t.gguf"; fi
   for n in $threads; do
-    /usr/bin/time -f %M -o "$out/ts.rss" ./target/release/tessera-bench --model "$f" --threads "$n" \
+    /usr/bin/time -f %M -o "$out/ts.rss" "$bench" --model "$f" --threads "$n" \
       --prompt-tokens 512 --gen-tokens 128 --depth 64 --reps "$reps" --json > "$out/ts.json"
     /usr/bin/time -f %M -o "$out/lc.rss" "$llama_bin/llama-bench" -m "$f" -t "$n" -p 512 -n 128 -d 64 \
       -r "$reps" -o json > "$out/lc.json" 2>/dev/null
@@ -58,9 +74,9 @@ echo
 echo "| f32 (dequantized Q4_1) | threads | pp512 | tg128 | read GB/s | roofline tg (all weights read per token) | tg / roofline |"
 echo "| --- | --- | --- | --- | --- | --- | --- |"
 for n in $threads; do
-  ./target/release/tessera-bench --model "$q41" --dtype f32 --threads "$n" --prompt-tokens 512 --gen-tokens 128 \
+  "$bench" --model "$q41" --dtype f32 --threads "$n" --prompt-tokens 512 --gen-tokens 128 \
     --depth 64 --reps "$reps" --json > "$out/f32.json"
-  ./target/release/tessera-bench --read-bandwidth --threads "$n" --json > "$out/bw.json"
+  "$bench" --read-bandwidth --threads "$n" --json > "$out/bw.json"
   python3 - "$n" "$out" "$q41" <<'PY'
 import json, sys, struct
 n, out, path = sys.argv[1], sys.argv[2], sys.argv[3]

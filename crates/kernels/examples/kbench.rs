@@ -39,17 +39,28 @@ fn main() {
     for isa in Isa::available() {
         let reps = (2_000_000_000 / (rows * cols * m)).max(3);
         w.matmul_with(isa, &pool, &x, m, &mut out).expect("warm-up");
-        let start = Instant::now();
+        let (start, cpu0) = (Instant::now(), thread_cpu_ns());
         for _ in 0..reps {
             w.matmul_with(isa, &pool, &x, m, &mut out).expect("matmul");
         }
         let s = start.elapsed().as_secs_f64() / reps as f64;
+        // This thread's time on a CPU (Linux): on a busy machine it leaves out the time the
+        // thread waited for one, so with one thread it is the kernel's own cost.
+        let cpu = match (cpu0, thread_cpu_ns()) {
+            (Some(a), Some(b)) => format!("  {:8.1} µs on CPU (this thread)", (b - a) as f64 / reps as f64 / 1e3),
+            _ => String::new(),
+        };
         println!(
-            "{t} {rows}x{cols} m={m} threads={threads} {:>12}: {:8.1} µs  {:6.1} GMAC/s  {:5.1} GB/s",
+            "{t} {rows}x{cols} m={m} threads={threads} {:>12}: {:8.1} µs  {:6.1} GMAC/s  {:5.1} GB/s{cpu}",
             isa.name(),
             s * 1e6,
             (rows * cols * m) as f64 / s / 1e9,
             w.bytes().len() as f64 / s / 1e9
         );
     }
+}
+
+/// Nanoseconds the calling thread has run on a CPU (`/proc/thread-self/schedstat`'s first field).
+fn thread_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat").ok()?.split_whitespace().next()?.parse().ok()
 }

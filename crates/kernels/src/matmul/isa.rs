@@ -137,7 +137,9 @@ pub(crate) type RowKFn = unsafe fn(&[u8], &[Q8KBlock]) -> f32;
 pub(super) fn simd_row_k_fn(t: QType, isa: Isa) -> Option<RowKFn> {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::Avx512Vnni => crate::x86::row_k_fn(t),
+        Isa::Avx2 => crate::x86::row_k_fn(t, false),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => crate::x86::row_k_fn(t, true),
         #[cfg(target_arch = "aarch64")]
         Isa::NeonDotprod => crate::neon::row_k_fn(t),
         _ => {

@@ -4,7 +4,8 @@
 //! `ggml_vec_dot_q4_K_q8_K` and its siblings, `ggml-cpu/arch/x86/quants.c`).
 //!
 //! # Safety
-//! The kernels [`row_k_fn`] returns run only on a CPU with AVX2, FMA and F16C (`has_avx2()`).
+//! The AVX2 kernels [`row_k_fn`] returns run only on a CPU with AVX2, FMA and F16C (`has_avx2()`);
+//! the AVX-512 ones (`kquants512.rs`), only with AVX-512 VNNI too (`has_vnni()`).
 //! They read `min(act.len(), row.len() / block bytes)` blocks, so any lengths are memory-safe.
 
 #![allow(unsafe_op_in_unsafe_fn)]
@@ -118,12 +119,16 @@ unsafe fn row_q6k_avx2(row: &[u8], act: &[Q8KBlock]) -> f32 {
     hsum(acc)
 }
 
-/// The row kernel of a k-quant type. Callers check `has_avx2()` first.
-pub(crate) fn row_k_fn(t: QType) -> Option<crate::matmul::RowKFn> {
-    match t {
-        QType::Q4K => Some(row_q45k_avx2::<false>),
-        QType::Q5K => Some(row_q45k_avx2::<true>),
-        QType::Q6K => Some(row_q6k_avx2),
+/// The row kernel of a k-quant type: the AVX-512 one when `vnni` (callers check `has_vnni()`
+/// first), else AVX2 (callers check `has_avx2()`).
+pub(crate) fn row_k_fn(t: QType, vnni: bool) -> Option<crate::matmul::RowKFn> {
+    match (t, vnni) {
+        (QType::Q4K, false) => Some(row_q45k_avx2::<false>),
+        (QType::Q5K, false) => Some(row_q45k_avx2::<true>),
+        (QType::Q6K, false) => Some(row_q6k_avx2),
+        (QType::Q4K, true) => Some(super::kquants512::row_q45k_vnni::<false>),
+        (QType::Q5K, true) => Some(super::kquants512::row_q45k_vnni::<true>),
+        (QType::Q6K, true) => Some(super::kquants512::row_q6k_vnni),
         _ => None,
     }
 }

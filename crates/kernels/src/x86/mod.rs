@@ -4,6 +4,7 @@
 //!   `Q5_1`, `Q8_0`) with `Q8` activations, one row or four rows at a time, on 256-bit
 //!   registers (AVX2 `maddubs` + `madd`, or VNNI `vpdpbusd`);
 //! - [`kquants`]: the same for the k-quants (`Q4_K`, `Q5_K`, `Q6_K`) with `Q8_K` activations (AVX2);
+//! - [`kquants512`]: those k-quant rows on 512-bit registers (AVX-512 BW + VNNI);
 //! - [`panel_dots`]: decode over the 16-row panel layout (`panels.rs`), 512-bit VNNI;
 //! - [`igemm`]: the int8 prefill GEMM's micro-kernel (`igemm.rs` packs its panels), 512-bit VNNI;
 //! - [`activations`]: passes over f32 activation rows: `Q8` quantization and RMSNorm of eight rows (AVX2).
@@ -24,6 +25,7 @@
 mod activations;
 mod igemm;
 mod kquants;
+mod kquants512;
 mod panel_dots;
 mod rows;
 
