@@ -11,7 +11,6 @@
 //! embedding and learned, interpolated positions, DeepStack features added to the first decoder
 //! layers, interleaved M-RoPE, and a Qwen3 text model (q/k norms).
 
-
 use candle_core::{Device, Tensor};
 use serde::Deserialize;
 use serde_json::Value;
