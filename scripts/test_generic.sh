@@ -11,5 +11,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TESSERA_KERNELS=off TESSERA_TEST_DEVICE=cpu cargo test -p tessera "$@" \
-  --test tiny_models --test vlm --test smollm2 --test embeddings --test native_model \
+  --test tiny_models --test vlm --test vlm_families --test smollm2 --test embeddings --test native_model \
   --test batching --test prefix_cache

@@ -27,3 +27,5 @@ mod smollm2;
 mod tiny_models;
 #[path = "../vlm.rs"]
 mod vlm;
+#[path = "../vlm_families.rs"]
+mod vlm_families;

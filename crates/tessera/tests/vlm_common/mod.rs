@@ -1,0 +1,99 @@
+//! What the vision-language parity tests share (`vlm.rs`, `vlm_families.rs`): the tiny
+//! checkpoints, their reference cases (prompts, images, tensors) and comparisons.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use anyhow::{ensure, Context, Result};
+use candle_core::{Device, Tensor};
+use serde_json::Value;
+use tessera::{load_image, Model, RgbImage, DEFAULT_MAX_PIXELS};
+
+pub const FAMILIES: &[&str] = &[
+    "smolvlm-tiny",
+    "llava-tiny",
+    "llava-interleave-tiny",
+    "paligemma-tiny",
+    "paligemma2-tiny",
+    "gemma3-tiny",
+    "qwen2-vl-tiny",
+    "qwen2.5-vl-tiny",
+    "qwen3-vl-tiny",
+];
+
+pub fn vlm_dir(name: &str) -> PathBuf {
+    super::common::fixtures().join("vlm").join(name)
+}
+
+pub fn load(name: &str) -> Result<Model> {
+    let dir = vlm_dir(name);
+    Ok(Model::load(dir.to_str().context("utf-8 path")?, &super::common::load_options()?)?)
+}
+
+pub struct Case {
+    pub name: String,
+    pub json: Value,
+    pub images: Vec<RgbImage>,
+}
+
+/// The cases of a fixture that run with the checkpoint's default settings (not the ones made
+/// with pan-and-scan on: [`pan_and_scan_cases`]).
+pub fn cases(name: &str) -> Result<(Vec<Case>, HashMap<String, Tensor>)> {
+    let (all, tensors) = all_cases(name)?;
+    Ok((all.into_iter().filter(|c| c.json.get("pan_and_scan").is_none()).collect(), tensors))
+}
+
+pub fn pan_and_scan_cases(name: &str) -> Result<(Vec<Case>, HashMap<String, Tensor>)> {
+    let (all, tensors) = all_cases(name)?;
+    Ok((all.into_iter().filter(|c| c.json.get("pan_and_scan").is_some()).collect(), tensors))
+}
+
+pub fn all_cases(name: &str) -> Result<(Vec<Case>, HashMap<String, Tensor>)> {
+    let dir = vlm_dir(name);
+    let reference = super::common::read_json(&dir.join("reference.json"))?;
+    let tensors_path = match reference.get("reference_tensors").and_then(Value::as_str) {
+        Some(rel) => dir.join(rel),
+        None => dir.join("reference.safetensors"),
+    };
+    let tensors = candle_core::safetensors::load(&tensors_path, &Device::Cpu)?;
+    let mut out = Vec::new();
+    for c in reference["cases"].as_array().context("cases")? {
+        let images = c["images"]
+            .as_array()
+            .context("images")?
+            .iter()
+            .map(|p| Ok(load_image(&super::common::repo_root().join(p.as_str().context("path")?), DEFAULT_MAX_PIXELS)?))
+            .collect::<Result<Vec<_>>>()?;
+        out.push(Case { name: c["name"].as_str().context("name")?.to_string(), json: c.clone(), images });
+    }
+    Ok((out, tensors))
+}
+
+/// The user text of a case (the chat families' last text part; PaliGemma's prompt).
+pub fn user_text(case: &Case) -> Result<String> {
+    if let Some(p) = case.json["prompt"].as_str() {
+        return Ok(p.to_string());
+    }
+    let parts = case.json["messages"][0]["content"].as_array().context("content")?;
+    Ok(parts.iter().filter_map(|p| p["text"].as_str()).collect::<String>())
+}
+
+/// The largest |a − b|, compared on the CPU in f32 (the model's outputs may be on a GPU, the
+/// references are read onto the CPU).
+pub fn max_abs_diff(a: &Tensor, b: &Tensor, what: &str) -> Result<f32> {
+    let (a, b) = (super::common::on_cpu(a)?.flatten_all()?, super::common::on_cpu(b)?.flatten_all()?);
+    ensure!(a.dims() == b.dims(), "{what}: {} values vs the reference's {}", a.dim(0)?, b.dim(0)?);
+    Ok((a - b)?.abs()?.max_all()?.to_scalar::<f32>()?)
+}
+
+pub fn reference_tensor<'a>(tensors: &'a HashMap<String, Tensor>, case: &str, key: &str) -> Option<&'a Tensor> {
+    tensors.get(&format!("{case}.{key}"))
+}
+
+/// A copy of a fixture folder in scratch space, for tests that damage it.
+pub fn scratch_copy(name: &str, tag: &str) -> Result<PathBuf> {
+    let dir = super::common::scratch(&format!("vlm-{tag}"))?;
+    super::common::copy_dir(&vlm_dir(name), &dir)?;
+    Ok(dir)
+}
