@@ -64,17 +64,6 @@ fn streaming_sends_chunks_then_usage_then_done() -> Result<()> {
 }
 
 /// The `data:` payloads of a streamed response, parsed, after checking it ends with `[DONE]`.
-fn stream_chunks(server: &Server, path: &str, body: &Value) -> Result<Vec<Value>> {
-    let res = ureq::post(&format!("{}{path}", server.base)).send_json(body.clone())?;
-    let mut lines = Vec::new();
-    for line in BufReader::new(res.into_reader()).lines() {
-        if let Some(d) = line?.strip_prefix("data: ") {
-            lines.push(d.to_string());
-        }
-    }
-    anyhow::ensure!(lines.last().map(String::as_str) == Some("[DONE]"), "no [DONE] at the end");
-    Ok(lines[..lines.len() - 1].iter().map(|l| serde_json::from_str(l)).collect::<Result<_, _>>()?)
-}
 
 #[test]
 fn streamed_logprobs_come_with_their_chunks_and_add_up_to_the_whole_answers() -> Result<()> {

@@ -5,56 +5,28 @@
 //! whole response's call; a second turn with the call and its result in the history answers;
 //! bad tools are 400s naming the field.
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::sync::Arc;
+mod http_common;
 
 use anyhow::{Context, Result};
+use http_common::{start_with, stream_chunks, Server};
 use serde_json::{json, Value};
-use tessera::{LoadOptions, Model};
-use tessera_server::{AppState, ServerConfig};
+use tessera_server::ServerConfig;
 
-struct Server {
-    base: String,
-    _runtime: tokio::runtime::Runtime,
-}
-
+/// The server over SmolLM2-135M-Instruct.
 fn start() -> Result<Server> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
-    anyhow::ensure!(path.exists(), "{} is missing: run scripts/fetch_smollm2.sh", path.display());
-    let model = Model::load(path.to_str().context("path")?, &LoadOptions::default())?;
-    let state = AppState::new(Arc::new(model), ServerConfig { model_name: "smollm2".into(), ..Default::default() })?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
-    let base = format!("http://{}", listener.local_addr()?);
-    runtime.spawn(tessera_server::serve(listener, state, std::future::pending()));
-    Ok(Server { base, _runtime: runtime })
+    let path = http_common::root().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+    start_with(&path, ServerConfig { model_name: "smollm2".into(), ..Default::default() })
 }
 
 fn post(server: &Server, body: &Value) -> Result<(u16, Value)> {
-    let res = ureq::post(&format!("{}/v1/chat/completions", server.base)).send_json(body.clone());
-    let res = match res {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => return Err(e.into()),
-    };
-    Ok((res.status(), res.into_json()?))
+    http_common::post(server, "/v1/chat/completions", body)
 }
 
-/// The chunks of a streamed response (checked to end with `[DONE]`).
+/// The chunks of the streamed response to `body`.
 fn stream(server: &Server, body: &Value) -> Result<Vec<Value>> {
     let mut body = body.clone();
     body["stream"] = json!(true);
-    let res = ureq::post(&format!("{}/v1/chat/completions", server.base)).send_json(body)?;
-    let mut lines = Vec::new();
-    for line in BufReader::new(res.into_reader()).lines() {
-        if let Some(d) = line?.strip_prefix("data: ") {
-            lines.push(d.to_string());
-        }
-    }
-    anyhow::ensure!(lines.last().map(String::as_str) == Some("[DONE]"), "no [DONE] at the end");
-    Ok(lines[..lines.len() - 1].iter().map(|l| serde_json::from_str(l)).collect::<Result<_, _>>()?)
+    stream_chunks(server, "/v1/chat/completions", &body)
 }
 
 fn tools() -> Value {

@@ -2,6 +2,7 @@
 //! shapes model (or another), requests, the library's answer to compare with, OpenAI's error shape.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -94,4 +95,17 @@ pub fn metric(server: &Server, name: &str) -> Result<f64> {
     let text = ureq::get(&format!("{}/metrics", server.base)).call()?.into_string()?;
     let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).context(format!("no metric {name}"))?;
     Ok(line[name.len() + 1..].parse()?)
+}
+
+/// The chunks of a streamed response to `body` at `path` (checked to end with `[DONE]`).
+pub fn stream_chunks(server: &Server, path: &str, body: &Value) -> Result<Vec<Value>> {
+    let res = ureq::post(&format!("{}{path}", server.base)).send_json(body.clone())?;
+    let mut lines = Vec::new();
+    for line in BufReader::new(res.into_reader()).lines() {
+        if let Some(d) = line?.strip_prefix("data: ") {
+            lines.push(d.to_string());
+        }
+    }
+    anyhow::ensure!(lines.last().map(String::as_str) == Some("[DONE]"), "no [DONE] at the end");
+    Ok(lines[..lines.len() - 1].iter().map(|l| serde_json::from_str(l)).collect::<Result<_, _>>()?)
 }
