@@ -79,6 +79,52 @@ pub fn on_cpu(t: &candle_core::Tensor) -> Result<candle_core::Tensor> {
     Ok(t.to_device(&candle_core::Device::Cpu)?.to_dtype(candle_core::DType::F32)?)
 }
 
+/// The largest |a − b|, compared on the CPU in f32 (a model's outputs may be on a GPU, the
+/// references are read onto the CPU); `what` names them when the sizes differ.
+pub fn max_abs_diff(a: &candle_core::Tensor, b: &candle_core::Tensor, what: &str) -> Result<f32> {
+    let (a, b) = (on_cpu(a)?.flatten_all()?, on_cpu(b)?.flatten_all()?);
+    anyhow::ensure!(a.dims() == b.dims(), "{what}: {} values vs {}", a.dim(0)?, b.dim(0)?);
+    Ok((a - b)?.abs()?.max_all()?.to_scalar::<f32>()?)
+}
+
+/// A GGUF + mmproj pair's run of `prompt` (with `images`) against transformers' reference and the
+/// safetensors folder's run of the same ids: the last positions' logits within 1e-4 of the
+/// reference's `expected` and of the folder's, and the reference's 16 greedy ids (`case`'s
+/// `greedy_ids`). `what` names the case in failures.
+pub fn pair_logits_and_greedy_match(
+    pair: &tessera::Model,
+    folder: &tessera::Model,
+    prompt: &tessera::Prompt,
+    images: &[tessera::RgbImage],
+    expected: &candle_core::Tensor,
+    case: &serde_json::Value,
+    what: &str,
+) -> Result<()> {
+    let hidden = pair.forward(prompt, .., &mut pair.new_cache(), &mut Default::default(), &mut Default::default())?;
+    let logits = pair.logits(&hidden)?;
+    let n = expected.dim(0)?;
+    let tail = logits.narrow(0, logits.dim(0)? - n, n)?;
+    let d = max_abs_diff(&tail, expected, "logits")?;
+    anyhow::ensure!(d < 1e-4, "{what}: logits differ from transformers' by {d}");
+
+    let own = folder.prompt(prompt.ids().to_vec(), images)?;
+    let own_hidden =
+        folder.forward(&own, .., &mut folder.new_cache(), &mut Default::default(), &mut Default::default())?;
+    let d = max_abs_diff(&logits, &folder.logits(&own_hidden)?, "logits")?;
+    anyhow::ensure!(d < 1e-4, "{what}: logits differ from the folder's by {d}");
+
+    let greedy = ids(&case["greedy_ids"]);
+    anyhow::ensure!(greedy.len() == 16, "{what}: the reference has {} greedy ids, not 16", greedy.len());
+    let params = tessera::GenerateParams { max_new_tokens: greedy.len(), ignore_eos: true, ..Default::default() };
+    let out = pair.generate(prompt, &params, &mut |_| {})?;
+    anyhow::ensure!(
+        out.generated_tokens == greedy,
+        "{what}: greedy ids {:?}, transformers' {greedy:?}",
+        out.generated_tokens
+    );
+    Ok(())
+}
+
 /// The images a chat fixture's conversation names (paths relative to the repository), in order.
 pub fn conversation_images(conv: &tessera::Conversation) -> Result<Vec<tessera::RgbImage>> {
     conv.images

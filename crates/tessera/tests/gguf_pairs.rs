@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{ensure, Context, Result};
 use candle_core::{Device, Tensor};
-use tessera::{load_image, GenerateParams, LoadOptions, Model, DEFAULT_MAX_PIXELS};
+use tessera::{load_image, LoadOptions, Model, DEFAULT_MAX_PIXELS};
 
 /// One fixture pair: the checkpoint folder `tests/fixtures/vlm/<folder>` converted into
 /// `<folder>-gguf/{<folder>-f32.gguf, mmproj-<folder>-f32.gguf}`, and the family it loads as.
@@ -51,12 +51,6 @@ fn mmproj_gguf() -> PathBuf {
     SMOLVLM.mmproj()
 }
 
-fn max_abs_diff(a: &Tensor, b: &Tensor, what: &str) -> Result<f32> {
-    let (a, b) = (common::on_cpu(a)?.flatten_all()?, common::on_cpu(b)?.flatten_all()?);
-    ensure!(a.dims() == b.dims(), "{what}: {} values vs {}", a.dim(0)?, b.dim(0)?);
-    Ok((a - b)?.abs()?.max_all()?.to_scalar::<f32>()?)
-}
-
 /// The pair (dequantized to f32, and as loaded by default: f32 tensors through the quantized
 /// path) against transformers' reference and the safetensors folder, case by case: prompt ids,
 /// pixel values, projected image features, logits, 16 greedy ids.
@@ -91,7 +85,7 @@ fn matches_transformers_and_the_folder(p: &Pair) -> Result<()> {
                 let reference = |k: &str| tensors.get(&format!("{name}.{k}")).with_context(|| format!("{what}: {k}"));
                 if let Ok(expected) = reference("pixel_values") {
                     let pixels = images.iter().map(|i| pair.pixel_values(i)).collect::<tessera::Result<Vec<_>>>()?;
-                    let d = max_abs_diff(&Tensor::cat(&pixels, 0)?, expected, "pixel values")?;
+                    let d = common::max_abs_diff(&Tensor::cat(&pixels, 0)?, expected, "pixel values")?;
                     assert!(d < 1e-5, "{what}: pixel values differ from transformers' by {d}");
                 }
                 let tokens = |m: &Model| -> Result<Tensor> {
@@ -100,32 +94,15 @@ fn matches_transformers_and_the_folder(p: &Pair) -> Result<()> {
                     Ok(Tensor::cat(&t, 0)?)
                 };
                 let ours = tokens(&pair)?;
-                let d = max_abs_diff(&ours, &tokens(&folder)?, "image features")?;
+                let d = common::max_abs_diff(&ours, &tokens(&folder)?, "image features")?;
                 assert!(d < 1e-5, "{what}: image features differ from the folder's by {d}");
-                let d = max_abs_diff(&ours, reference("image_features")?, "image features")?;
+                let d = common::max_abs_diff(&ours, reference("image_features")?, "image features")?;
                 assert!(d < 1e-4, "{what}: image features differ from transformers' by {d}");
                 with_images += 1;
             }
 
-            let hidden =
-                pair.forward(&prompt, .., &mut pair.new_cache(), &mut Default::default(), &mut Default::default())?;
-            let logits = pair.logits(&hidden)?;
             let expected = tensors.get(&format!("{name}.logits")).context("reference logits")?;
-            let n = expected.dim(0)?;
-            let tail = logits.narrow(0, logits.dim(0)? - n, n)?;
-            let d = max_abs_diff(&tail, expected, "logits")?;
-            assert!(d < 1e-4, "{what}: logits differ from transformers' by {d}");
-
-            let own = folder.prompt(prompt.ids().to_vec(), &images)?;
-            let own_hidden =
-                folder.forward(&own, .., &mut folder.new_cache(), &mut Default::default(), &mut Default::default())?;
-            let d = max_abs_diff(&logits, &folder.logits(&own_hidden)?, "logits")?;
-            assert!(d < 1e-4, "{what}: logits differ from the folder's by {d}");
-
-            let greedy = common::ids(&case["greedy_ids"]);
-            let params = GenerateParams { max_new_tokens: greedy.len(), ignore_eos: true, ..Default::default() };
-            let out = pair.generate(&prompt, &params, &mut |_| {})?;
-            assert_eq!(out.generated_tokens, greedy, "{what}: greedy ids");
+            common::pair_logits_and_greedy_match(&pair, &folder, &prompt, &images, expected, case, &what)?;
             checked += 1;
         }
         assert!(checked >= 2 && with_images >= 1, "{label}: only {checked} cases, {with_images} with images");

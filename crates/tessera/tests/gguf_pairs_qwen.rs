@@ -14,17 +14,11 @@ use std::path::PathBuf;
 
 use anyhow::{ensure, Context, Result};
 use candle_core::{Device, Tensor};
-use tessera::{load_image, GenerateParams, LoadOptions, Model, RgbImage, DEFAULT_MAX_PIXELS};
+use tessera::{load_image, LoadOptions, Model, RgbImage, DEFAULT_MAX_PIXELS};
 
 fn pair_files(name: &str) -> (PathBuf, PathBuf) {
     let dir = common::fixtures().join(format!("vlm/{name}-gguf"));
     (dir.join(format!("{name}-f32.gguf")), dir.join(format!("mmproj-{name}-f32.gguf")))
-}
-
-fn max_abs_diff(a: &Tensor, b: &Tensor, what: &str) -> Result<f32> {
-    let (a, b) = (common::on_cpu(a)?.flatten_all()?, common::on_cpu(b)?.flatten_all()?);
-    ensure!(a.dims() == b.dims(), "{what}: {} values vs {}", a.dim(0)?, b.dim(0)?);
-    Ok((a - b)?.abs()?.max_all()?.to_scalar::<f32>()?)
 }
 
 /// Each image's tokens `(n, hidden)`, concatenated (the reference's `image_features` rows).
@@ -66,34 +60,16 @@ fn pair_matches_transformers_and_the_folder(name: &str, family: &str, deepstack:
             if !images.is_empty() {
                 let got = image_features(&pair, &images)?;
                 let want = tensors.get(&format!("{case_name}.image_features")).context("reference features")?;
-                let d = max_abs_diff(&got, want, "image features")?;
+                let d = common::max_abs_diff(&got, want, "image features")?;
                 assert!(d < 1e-4, "{what}: image features differ from transformers' by {d}");
-                let d = max_abs_diff(&got, &image_features(&folder, &images)?, "image features")?;
+                let d = common::max_abs_diff(&got, &image_features(&folder, &images)?, "image features")?;
                 assert!(d < 1e-5, "{what}: image features differ from the folder's by {d}");
                 let levels = pair.encode_image(&images[0])?.layer_additions().len();
                 assert_eq!(levels, deepstack, "{what}: DeepStack levels");
             }
 
-            let hidden =
-                pair.forward(&prompt, .., &mut pair.new_cache(), &mut Default::default(), &mut Default::default())?;
-            let logits = pair.logits(&hidden)?;
             let expected = tensors.get(&format!("{case_name}.logits")).context("reference logits")?;
-            let n = expected.dim(0)?;
-            let tail = logits.narrow(0, logits.dim(0)? - n, n)?;
-            let d = max_abs_diff(&tail, expected, "logits")?;
-            assert!(d < 1e-4, "{what}: logits differ from transformers' by {d}");
-
-            let own = folder.prompt(prompt.ids().to_vec(), &images)?;
-            let own_hidden =
-                folder.forward(&own, .., &mut folder.new_cache(), &mut Default::default(), &mut Default::default())?;
-            let d = max_abs_diff(&logits, &folder.logits(&own_hidden)?, "logits")?;
-            assert!(d < 1e-4, "{what}: logits differ from the folder's by {d}");
-
-            let greedy = common::ids(&case["greedy_ids"]);
-            let params = GenerateParams { max_new_tokens: greedy.len(), ignore_eos: true, ..Default::default() };
-            let out = pair.generate(&prompt, &params, &mut |_| {})?;
-            assert_eq!(out.generated_tokens, greedy, "{what}: greedy ids");
-            assert_eq!(greedy.len(), 16, "{what}: the reference's greedy ids");
+            common::pair_logits_and_greedy_match(&pair, &folder, &prompt, &images, expected, case, &what)?;
             checked += 1;
         }
         assert_eq!(checked, 3, "{name}/{label}: the chelsea, two-image and text cases");

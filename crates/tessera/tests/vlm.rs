@@ -12,6 +12,7 @@ use std::path::Path;
 
 use anyhow::{ensure, Context, Result};
 use candle_core::{Device, Tensor};
+use common::max_abs_diff;
 use serde_json::Value;
 use tessera::{load_image, GenerateParams, LoadOptions, Message, Model, DEFAULT_MAX_PIXELS};
 use vlm_common::*;

@@ -9,6 +9,7 @@ mod vlm_common;
 
 use anyhow::{ensure, Context, Result};
 use candle_core::Tensor;
+use common::max_abs_diff;
 use serde_json::Value;
 use tessera::{load_image, GenerateParams, LoadOptions, Message, Model, DEFAULT_MAX_PIXELS};
 use vlm_common::*;

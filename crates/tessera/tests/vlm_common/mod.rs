@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};
 use serde_json::Value;
 use tessera::{load_image, Model, RgbImage, DEFAULT_MAX_PIXELS};
@@ -77,14 +77,6 @@ pub fn user_text(case: &Case) -> Result<String> {
     }
     let parts = case.json["messages"][0]["content"].as_array().context("content")?;
     Ok(parts.iter().filter_map(|p| p["text"].as_str()).collect::<String>())
-}
-
-/// The largest |a − b|, compared on the CPU in f32 (the model's outputs may be on a GPU, the
-/// references are read onto the CPU).
-pub fn max_abs_diff(a: &Tensor, b: &Tensor, what: &str) -> Result<f32> {
-    let (a, b) = (super::common::on_cpu(a)?.flatten_all()?, super::common::on_cpu(b)?.flatten_all()?);
-    ensure!(a.dims() == b.dims(), "{what}: {} values vs the reference's {}", a.dim(0)?, b.dim(0)?);
-    Ok((a - b)?.abs()?.max_all()?.to_scalar::<f32>()?)
 }
 
 pub fn reference_tensor<'a>(tensors: &'a HashMap<String, Tensor>, case: &str, key: &str) -> Option<&'a Tensor> {
