@@ -113,18 +113,13 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String>
     let scale_factor = clip.usize_opt("clip.vision.projector.scale_factor")?.unwrap_or(2);
     let spec = tower_spec(tower, scale_factor, image_token_id)?;
     let longest_edge = clip.usize_opt("clip.vision.preproc_image_size")?.unwrap_or(image_size);
-    let image = serde_json::json!({
+    let image = clip.normalized(serde_json::json!({
         "do_resize": true,
         "size": {"longest_edge": longest_edge},
         "max_image_size": {"longest_edge": image_size},
         "resample": 1,
         "do_image_splitting": true,
-        "do_rescale": true,
-        "rescale_factor": 1.0 / 255.0,
-        "do_normalize": true,
-        "image_mean": clip.floats("clip.vision.image_mean")?,
-        "image_std": clip.floats("clip.vision.image_std")?,
-    });
+    }))?;
     Ok(MmprojSide {
         family: "idefics3",
         spec: std::sync::Arc::new(spec),

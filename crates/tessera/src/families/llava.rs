@@ -193,18 +193,13 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String>
     } else {
         (serde_json::json!({"height": image_size, "width": image_size}), false)
     };
-    let image = serde_json::json!({
+    let image = clip.normalized(serde_json::json!({
         "do_resize": true,
         "size": size,
         "resample": 3,
         "do_center_crop": crop,
         "crop_size": {"height": image_size, "width": image_size},
-        "do_rescale": true,
-        "rescale_factor": 1.0 / 255.0,
-        "do_normalize": true,
-        "image_mean": clip.floats("clip.vision.image_mean")?,
-        "image_std": clip.floats("clip.vision.image_std")?,
-    });
+    }))?;
     Ok(MmprojSide {
         family: "llava",
         spec: Arc::new(spec),

@@ -132,6 +132,18 @@ impl ClipMetadata<'_> {
         ints.collect::<std::result::Result<Vec<_>, _>>().map(Some)
     }
 
+    /// `settings` (an image processor's `preprocessor_config.json` keys) with the pixel
+    /// normalization every mmproj states the same way: rescaled by 1/255, then normalized by the
+    /// file's `clip.vision.image_mean` / `image_std`.
+    pub(crate) fn normalized(&self, mut settings: serde_json::Value) -> std::result::Result<serde_json::Value, String> {
+        settings["do_rescale"] = true.into();
+        settings["rescale_factor"] = (1.0 / 255.0).into();
+        settings["do_normalize"] = true.into();
+        settings["image_mean"] = self.floats("clip.vision.image_mean")?.into();
+        settings["image_std"] = self.floats("clip.vision.image_std")?.into();
+        Ok(settings)
+    }
+
     /// A list of numbers (`clip.vision.image_mean`).
     pub(crate) fn floats(&self, key: &str) -> std::result::Result<Vec<f64>, String> {
         let v = self.md.get(key).ok_or_else(|| format!("the metadata has no `{key}`"))?;

@@ -291,18 +291,13 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>, projector: &str) -> std::resu
         rope_theta: 10_000.0,
     };
     tower.validate().map_err(|e| e.to_string())?;
-    let mut image = serde_json::json!({
+    let mut image = clip.normalized(serde_json::json!({
         "do_resize": true,
         "resample": 3,
-        "do_rescale": true,
-        "rescale_factor": 1.0 / 255.0,
-        "do_normalize": true,
-        "image_mean": clip.floats("clip.vision.image_mean")?,
-        "image_std": clip.floats("clip.vision.image_std")?,
         "patch_size": tower.patch_size,
         "merge_size": tower.spatial_merge_size,
         "temporal_patch_size": tower.temporal_patch_size,
-    });
+    }))?;
     for (key, field) in [("clip.vision.image_min_pixels", "min_pixels"), ("clip.vision.image_max_pixels", "max_pixels")]
     {
         if let Some(v) = clip.usize_opt(key)? {
