@@ -133,6 +133,16 @@ pub fn conversation_images(conv: &tessera::Conversation) -> Result<Vec<tessera::
         .collect()
 }
 
+/// The images a reference case names (`case["images"]`: paths relative to the repository), in order.
+pub fn case_images(case: &serde_json::Value) -> Result<Vec<tessera::RgbImage>> {
+    case["images"]
+        .as_array()
+        .context("images")?
+        .iter()
+        .map(|p| Ok(tessera::load_image(&repo_root().join(p.as_str().context("path")?), tessera::DEFAULT_MAX_PIXELS)?))
+        .collect()
+}
+
 pub fn read_json(path: &std::path::Path) -> Result<serde_json::Value> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     Ok(serde_json::from_str(&text)?)

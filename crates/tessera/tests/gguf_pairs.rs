@@ -68,12 +68,7 @@ fn matches_transformers_and_the_folder(p: &Pair) -> Result<()> {
             let Some(parts) = case["messages"][0]["content"].as_array() else { continue };
             let name = case["name"].as_str().context("name")?;
             let what = format!("{}/{label}/{name}", p.folder);
-            let images = case["images"]
-                .as_array()
-                .context("images")?
-                .iter()
-                .map(|p| Ok(load_image(&common::repo_root().join(p.as_str().context("path")?), DEFAULT_MAX_PIXELS)?))
-                .collect::<Result<Vec<_>>>()?;
+            let images = common::case_images(case)?;
             // The GGUF's vocabulary, chat template and the mmproj's processor give the
             // processor's ids.
             let text: String = parts.iter().filter_map(|p| p["text"].as_str()).collect();

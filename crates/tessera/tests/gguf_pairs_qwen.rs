@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use anyhow::{ensure, Context, Result};
 use candle_core::{Device, Tensor};
-use tessera::{load_image, LoadOptions, Model, RgbImage, DEFAULT_MAX_PIXELS};
+use tessera::{LoadOptions, Model, RgbImage};
 
 fn pair_files(name: &str) -> (PathBuf, PathBuf) {
     let dir = common::fixtures().join(format!("vlm/{name}-gguf"));
@@ -45,12 +45,7 @@ fn pair_matches_transformers_and_the_folder(name: &str, family: &str, deepstack:
             let parts = case["messages"][0]["content"].as_array().context("content")?;
             let case_name = case["name"].as_str().context("name")?;
             let what = format!("{name}/{label}/{case_name}");
-            let images = case["images"]
-                .as_array()
-                .context("images")?
-                .iter()
-                .map(|p| Ok(load_image(&common::repo_root().join(p.as_str().context("path")?), DEFAULT_MAX_PIXELS)?))
-                .collect::<Result<Vec<_>>>()?;
+            let images = common::case_images(case)?;
             // The GGUF's vocabulary and chat template, and smart_resize under the mmproj's
             // patch size, merge size and pixel budget, give the processor's ids.
             let prompt_text: String = parts.iter().filter_map(|p| p["text"].as_str()).collect();

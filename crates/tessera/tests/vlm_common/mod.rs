@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};
 use serde_json::Value;
-use tessera::{load_image, Model, RgbImage, DEFAULT_MAX_PIXELS};
+use tessera::{Model, RgbImage};
 
 pub const FAMILIES: &[&str] = &[
     "smolvlm-tiny",
@@ -59,12 +59,7 @@ pub fn all_cases(name: &str) -> Result<(Vec<Case>, HashMap<String, Tensor>)> {
     let tensors = candle_core::safetensors::load(&tensors_path, &Device::Cpu)?;
     let mut out = Vec::new();
     for c in reference["cases"].as_array().context("cases")? {
-        let images = c["images"]
-            .as_array()
-            .context("images")?
-            .iter()
-            .map(|p| Ok(load_image(&super::common::repo_root().join(p.as_str().context("path")?), DEFAULT_MAX_PIXELS)?))
-            .collect::<Result<Vec<_>>>()?;
+        let images = super::common::case_images(c)?;
         out.push(Case { name: c["name"].as_str().context("name")?.to_string(), json: c.clone(), images });
     }
     Ok((out, tensors))
