@@ -283,13 +283,7 @@ def gen_config(c: Corpus):
 
     def edit(**fields):
         def make(d):
-            cfg = dict(base)
-            for k, v in fields.items():
-                if v is DELETE:
-                    cfg.pop(k, None)
-                else:
-                    cfg[k] = v
-            write_json(d / "config.json", cfg)
+            write_json(d / "config.json", edited(base, fields))
         return make
 
     case("config-not-json", lambda d: write_bytes(d / "config.json", b"{\"hidden_size\": 64,"), ["config.json"])
@@ -348,6 +342,17 @@ class _Delete:
 DELETE = _Delete()
 
 
+def edited(base: dict, fields: dict) -> dict:
+    """A copy of `base` with `fields` set, and those given as DELETE removed."""
+    out = dict(base)
+    for k, v in fields.items():
+        if v is DELETE:
+            out.pop(k, None)
+        else:
+            out[k] = v
+    return out
+
+
 def gen_processor(c: Corpus):
     cls = "processor"
     run = ["generate", "--model", "{case}", "--image", SHAPES_IMAGE, "--prompt", "How many shapes are there?"]
@@ -355,13 +360,7 @@ def gen_processor(c: Corpus):
 
     def case(name, fields, words, expect="error"):
         d = clone_model(SHAPES, c.dir(name))
-        cfg = dict(base)
-        for k, v in fields.items():
-            if v is DELETE:
-                cfg.pop(k, None)
-            else:
-                cfg[k] = v
-        write_json(d / "preprocessor_config.json", cfg)
+        write_json(d / "preprocessor_config.json", edited(base, fields))
         c.add(cls, name, run, expect, (["preprocessor_config.json"] + words) if expect == "error" else [])
 
     case("proc-size-0x0", {"size": {"height": 0, "width": 0}}, ["size"])
