@@ -13,6 +13,10 @@
 mod batching;
 #[path = "../embeddings.rs"]
 mod embeddings;
+#[path = "../gguf_pairs.rs"]
+mod gguf_pairs;
+#[path = "../gguf_pairs_qwen.rs"]
+mod gguf_pairs_qwen;
 #[path = "../half_attention.rs"]
 mod half_attention;
 #[path = "../half_precision.rs"]
