@@ -143,7 +143,8 @@ case "$what" in
         "$bin/tessera-bench" "${flags[@]}" | tee "$out/gguf_$dt.json" || echo "tessera-bench on the GGUF ($dt) failed"
       done
     fi
-    if [ -z "$dry" ]; then
+    # TESSERA_GPU_7B=0 leaves it out (a lease of 15 minutes holds the suite and SmolVLM, not the 7B's 14 GB).
+    if [ -z "$dry" ] && [ "${TESSERA_GPU_7B:-1}" != 0 ]; then
       "${bench[@]}" --models llava-1.5-7b-hf --append 2>&1 | tee -a "$out/bench.log" || echo "bench.py failed"
       table
     fi
