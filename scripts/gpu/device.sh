@@ -4,6 +4,7 @@
 # .gpu/ carried along. Writes logs and JSON under $OUT (or ./gpu-out).
 #   scripts/gpu/device.sh suite   # bf16/f16 references by transformers on this GPU, then the parity suite
 #                                 # (and its half-precision attention test again with flash-attention off)
+#   scripts/gpu/device.sh smoke   # the CLI on the GPU against the CPU's answer, alone
 #   scripts/gpu/device.sh bins    # the CLI on the GPU (smoke), then scripts/gpu/bench.py on SmolVLM, an
 #                                 # Nsight Systems summary of its decode where nsys is installed, the GGUF
 #                                 # decode figure (random weights in the test file's layout,
@@ -19,7 +20,7 @@
 # Its figures mean nothing; its failures are the script's or the CPU's.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-what=${1:?usage: $0 suite|bins}
+what=${1:?usage: $0 suite|bins|smoke}
 out=${OUT:-$PWD/gpu-out}
 bin=/tmp/tessera-gpu
 mkdir -p "$out" "$bin"
@@ -100,7 +101,7 @@ case "$what" in
     echo "device_suite exit $rc"
     exit "$rc"
     ;;
-  bins)
+  bins | smoke)
     t=$bin/tessera
     # The main command on the GPU, and the same on the CPU: the same answer.
     q=(generate --model models/shapes-vlm --image models/shapes-vlm/examples/three_shapes.png --prompt "How many shapes are there?")
@@ -109,6 +110,7 @@ case "$what" in
     cmp "$out/generate_cuda_f32.txt" "$out/generate_cpu_f32.txt" && echo "cuda f32 answer = cpu answer"
     "$t" "${q[@]}" --device "$dev" | tee "$out/generate_cuda_bf16.txt" # the default dtype: bf16 on a GPU
     "$t" "${q[@]}" --device cuda:7 2>&1 | tee "$out/missing_device.txt" || true
+    [ "$what" = bins ] || exit 0 # smoke: the CLI's answers alone, no bench
     # Cheapest and most telling first, so that a run cut short by its time limit keeps the most:
     # SmolVLM against transformers, then where its decode step's time goes, the GGUF path, and
     # last llava-1.5-7b (14 GB of weights written and loaded by each engine), added to the same
@@ -149,5 +151,5 @@ case "$what" in
       table
     fi
     ;;
-  *) echo "usage: $0 suite|bins" >&2; exit 2 ;;
+  *) echo "usage: $0 suite|bins|smoke" >&2; exit 2 ;;
 esac
