@@ -174,9 +174,10 @@ struct InternVlImages {
     end: String,
 }
 
-impl ImageSpec for InternVlSpec {
-    fn load(&self, at: &ImageLoad<'_>) -> Result<Box<dyn ImageSide>> {
-        let ProcessorSettings { image, origin, .. } = ProcessorSettings::of(at)?;
+impl InternVlSpec {
+    /// The tiling and the normalization `settings` (the image processor's) give.
+    pub fn processor(&self, settings: &ProcessorSettings) -> Result<(CropToPatches, PreprocessConfig)> {
+        let ProcessorSettings { image, origin, .. } = settings;
         let err = |reason: String| TesseraError::Config { path: origin.clone(), reason };
         let normalize: PreprocessConfig =
             serde_json::from_value(image.clone()).map_err(|e| err(format!("image processor settings: {e}")))?;
@@ -197,14 +198,26 @@ impl ImageSpec for InternVlSpec {
                     .ok_or_else(|| err(format!("`{k}` {v} must be a whole number of tiles between 1 and 64"))),
             }
         };
-        let (min_patches, max_patches) = (count("min_patches", 1)?, count("max_patches", 12)?);
+        // With `max_patches` 1 the processor does not crop: one resize, as the 1×1 grid.
         let tiling = CropToPatches {
             tile: s,
-            // With `max_patches` 1 the processor does not crop: one resize, as the 1×1 grid.
-            min_patches,
-            max_patches,
+            min_patches: count("min_patches", 1)?,
+            max_patches: count("max_patches", 12)?,
             filter: normalize.filter().map_err(|e| err(e.to_string()))?,
         };
+        Ok((tiling, normalize))
+    }
+
+    /// [`processor`](Self::processor) from the checkpoint folder `dir`'s processor files.
+    pub fn processor_in(&self, dir: &std::path::Path) -> Result<(CropToPatches, PreprocessConfig)> {
+        let (image, processor, origin) = super::image::processor_files(dir)?;
+        self.processor(&ProcessorSettings { image, processor, origin })
+    }
+}
+
+impl ImageSpec for InternVlSpec {
+    fn load(&self, at: &ImageLoad<'_>) -> Result<Box<dyn ImageSide>> {
+        let (tiling, normalize) = self.processor(&ProcessorSettings::of(at)?)?;
         let tokenizer_path = at.dir.join("tokenizer.json");
         let marker = |text: &str| -> Result<String> {
             at.tokenizer.token_to_id(text).map(|_| text.to_string()).ok_or_else(|| TesseraError::Config {
