@@ -257,6 +257,14 @@ impl InternVlImages {
     }
 }
 
+impl InternVlImages {
+    /// The most image tokens one image can take: the largest grid and its thumbnail.
+    fn budget(&self) -> usize {
+        let views = if self.tiling.max_patches > 1 { self.tiling.max_patches + 1 } else { 1 };
+        views * self.spec.tokens_per_tile
+    }
+}
+
 impl ImageSide for InternVlImages {
     fn fixed_tokens(&self) -> Option<usize> {
         (self.tiling.max_patches == 1).then_some(self.spec.tokens_per_tile)
@@ -312,7 +320,7 @@ impl ImageSide for InternVlImages {
         format!(
             "InternViT tower ({} layers, width {}, {}×{} tiles, {}×{} patches, CLS dropped, layer scale), \
              connector: {}; {} image tokens per tile; up to {} tiles in the grid closest to the image's aspect \
-             ratio plus a thumbnail ({} resizes), each image within <img>…</img>",
+             ratio plus a thumbnail ({} resizes), each image within <img>…</img>: at most {} image tokens an image",
             t.num_hidden_layers,
             t.hidden_size,
             t.image_size,
@@ -328,6 +336,51 @@ impl ImageSide for InternVlImages {
                 Filter::Lanczos => "Lanczos",
                 Filter::Nearest => "nearest",
             },
+            self.budget(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::json;
+
+    use crate::families::ModelConfig;
+
+    fn resolve(vision: serde_json::Value, top: serde_json::Value) -> String {
+        let mut config = json!({
+            "model_type": "internvl",
+            "text_config": {"model_type": "qwen2", "vocab_size": 100, "hidden_size": 64, "intermediate_size": 128,
+                            "num_hidden_layers": 1, "num_attention_heads": 4},
+            "vision_config": vision,
+        });
+        if let (Some(c), Some(t)) = (config.as_object_mut(), top.as_object()) {
+            c.extend(t.clone());
+        }
+        match ModelConfig::from_config_json(&config, Path::new("config.json")) {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn what_internvl3_1b_does_not_use_is_refused_by_name() {
+        let tiny = json!({"hidden_size": 32, "num_attention_heads": 4, "image_size": [28, 28], "patch_size": [7, 7]});
+        assert_eq!(resolve(tiny.clone(), json!({"image_seq_length": 4})), "");
+        let e = resolve(tiny.clone(), json!({}));
+        assert!(e.contains("image_seq_length 256") && e.contains("= 4"), "{e}");
+        for (field, value) in [("use_qk_norm", json!(true)), ("norm_type", json!("rms_norm"))] {
+            let mut v = tiny.clone();
+            v[field] = value;
+            let e = resolve(v, json!({"image_seq_length": 4}));
+            assert!(e.contains(field) && e.contains("not supported"), "{e}");
+        }
+        let e = resolve(tiny.clone(), json!({"image_seq_length": 4, "vision_feature_layer": -2}));
+        assert!(e.contains("vision_feature_layer -2"), "{e}");
+        let mut v = tiny;
+        v["image_size"] = json!([28, 56]);
+        assert!(resolve(v, json!({})).contains("only square tiles"));
     }
 }
