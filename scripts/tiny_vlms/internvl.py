@@ -19,6 +19,8 @@ from PIL import Image
 from transformers import (GotOcr2ImageProcessorPil, InternVLConfig, InternVLForConditionalGeneration,
                           InternVLProcessor, InternVLVisionConfig, PreTrainedTokenizerFast, Qwen2Config)
 
+from transformers.models.internvl.video_processing_internvl import InternVLVideoProcessor  # needs torchvision
+
 from make_tiny_vlms import IMAGES, REAL, TEXT, append_special, bpe, chat_case
 
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
@@ -56,10 +58,9 @@ def internvl_spec():
     image_processor = GotOcr2ImageProcessorPil(
         size={"height": 28, "width": 28}, resample=Image.Resampling.BICUBIC, image_mean=IMAGENET_MEAN,
         image_std=IMAGENET_STD, crop_to_patches=False, min_patches=1, max_patches=6)
-    from transformers.models.internvl.video_processing_internvl import InternVLVideoProcessor
-    processor = InternVLProcessor(image_processor=image_processor, tokenizer=tok, video_processor=InternVLVideoProcessor(),
-                                  image_seq_length=4,
-                                  chat_template=template)
+    # InternVLProcessor insists on its video processor (which needs torchvision); videos are not used.
+    processor = InternVLProcessor(image_processor=image_processor, tokenizer=tok,
+                                  video_processor=InternVLVideoProcessor(), image_seq_length=4, chat_template=template)
     tok = processor.tokenizer
     text = Qwen2Config(vocab_size=len(tok), **TEXT, rms_norm_eps=1e-6, rope_theta=1000000.0,
                        tie_word_embeddings=True, use_sliding_window=False, sliding_window=None,
