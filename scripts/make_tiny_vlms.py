@@ -26,6 +26,9 @@ Writes tests/fixtures/vlm/<name>/ for
                          interleaved M-RoPE, a Qwen3 text model with q/k norms) + Qwen3VLProcessor (the real
                          Qwen3-VL chat template from tests/fixtures/real_configs/qwen3-vl-2b-instruct when that
                          folder exists, else Qwen2-VL's, which writes the same image markup)
+  internvl-tiny          InternVLForConditionalGeneration (layer-scaled InternViT with a CLS token, pixel shuffle 0.5,
+                         LayerNorm + MLP projector, Qwen2 text) + InternVLProcessor (GotOcr2 crop_to_patches: aspect-ratio
+                         tile grid + thumbnail; <img><IMG_CONTEXT>...</img>); built in scripts/tiny_vlms/internvl.py
   gemma3-tiny            Gemma3ForConditionalGeneration (SigLIP vision, 2x2 average pooling, mm_soft_emb_norm, a
                          Gemma 3 text model: q/k norms, 5 local : 1 global layers with their own RoPE bases and linear
                          scaling on the global one, a window of 8 under 16 image tokens, images attending to themselves
@@ -672,8 +675,14 @@ def run_case(spec, model, processor, case):
     def text_hook(_module, _args, kwargs):
         captured["inputs_embeds"] = kwargs["inputs_embeds"].detach().clone()
 
-    hooks = [spec["connector"](model).register_forward_pre_hook(connector_hook, with_kwargs=True),
-             spec["text_model"](model).register_forward_pre_hook(text_hook, with_kwargs=True)]
+    hooks = [spec["text_model"](model).register_forward_pre_hook(text_hook, with_kwargs=True)]
+    if "vision_output" in spec:
+        # The tower's output (picked from it) rather than the connector's input (InternVL shuffles in between).
+        tower, pick = spec["vision_output"]
+        hooks.append(tower(model).register_forward_hook(
+            lambda _m, _a, out: captured.__setitem__("vision_hidden", pick(out).detach().clone())))
+    else:
+        hooks.append(spec["connector"](model).register_forward_pre_hook(connector_hook, with_kwargs=True))
     with torch.no_grad():
         out = model(**inputs)
     for h in hooks:
@@ -943,13 +952,15 @@ def folder_size(path):
 
 def main():
     import sys
+    from tiny_vlms.internvl import internvl_spec  # imports this module's helpers, so not at the top
     wanted = set(sys.argv[1:])
     torch.set_num_threads(2)
     os.makedirs(OUT, exist_ok=True)
     derive_images()
     specs = {"smolvlm-tiny": smolvlm_spec, "llava-tiny": llava_spec, "llava-interleave-tiny": llava_interleave_spec,
              "paligemma-tiny": paligemma_spec, "paligemma2-tiny": paligemma2_spec, "gemma3-tiny": gemma3_spec,
-             "qwen2-vl-tiny": qwen2_vl_spec, "qwen2.5-vl-tiny": qwen2_5_vl_spec, "qwen3-vl-tiny": qwen3_vl_spec}
+             "qwen2-vl-tiny": qwen2_vl_spec, "qwen2.5-vl-tiny": qwen2_5_vl_spec, "qwen3-vl-tiny": qwen3_vl_spec,
+             "internvl-tiny": internvl_spec}
     for name, make in specs.items():
         if wanted and name not in wanted:
             continue

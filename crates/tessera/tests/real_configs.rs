@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use tessera::config::{ConnectorConfig, ProcessorRule, PromptStyle, TextFamily, TowerSpec};
-use tessera::families::Qwen2VlSpec;
+use tessera::families::{InternVlSpec, Qwen2VlSpec};
 use tessera::{load_image, ChatTemplate, ContentPart, ImageProcessor, Message, ModelConfig, DEFAULT_MAX_PIXELS};
 use tessera_decoder::{Activation, NormStyle};
 use tessera_vision::{FeatureLayer, TowerKind};
@@ -253,6 +253,39 @@ fn qwen3_vl_2b_instruct() -> Result<()> {
         template.render(&image_question("Describe this image."), true)?,
         "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Describe this image.<|im_end|>\n\
          <|im_start|>assistant\n"
+    );
+    Ok(())
+}
+
+/// OpenGVLab/InternVL3-1B-hf, rebuilt as transformers' converter writes it (no copy of the Hub
+/// files was found; SOURCES.md): a Qwen2.5-0.5B text model with dynamic NTK RoPE (the default
+/// frequencies within its 32768 positions), InternViT-300M (24 layers, width 1024, q/k/v biases,
+/// no q/k norm) over 448-px tiles, 256 tokens a tile after the 0.5 pixel shuffle.
+#[test]
+fn internvl3_1b_hf() -> Result<()> {
+    let cfg = config("internvl3-1b-hf")?;
+    assert_eq!((cfg.family, cfg.text_family), ("internvl", TextFamily::Qwen2));
+    let d = &cfg.decoder;
+    assert_eq!((d.hidden_size, d.intermediate_size, d.num_hidden_layers), (896, 4864, 24));
+    assert_eq!((d.num_attention_heads, d.num_key_value_heads, d.head_dim, d.qkv_bias), (14, 2, 64, true));
+    assert_eq!((d.rope.theta, d.max_position_embeddings, cfg.vocab_size), (1_000_000.0, 32_768, 151_674));
+    assert_eq!(d.rope.scaling, tessera_decoder::RopeScaling::Default);
+    assert_eq!(cfg.eos_token_ids, [151_645]);
+    let Some(v) = cfg.vision_spec::<InternVlSpec>() else { anyhow::bail!("an InternVL image side") };
+    let t = &v.tower;
+    assert_eq!((t.hidden_size, t.intermediate_size, t.num_hidden_layers, t.num_attention_heads), (1024, 4096, 24, 16));
+    assert_eq!((t.image_size, t.patch_size, t.attention_bias, t.hidden_act), (448, 14, true, Activation::Gelu));
+    assert_eq!((v.scale, v.tokens_per_tile, v.image_token_id), (2, 256, 151_667));
+    // A 451×300 photo: a 3×2 grid of 448-px tiles and a thumbnail, 7 × 256 = 1792 image tokens
+    // (transformers' processor from the same files: 7 patches, 1792 + <img> + </img>).
+    let (tiling, _) = v.processor_in(&real("internvl3-1b-hf"))?;
+    let img = chelsea()?;
+    assert_eq!((tiling.grid(img.height, img.width), tiling.max_patches), ((3, 2), 12));
+    assert_eq!(tiling.views(img.height, img.width) * v.tokens_per_tile, 1792);
+    let template = ChatTemplate::from_model_dir(&real("internvl3-1b-hf"))?.context("template")?;
+    assert_eq!(
+        template.render(&image_question("Describe this image."), true)?,
+        "<|im_start|>user\n<IMG_CONTEXT>\nDescribe this image.<|im_end|>\n<|im_start|>assistant\n"
     );
     Ok(())
 }

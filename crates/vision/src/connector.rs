@@ -8,20 +8,44 @@
 //! - Gemma 3 (`multi_modal_projector`): the patch grid average-pooled to `tokens_per_side²`
 //!   tokens, `mm_soft_emb_norm` (a `(1 + w)` RMSNorm), then `mm_input_projection_weight`
 //!   (stored `(vision, text)`, applied as `x · W`).
+//! - InternVL (`multi_modal_projector`): the same pixel shuffle as Idefics3 (InternVL's
+//!   `pixel_shuffle` with `downsample_ratio` 0.5 is this one with `s = 2`), then `layer_norm`
+//!   (`nn.LayerNorm`'s default ε 1e-5, not the tower's) and LLaVA's two-layer MLP.
 
 use candle_core::Tensor;
 use tessera_decoder::weights::MatrixWeight;
-use tessera_decoder::{Activation, Linear, NormStyle, RmsNorm, Weights};
+use tessera_decoder::{Activation, LayerNorm, Linear, NormStyle, RmsNorm, Weights};
 
 use crate::error::{Result, VisionError};
 
 #[derive(Clone, Debug)]
 pub enum Connector {
-    PixelShuffle { scale: usize, proj: Linear },
-    Mlp { linear_1: Linear, act: Activation, linear_2: Linear },
+    PixelShuffle {
+        scale: usize,
+        proj: Linear,
+    },
+    Mlp {
+        linear_1: Linear,
+        act: Activation,
+        linear_2: Linear,
+    },
     Linear(Linear),
-    AvgPool { patches_per_side: usize, tokens_per_side: usize, norm: RmsNorm, proj: Linear },
+    AvgPool {
+        patches_per_side: usize,
+        tokens_per_side: usize,
+        norm: RmsNorm,
+        proj: Linear,
+    },
+    /// Pixel shuffle, LayerNorm, then a [`Connector::Mlp`].
+    ShuffleNormMlp {
+        scale: usize,
+        norm: LayerNorm,
+        mlp: Box<Connector>,
+    },
 }
+
+/// `nn.LayerNorm`'s default epsilon, which InternVL's projector norm keeps.
+const TORCH_LAYER_NORM_EPS: f64 = 1e-5;
 
 impl Connector {
     /// Idefics3: `vb` is the connector root (`model.connector`).
@@ -70,10 +94,29 @@ impl Connector {
         })
     }
 
+    /// InternVL: `vb` is `multi_modal_projector`; `scale` is `1 / downsample_ratio`.
+    pub fn shuffle_norm_mlp(
+        vision_hidden: usize,
+        text_hidden: usize,
+        scale: usize,
+        act: Activation,
+        vb: &Weights,
+    ) -> Result<Self> {
+        if scale == 0 {
+            return Err(VisionError::Config("the pixel shuffle's scale must be positive".into()));
+        }
+        let width = vision_hidden * scale * scale;
+        Ok(Self::ShuffleNormMlp {
+            scale,
+            norm: LayerNorm::load(width, TORCH_LAYER_NORM_EPS, &vb.pp("layer_norm"))?,
+            mlp: Box::new(Self::mlp(width, text_hidden, act, true, vb)?),
+        })
+    }
+
     /// Tokens out per `n` tower features in.
     pub fn tokens_for(&self, n: usize) -> usize {
         match self {
-            Self::PixelShuffle { scale, .. } => n / (scale * scale),
+            Self::PixelShuffle { scale, .. } | Self::ShuffleNormMlp { scale, .. } => n / (scale * scale),
             Self::AvgPool { tokens_per_side, .. } => tokens_per_side * tokens_per_side,
             _ => n,
         }
@@ -89,6 +132,7 @@ impl Connector {
                 let pooled = avg_pool(x, *patches_per_side, *tokens_per_side)?;
                 Ok(proj.forward(&norm.forward(&pooled)?)?)
             }
+            Self::ShuffleNormMlp { scale, norm, mlp } => mlp.forward(&norm.forward(&pixel_shuffle(x, *scale)?)?),
         }
     }
 
@@ -101,6 +145,7 @@ impl Connector {
                 let k = patches_per_side / tokens_per_side;
                 format!("{k}×{k} average pooling to {tokens_per_side}×{tokens_per_side}, RMSNorm + linear")
             }
+            Self::ShuffleNormMlp { scale, mlp, .. } => format!("pixel shuffle ×{scale}, LayerNorm, {}", mlp.describe()),
         }
     }
 }

@@ -9,12 +9,16 @@
 //! - [`native`]: the patch encoder of tessera's native single-stream model;
 //! - [`tower`]: SigLIP and CLIP vision transformers;
 //! - [`connector`]: from tower features to language-model tokens (pixel shuffle, MLP, linear);
-//! - [`tiling`]: Idefics3/SmolVLM's image splitting into tiles plus a global view.
+//! - [`tiling`]: Idefics3/SmolVLM's image splitting into tiles plus a global view;
+//! - [`crop_to_patches`]: InternVL's aspect-ratio tile grid plus a thumbnail;
+//! - [`intern_vit`]: InternVL's vision tower (CLS token, layer scale).
 
 pub mod connector;
+pub mod crop_to_patches;
 pub mod error;
 pub mod heatmap;
 pub mod image_io;
+pub mod intern_vit;
 pub mod native;
 pub mod pan_and_scan;
 pub mod patchify;
@@ -25,9 +29,11 @@ pub mod tiling;
 pub mod tower;
 
 pub use connector::Connector;
+pub use crop_to_patches::CropToPatches;
 pub use error::{Result, VisionError};
 pub use heatmap::{patch_intensities, render_heatmap};
 pub use image_io::{decode_image, encode_png, load_image, load_image_source, save_png, RgbImage, DEFAULT_MAX_PIXELS};
+pub use intern_vit::{InternVit, InternVitConfig};
 pub use native::{NativePatchEncoder, NativeVisionConfig};
 pub use pan_and_scan::PanAndScan;
 pub use patchify::{patchify, PatchEmbedding};

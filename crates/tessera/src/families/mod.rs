@@ -13,6 +13,7 @@
 mod gemma3;
 mod idefics3;
 pub mod image;
+mod internvl;
 mod llava;
 pub mod mmproj;
 mod native;
@@ -32,6 +33,7 @@ use tessera_decoder::DecoderConfig;
 
 use crate::error::{Result, TesseraError};
 pub use image::{ImageFeatures, ImageLoad, ImageSide, ImageSpec, ProcessorSettings};
+pub use internvl::InternVlSpec;
 pub use native::NativeSpec;
 pub use qwen2_vl::Qwen2VlSpec;
 pub use text::{TextFamily, TextFields, TextModel};
@@ -67,6 +69,8 @@ pub const REGISTRY: &[(&str, Resolve)] = &[
     ("qwen2_5_vl", |j| parse::<qwen2_vl::Qwen2VlConfig>(j)?.resolve(qwen2_vl::Generation::Qwen25Vl)),
     // Qwen3-VL: learned vision positions, DeepStack, interleaved M-RoPE, a Qwen3 decoder.
     ("qwen3_vl", |j| parse::<qwen2_vl::Qwen2VlConfig>(j)?.resolve(qwen2_vl::Generation::Qwen3Vl)),
+    // InternVL3: InternViT tiles (CLS, layer scale), pixel shuffle + LayerNorm/MLP, a Qwen2 decoder.
+    ("internvl", |j| parse::<internvl::InternVlConfig>(j)?.resolve()),
 ];
 
 /// What `tessera` reads, for error messages: the registry's `model_type`s and the GGUF

@@ -371,6 +371,10 @@ pub enum RopeKind {
     Mrope,
     Linear,
     Llama3,
+    /// Dynamic NTK scaling (InternVL3's Qwen2.5 text models): transformers rescales the
+    /// frequencies only once a sequence passes `max_position_embeddings`, which tessera's
+    /// context never does, so within it they are the default ones.
+    Dynamic,
 }
 
 /// A VLM's `text_config`: its `model_type` (the family's default text model when absent) and
@@ -526,7 +530,7 @@ fn rope_config(params: Option<&RopeFields>, theta: f64) -> Result<RopeConfig, St
             let kind = p.rope_type.or(p.kind).unwrap_or(RopeKind::Default);
             let num = |v: Option<f64>, k: &str| v.ok_or_else(|| format!("rope scaling `{kind:?}` needs `{k}`"));
             match kind {
-                RopeKind::Default | RopeKind::Mrope => RopeScaling::Default,
+                RopeKind::Default | RopeKind::Mrope | RopeKind::Dynamic => RopeScaling::Default,
                 RopeKind::Linear => RopeScaling::Linear { factor: num(p.factor, "factor")? },
                 RopeKind::Llama3 => RopeScaling::Llama3 {
                     factor: num(p.factor, "factor")?,

@@ -20,6 +20,7 @@ pub const FAMILIES: &[&str] = &[
     "qwen2-vl-tiny",
     "qwen2.5-vl-tiny",
     "qwen3-vl-tiny",
+    "internvl-tiny",
 ];
 
 pub fn vlm_dir(name: &str) -> PathBuf {
