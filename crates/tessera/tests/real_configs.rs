@@ -180,7 +180,7 @@ fn gemma_3_4b_it() -> Result<()> {
     assert_eq!((cfg.vocab_size, cfg.eos_token_ids.clone()), (262_208, vec![1, 106]));
     let v = hf_vision(&cfg)?;
     assert_eq!((v.tower.image_size, v.tower.patch_size, v.tower.num_hidden_layers), (896, 14, 27));
-    assert_eq!(v.connector, ConnectorConfig::AvgPool { tokens_per_side: 16 });
+    assert_eq!(v.connector, ConnectorConfig::AvgPool { tokens_per_side: 16, norm: NormStyle::OnePlusWeight });
     assert_eq!(v.image_token_id, 262_144);
     let processor = ImageProcessor::load(&real("gemma-3-4b-it"), v, false)?;
     assert_eq!(processor.fixed_tokens(), Some(256));

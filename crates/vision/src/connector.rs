@@ -6,8 +6,8 @@
 //! - LLaVA (`multi_modal_projector.linear_1/linear_2`): linear → activation → linear.
 //! - PaliGemma (`multi_modal_projector.linear`): one linear layer with bias.
 //! - Gemma 3 (`multi_modal_projector`): the patch grid average-pooled to `tokens_per_side²`
-//!   tokens, `mm_soft_emb_norm` (a `(1 + w)` RMSNorm), then `mm_input_projection_weight`
-//!   (stored `(vision, text)`, applied as `x · W`).
+//!   tokens, `mm_soft_emb_norm` (a `(1 + w)` RMSNorm; llama.cpp's mmproj stores `1 + w`), then
+//!   `mm_input_projection_weight` (stored `(vision, text)`, applied as `x · W`).
 
 use candle_core::Tensor;
 use tessera_decoder::weights::MatrixWeight;
@@ -47,13 +47,14 @@ impl Connector {
         Ok(Self::Linear(vb.linear(vision_hidden, projection_dim, true, "linear")?))
     }
 
-    /// Gemma 3: `vb` is `multi_modal_projector`; `eps` is the vision tower's `layer_norm_eps`.
+    /// Gemma 3: `vb` is `multi_modal_projector`; `eps` is the vision tower's `layer_norm_eps`;
+    /// `(patches_per_side, tokens_per_side)`: the grid pooled, and the pooled one;
+    /// `norm_style`: how the file stores `mm_soft_emb_norm` (`(1 + w)` in a checkpoint).
     pub fn avg_pool(
-        vision_hidden: usize,
-        text_hidden: usize,
-        patches_per_side: usize,
-        tokens_per_side: usize,
+        (vision_hidden, text_hidden): (usize, usize),
+        (patches_per_side, tokens_per_side): (usize, usize),
         eps: f64,
+        norm_style: NormStyle,
         vb: &Weights,
     ) -> Result<Self> {
         if tokens_per_side == 0 || !patches_per_side.is_multiple_of(tokens_per_side) {
@@ -65,7 +66,7 @@ impl Connector {
         Ok(Self::AvgPool {
             patches_per_side,
             tokens_per_side,
-            norm: RmsNorm::load(vision_hidden, eps, NormStyle::OnePlusWeight, &vb.pp("mm_soft_emb_norm"))?,
+            norm: RmsNorm::load(vision_hidden, eps, norm_style, &vb.pp("mm_soft_emb_norm"))?,
             proj: Linear::new(MatrixWeight::Dense(w.t()?.contiguous()?), None)?,
         })
     }
