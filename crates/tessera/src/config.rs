@@ -122,7 +122,7 @@ impl ModelConfig {
             (Some(_), Some(n)) => {
                 let pattern = gguf_swa_pattern(md, &key("attention.sliding_window_pattern"), n, layers).map_err(err)?;
                 let theta = get_f("rope.freq_base_swa").or(rules.local_rope_theta).unwrap_or(10_000.0);
-                let rope = RopeConfig { theta, scaling: RopeScaling::Default, ..decoder.rope.clone() };
+                let rope = RopeConfig { theta, scaling: RopeScaling::Default, ..decoder.rope };
                 decoder.local_rope = Some(LocalRope { rope, layers: pattern.clone() });
                 pattern
             }
