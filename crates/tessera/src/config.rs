@@ -103,12 +103,7 @@ impl ModelConfig {
             hidden_act: rules.hidden_act,
             // llama.cpp's converters store Gemma's `1 + w` norm scales.
             norm_style: NormStyle::Plain,
-            // llama.cpp's rule for Gemma 3 (`llama_model_gemma3::load_arch_hparams`): 1/√head_dim,
-            // the 27B (62 layers) 1/√(width / heads).
-            query_pre_attn_scalar: rules.scale_by_head_dim.then(|| match layers {
-                62 => (hidden / heads) as f64,
-                _ => head_dim as f64,
-            }),
+            query_pre_attn_scalar: rules.query_pre_attn_scalar(layers, hidden, heads, head_dim),
             position_offset: 0,
             attn_logit_softcapping: None,
             sandwich_norms: rules.sandwich_norms,

@@ -279,14 +279,23 @@ pub struct GgufRules {
     pub embed_scaled: bool,
     /// Gemma 2/3's four norms per layer.
     pub sandwich_norms: bool,
-    /// Gemma 2/3: queries scaled by llama.cpp's fixed rule, `1/√head_dim` (the 27B's
-    /// `1/√(width / heads)`), not a key of the file.
+    /// Gemma 2/3: queries scaled by llama.cpp's fixed rule ([`GgufRules::query_pre_attn_scalar`]),
+    /// not a key of the file.
     pub scale_by_head_dim: bool,
     /// Gemma 3: with `{arch}.attention.sliding_window`, every layer but each `n`-th is local
     /// (`n` from `attention.sliding_window_pattern`, else this default).
     pub swa_pattern: Option<usize>,
     /// The local layers' RoPE base unless `{arch}.rope.freq_base_swa` states one.
     pub local_rope_theta: Option<f64>,
+}
+
+impl GgufRules {
+    /// llama.cpp's attention scale as `query_pre_attn_scalar` (`llama_model_gemma3::
+    /// load_arch_hparams`): `head_dim`, but `width / heads` for the 27B (62 layers).
+    pub fn query_pre_attn_scalar(&self, layers: usize, width: usize, heads: usize, head_dim: usize) -> Option<f64> {
+        let scalar = if layers == 62 { width / heads } else { head_dim };
+        self.scale_by_head_dim.then_some(scalar as f64)
+    }
 }
 
 impl TextFamily {
