@@ -5,7 +5,8 @@
 #   llava             llava-tiny            → llava-tiny-f32.gguf + mmproj-llava-tiny-f32.gguf
 #   llava_interleave  llava-interleave-tiny → llava-interleave-tiny-f32.gguf + mmproj-…-f32.gguf
 #   qwen2_vl, qwen2_5_vl, qwen3_vl  qwen2-vl-tiny, qwen2.5-vl-tiny, qwen3-vl-tiny → <name>-f32.gguf + mmproj-<name>-f32.gguf
-#   gemma3            gemma3-tiny           → gemma3-tiny-f32.gguf + mmproj-gemma3-tiny-f32.gguf
+#   gemma3            gemma3-tiny           → gemma3-tiny-f32.gguf + mmproj-gemma3-tiny-f32.gguf, and
+#                     f16/mmproj-gemma3-tiny-f16.gguf (the converter's f16 output, unwrapped)
 # Usage: scripts/make_gguf_pairs.sh [family…] (default: all). One function per family below.
 #
 # The converter is convert_hf_to_gguf.py (+ its conversion/ package and gguf-py) from the
@@ -235,8 +236,10 @@ qwen3_vl() { qwen_pair qwen3-vl-tiny; }
 # knows (transformers 5 writes `vision_tower.*`, as for LLaVA). And the converter runs through
 # convert_gemma3.py, which keeps `mm.input_projection` in the file's type: `Gemma3VisionModel`
 # forces it to f16 whatever `--outtype` says (llama.cpp issue 13025), which would leave the
-# pair's image tokens an f16 rounding away from the folder's (the f32 pair is the exact check;
-# an f16 pair is the converter's default elsewhere).
+# pair's image tokens an f16 rounding away from the folder's (the f32 pair is the exact check).
+# The converter's own f16 mmproj, as users download it (every matrix f16, the input projection
+# forced so), is written too, into f16/ (two mmproj files side by side would leave the one
+# beside the model ambiguous).
 cat > "$stage/convert_gemma3.py" <<'EOF'
 # Usage: convert_gemma3.py CONVERT_HF_PY LLAMA_CPP_DIR MODEL_DIR [converter arguments ...]
 import runpy, sys
@@ -271,7 +274,11 @@ PY
   run --outfile "$out/$name-f32.gguf"
   log "gemma3: mmproj"
   run --mmproj --outfile "$out/mmproj-$name-f32.gguf"
-  ls -l "$out"/*.gguf >&2
+  log "gemma3: mmproj in f16, as the converter writes it"
+  mkdir -p "$out/f16"
+  (cd "$stage" && "$venv/bin/python" "$repo/scripts/peers/convert_hf.py" "$llama" "$stage/$name" --outtype f16 --mmproj \
+    --outfile "$out/f16/mmproj-$name-f16.gguf" 2>&1 | grep -E "ERROR|Error|successfully" >&2)
+  ls -l "$out"/*.gguf "$out"/f16/*.gguf >&2
 }
 
 # --- run -----------------------------------------------------------------------------------------
