@@ -152,6 +152,18 @@ fn the_gemma3_pairs_images_attend_both_ways() -> Result<()> {
     Ok(())
 }
 
+/// Pan-and-scan is refused on the pair in one line naming the mmproj: llama.cpp has none, and
+/// the mmproj states none of its settings.
+#[test]
+fn pan_and_scan_is_refused_on_the_pair() -> Result<()> {
+    let (_, mmproj) = pair_files();
+    let err = load_pair(LoadOptions { pan_and_scan: true, ..common::load_options()? }).err().context("loaded")?;
+    let err = err.to_string();
+    assert!(!err.contains('\n') && err.contains(&mmproj.display().to_string()), "{err}");
+    assert!(err.contains("pan-and-scan") && err.contains("has none"), "{err}");
+    Ok(())
+}
+
 /// A Gemma 3 mmproj beside a text model of another family (the SmolVLM pair's Llama, whose
 /// vocabulary has no `<image_soft_token>`) is refused in one line naming the mmproj.
 #[test]

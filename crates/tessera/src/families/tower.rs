@@ -166,7 +166,11 @@ impl ImageProcessor {
                 match (wanted, can_pan) {
                     (false, _) => (Views::Single(pre), *tokens),
                     (true, false) => {
-                        return Err(err("pan-and-scan is for Gemma 3's processor; this model has none".into()))
+                        return Err(err(
+                            "pan-and-scan is for Gemma 3's processor as a checkpoint folder configures it; this \
+                             model's image processor has none"
+                                .into(),
+                        ))
                     }
                     (true, true) => {
                         let num = |k: &str| {
