@@ -87,7 +87,7 @@ impl ModelConfig {
         let mut decoder = DecoderConfig {
             hidden_size: hidden,
             intermediate_size: get_u("feed_forward_length")?,
-            num_hidden_layers: get_u("block_count")?,
+            num_hidden_layers: layers,
             num_attention_heads: heads,
             num_key_value_heads: kv_heads,
             head_dim,
