@@ -5,6 +5,8 @@
 #   llava             llava-tiny            → llava-tiny-f32.gguf + mmproj-llava-tiny-f32.gguf
 #   llava_interleave  llava-interleave-tiny → llava-interleave-tiny-f32.gguf + mmproj-…-f32.gguf
 #   qwen2_vl, qwen2_5_vl, qwen3_vl  qwen2-vl-tiny, qwen2.5-vl-tiny, qwen3-vl-tiny → <name>-f32.gguf + mmproj-<name>-f32.gguf
+#   gemma3            gemma3-tiny           → gemma3-tiny-f32.gguf + mmproj-gemma3-tiny-f32.gguf, and
+#                     f16/mmproj-gemma3-tiny-f16.gguf (the converter's f16 output, unwrapped)
 # Usage: scripts/make_gguf_pairs.sh [family…] (default: all). One function per family below.
 #
 # The converter is convert_hf_to_gguf.py (+ its conversion/ package and gguf-py) from the
@@ -223,14 +225,70 @@ qwen2_vl() { qwen_pair qwen2-vl-tiny; }
 qwen2_5_vl() { qwen_pair qwen2.5-vl-tiny; }
 qwen3_vl() { qwen_pair qwen3-vl-tiny; }
 
+# --- Gemma 3 ----------------------------------------------------------------------------------------
+# convert_hf_to_gguf.py on the whole checkpoint: Gemma3ForConditionalGeneration's text model
+# (`gemma3`: every `*norm.weight` stored as 1 + w, the embedding cut to the tokenizer's
+# vocabulary, which here is the whole of it) and, with --mmproj, its tower and projector
+# (`clip.projector_type = gemma3`, `mm.soft_emb_norm` stored as 1 + w,
+# `clip.vision.projector.scale_factor` 2 since the tiny grid of 8×8 patches pools to 4×4).
+# Staged (see the fixture's SOURCES.md), no weight changes: the tokenizer_config.json change;
+# the tower under the transformers-4 names `vision_tower.vision_model.*` gguf-py's tensor map
+# knows (transformers 5 writes `vision_tower.*`, as for LLaVA). And the converter runs through
+# convert_gemma3.py, which keeps `mm.input_projection` in the file's type: `Gemma3VisionModel`
+# forces it to f16 whatever `--outtype` says (llama.cpp issue 13025), which would leave the
+# pair's image tokens an f16 rounding away from the folder's (the f32 pair is the exact check).
+# The converter's own f16 mmproj, as users download it (every matrix f16, the input projection
+# forced so), is written too, into f16/ (two mmproj files side by side would leave the one
+# beside the model ambiguous).
+cat > "$stage/convert_gemma3.py" <<'EOF'
+# Usage: convert_gemma3.py CONVERT_HF_PY LLAMA_CPP_DIR MODEL_DIR [converter arguments ...]
+import runpy, sys
+script = sys.argv.pop(1)
+llama = sys.argv[1]
+sys.path[:0] = [llama, llama + "/gguf-py"]
+import conversion.gemma as gemma
+force = gemma.Gemma3VisionModel.tensor_force_quant
+def keep_input_projection(self, name, new_name, bid, n_dims):
+    return False if "input_projection" in name else force(self, name, new_name, bid, n_dims)
+gemma.Gemma3VisionModel.tensor_force_quant = keep_input_projection
+sys.argv[0] = script
+runpy.run_path(script, run_name="__main__")
+EOF
+
+gemma3() {
+  local name=gemma3-tiny out="$fixtures/gemma3-tiny-gguf"
+  stage_checkpoint "$name"
+  "$venv/bin/python" - "$stage/$name" <<'PY'
+import sys
+from safetensors.torch import load_file, save_file
+d = sys.argv[1]
+t = load_file(f"{d}/model.safetensors")
+t = {("vision_tower.vision_model." + k[len("vision_tower."):] if k.startswith("vision_tower.") else k): v
+     for k, v in t.items()}
+save_file(t, f"{d}/model.safetensors", metadata={"format": "pt"})
+PY
+  mkdir -p "$out"
+  run() { (cd "$stage" && "$venv/bin/python" convert_gemma3.py "$repo/scripts/peers/convert_hf.py" "$llama" "$stage/$name" --outtype f32 "$@" 2>&1 \
+    | grep -E "ERROR|Error|successfully" >&2); }
+  log "gemma3: text model"
+  run --outfile "$out/$name-f32.gguf"
+  log "gemma3: mmproj"
+  run --mmproj --outfile "$out/mmproj-$name-f32.gguf"
+  log "gemma3: mmproj in f16, as the converter writes it"
+  mkdir -p "$out/f16"
+  (cd "$stage" && "$venv/bin/python" "$repo/scripts/peers/convert_hf.py" "$llama" "$stage/$name" --outtype f16 --mmproj \
+    --outfile "$out/f16/mmproj-$name-f16.gguf" 2>&1 | grep -E "ERROR|Error|successfully" >&2)
+  ls -l "$out"/*.gguf "$out"/f16/*.gguf >&2
+}
+
 # --- run -----------------------------------------------------------------------------------------
 families=("$@")
-[ ${#families[@]} -gt 0 ] || families=(smolvlm llava llava_interleave qwen2_vl qwen2_5_vl qwen3_vl)
+[ ${#families[@]} -gt 0 ] || families=(smolvlm llava llava_interleave qwen2_vl qwen2_5_vl qwen3_vl gemma3)
 for f in "${families[@]}"; do
   case "$f" in
-    smolvlm | llava | llava_interleave | qwen2_vl | qwen2_5_vl | qwen3_vl) "$f" ;;
+    smolvlm | llava | llava_interleave | qwen2_vl | qwen2_5_vl | qwen3_vl | gemma3) "$f" ;;
     *)
-      echo "unknown family \`$f\` (smolvlm, llava, llava_interleave, qwen2_vl, qwen2_5_vl, qwen3_vl)" >&2
+      echo "unknown family \`$f\` (smolvlm, llava, llava_interleave, qwen2_vl, qwen2_5_vl, qwen3_vl, gemma3)" >&2
       exit 2
       ;;
   esac

@@ -32,7 +32,8 @@ Writes tests/fixtures/vlm/<name>/ for
   gemma3-tiny            Gemma3ForConditionalGeneration (SigLIP vision, 2x2 average pooling, mm_soft_emb_norm, a
                          Gemma 3 text model: q/k norms, 5 local : 1 global layers with their own RoPE bases and linear
                          scaling on the global one, a window of 8 under 16 image tokens, images attending to themselves
-                         both ways; the image token id is outside the text vocabulary as the reference allows) +
+                         both ways; the image tokens are vocabulary entries and query_pre_attn_scalar is head_dim,
+                         as in the real 4B) +
                          Gemma3Processor (<start_of_image> expanded, the real Gemma 3 chat template); ablation: the
                          images attending causally (no token_type_ids): its prompt logits
                          as <case>.logits_causal_images
@@ -565,12 +566,13 @@ def gemma3_spec():
     processor = Gemma3Processor(image_processor=image_processor, tokenizer=tok, image_seq_length=16,
                                 chat_template=GEMMA3_CHAT)
     tok = processor.tokenizer
-    # The image soft token is the tokenizer's last id: a text vocabulary one short puts it outside, as the reference
-    # allows (it embeds id 0 there before the image features replace it).
-    text = Gemma3TextConfig(vocab_size=len(tok) - 1, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
+    # The image soft token (and <start_of_image>, <end_of_image>) are vocabulary entries, as in google/gemma-3-4b-it
+    # (<image_soft_token> 262144 of 262208), so llama.cpp's converter takes the checkpoint.
+    # query_pre_attn_scalar is head_dim, as in the real 1B/4B/12B (llama.cpp scales by 1/sqrt(head_dim) there).
+    text = Gemma3TextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=6,
                             num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                             hidden_activation="gelu_pytorch_tanh", max_position_embeddings=2048, rms_norm_eps=1e-6,
-                            query_pre_attn_scalar=24, sliding_window=8,
+                            query_pre_attn_scalar=16, sliding_window=8,
                             rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0,
                                                                 "rope_theta": 1000000.0},
                                              "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
@@ -586,7 +588,7 @@ def gemma3_spec():
         connector=lambda m: m.model.multi_modal_projector, text_model=lambda m: m.model.language_model,
         generation=dict(bos_token_id=ids("<bos>"), eos_token_id=[ids("<eos>"), ids("<end_of_turn>")],
                         pad_token_id=ids("<pad>")),
-        image_token="<image_soft_token>", image_token_outside_vocab=True, input_ablations={"causal_images": ["token_type_ids"]},
+        image_token="<image_soft_token>", input_ablations={"causal_images": ["token_type_ids"]},
         cases=[
             chat_case("chelsea", [f"{IMAGES}/chelsea.png"], "Describe this image."),
             chat_case("two_images", [f"{IMAGES}/chelsea.png", f"{IMAGES}/astronaut.png"],
@@ -759,7 +761,7 @@ def build(spec):
         image_token = spec.get("image_token", "<image>")
         assert model.config.image_token_id == processor.tokenizer.convert_tokens_to_ids(image_token)
         vocab = model.config.get_text_config().vocab_size
-        assert vocab == len(processor.tokenizer) - int(spec.get("image_token_outside_vocab", False))
+        assert vocab == len(processor.tokenizer)
         model.generation_config.eos_token_id = None  # EOS ignored: 16 plain argmax steps
         records, tensors = [], {}
         for case in spec["cases"]:

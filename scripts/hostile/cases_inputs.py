@@ -244,6 +244,14 @@ def gen_mmproj(c: Corpus):
     c.add(cls, "mmproj-text-gguf-as-mmproj", gen(smol_text, smol_text), "error", [tail(smol_text), "not an mmproj"])
     c.add(cls, "mmproj-with-a-folder", gen("{repo}/" + pairs + "smolvlm-tiny", smol_mmproj), "error",
           ["GGUF text model", "smolvlm-tiny"])
+    # Gemma 3's mmproj with SmolVLM's Llama (no <image_soft_token>), and SmolVLM's with Gemma 3's
+    # text model (no <image>): the image token the projector needs is not in the vocabulary.
+    gemma3_text = "{repo}/" + pairs + "gemma3-tiny-gguf/gemma3-tiny-f32.gguf"
+    gemma3_mmproj = "{repo}/" + pairs + "gemma3-tiny-gguf/mmproj-gemma3-tiny-f32.gguf"
+    c.add(cls, "mmproj-gemma3-with-a-llama", gen(smol_text, gemma3_mmproj), "error",
+          [tail(gemma3_mmproj), "gemma3", "<image_soft_token>"])
+    c.add(cls, "mmproj-idefics3-with-gemma3", gen(gemma3_text, smol_mmproj), "error",
+          [tail(smol_mmproj), "idefics3", "<image>"])
 
 
 def gen_cli(c: Corpus):

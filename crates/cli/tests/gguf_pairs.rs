@@ -1,4 +1,4 @@
-//! `tessera generate` on llama.cpp's GGUF + mmproj pairs of the tiny SmolVLM and LLaVA
+//! `tessera generate` on llama.cpp's GGUF + mmproj pairs of the tiny SmolVLM, LLaVA and Gemma 3
 //! (tests/fixtures/vlm/*-gguf, written by scripts/make_gguf_pairs.sh): the answer transformers
 //! gives for the same checkpoint, the mmproj found beside the model; bad pairs (a wrong or
 //! unknown projector type, another family's mmproj, another width, an mmproj alone, a text
@@ -195,6 +195,25 @@ fn generate_answers_from_the_llava_pair_as_transformers_does() -> Result<()> {
     let v: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim())?;
     assert_eq!(v["image_tokens"], 25);
     assert_eq!(v["generated_tokens"], greedy);
+    Ok(())
+}
+
+/// Gemma 3's pair (the mmproj found beside the model): `<start_of_image>` expanded to 16 image
+/// tokens, transformers' greedy ids, and `info` naming the family and its decoder.
+#[test]
+fn generate_answers_from_the_gemma3_pair_as_transformers_does() -> Result<()> {
+    let greedy = reference_greedy_of("gemma3-tiny")?;
+    let model = fixture("gemma3-tiny-gguf", "gemma3-tiny-f32.gguf");
+    let o = describe(&model, None);
+    ensure!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("mmproj-gemma3-tiny-f32.gguf"), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim())?;
+    assert_eq!(v["image_tokens"], 16);
+    assert_eq!(v["generated_tokens"], greedy);
+    let o = tessera(&["info", "--model", &model]);
+    ensure!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("architecture:   gemma3 (gemma3_text decoder)"), "{out}");
     Ok(())
 }
 

@@ -35,6 +35,8 @@ struct GgufSource {
     content: gguf_file::Content,
     file: WeightFile,
     mode: GgufMode,
+    /// The layers have Gemma 2/3's four norms (llama.cpp names them apart: [`gguf_sandwich_name`]).
+    sandwich: bool,
 }
 
 enum Source {
@@ -83,8 +85,9 @@ impl Weights {
         device: &Device,
     ) -> Result<Self> {
         let file = WeightFile::open(path)?;
+        let sandwich = content.tensor_infos.contains_key("blk.0.post_ffw_norm.weight");
         Ok(Self {
-            source: Arc::new(Source::Gguf(GgufSource { path: path.to_path_buf(), content, file, mode })),
+            source: Arc::new(Source::Gguf(GgufSource { path: path.to_path_buf(), content, file, mode, sandwich })),
             prefix: String::new(),
             quant: None,
             dtype,
@@ -161,6 +164,7 @@ impl Weights {
     fn stored_name(&self, full: &str) -> Option<String> {
         match &*self.source {
             Source::Safetensors(_) => Some(full.to_string()),
+            Source::Gguf(g) if g.sandwich => gguf_sandwich_name(full).or_else(|| gguf_vision_name(full)),
             Source::Gguf(_) => gguf_name(full).or_else(|| gguf_vision_name(full)),
         }
     }
@@ -395,6 +399,19 @@ pub fn check_safetensors_header(file: impl std::io::Read, len: u64) -> std::resu
 
 /// Translates a Hugging Face tensor name to llama.cpp's GGUF name (Llama-family decoders).
 pub fn gguf_name(hf: &str) -> Option<String> {
+    text_gguf_name(hf, false)
+}
+
+/// [`gguf_name`] for decoders with Gemma 2/3's four norms per layer, which llama.cpp's tensor
+/// map (gguf-py's `tensor_mapping.py`, `llama-arch.cpp`) names apart from Llama's:
+/// `post_attention_layernorm` (the attention output's norm) is `post_attention_norm`,
+/// `pre_feedforward_layernorm` (the MLP input's) `ffn_norm`, `post_feedforward_layernorm`
+/// `post_ffw_norm`. A GGUF is read this way when it holds `blk.0.post_ffw_norm.weight`.
+pub fn gguf_sandwich_name(hf: &str) -> Option<String> {
+    text_gguf_name(hf, true)
+}
+
+fn text_gguf_name(hf: &str, sandwich: bool) -> Option<String> {
     let top = match hf {
         "model.embed_tokens.weight" => Some("token_embd.weight"),
         "model.norm.weight" => Some("output_norm.weight"),
@@ -408,19 +425,24 @@ pub fn gguf_name(hf: &str) -> Option<String> {
     let (layer, rest) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
     let (module, kind) = rest.rsplit_once('.')?;
-    let mapped = match module {
-        "input_layernorm" => "attn_norm",
-        "post_attention_layernorm" => "ffn_norm",
-        "self_attn.q_proj" => "attn_q",
-        "self_attn.k_proj" => "attn_k",
-        "self_attn.v_proj" => "attn_v",
-        "self_attn.o_proj" => "attn_output",
-        "self_attn.q_norm" => "attn_q_norm",
-        "self_attn.k_norm" => "attn_k_norm",
-        "mlp.gate_proj" => "ffn_gate",
-        "mlp.up_proj" => "ffn_up",
-        "mlp.down_proj" => "ffn_down",
-        _ => return None,
+    let mapped = match (module, sandwich) {
+        ("post_attention_layernorm", true) => "post_attention_norm",
+        ("pre_feedforward_layernorm", true) => "ffn_norm",
+        ("post_feedforward_layernorm", true) => "post_ffw_norm",
+        (module, _) => match module {
+            "input_layernorm" => "attn_norm",
+            "post_attention_layernorm" => "ffn_norm",
+            "self_attn.q_proj" => "attn_q",
+            "self_attn.k_proj" => "attn_k",
+            "self_attn.v_proj" => "attn_v",
+            "self_attn.o_proj" => "attn_output",
+            "self_attn.q_norm" => "attn_q_norm",
+            "self_attn.k_norm" => "attn_k_norm",
+            "mlp.gate_proj" => "ffn_gate",
+            "mlp.up_proj" => "ffn_up",
+            "mlp.down_proj" => "ffn_down",
+            _ => return None,
+        },
     };
     Some(format!("blk.{layer}.{mapped}.{kind}"))
 }
@@ -430,8 +452,8 @@ pub fn gguf_name(hf: &str) -> Option<String> {
 /// `tools/mtmd/legacy-models/convert_image_encoder_to_gguf.py` for LLaVA; llama.cpp 0c1e57098 as
 /// vendored by llama-cpp-python 0.3.36). The tower under `model.vision_model` (SigLIP, or CLIP
 /// with its class embedding and `pre_layrnorm`), the connector under `model.connector`
-/// (Idefics3's pixel-shuffle projection) or `multi_modal_projector` (LLaVA's two linears).
-/// The converters store every one of them as it is in the checkpoint (no permutation or
+/// (Idefics3's pixel-shuffle projection) or `multi_modal_projector` (LLaVA's two linears, Gemma
+/// 3's soft-embedding norm and input projection). The converters store every one of them as it is in the checkpoint (no permutation or
 /// transpose: GGUF's reversed dimension order is undone by the reader), the patch embedding as
 /// the Conv2d kernel `(d, 3, p, p)`. `mlp.fc1` / `fc2` are `ffn_up` / `ffn_down` as the current
 /// converter names them; the LLaVA script writes them the other way round, which the mmproj
@@ -444,6 +466,13 @@ pub fn gguf_vision_name(hf: &str) -> Option<String> {
         return Some(format!("mm.model.fc.{kind}"));
     }
     if let Some(rest) = hf.strip_prefix("multi_modal_projector.") {
+        // Gemma 3's projector (the converter writes `mm_input_projection_weight` as
+        // `mm_input_projection.weight`).
+        match rest {
+            "mm_input_projection_weight" => return Some("mm.input_projection.weight".into()),
+            "mm_soft_emb_norm.weight" => return Some("mm.soft_emb_norm.weight".into()),
+            _ => {}
+        }
         let (module, kind) = rest.rsplit_once('.')?;
         let index = match module {
             "linear_1" => 0,

@@ -1,8 +1,29 @@
 //! Hugging Face tensor names translated to llama.cpp's GGUF names: a text model's (`blk.N.*`)
 //! and an `mmproj`'s (`v.*`, `mm.*`, as llama.cpp's `convert_hf_to_gguf.py --mmproj` writes
-//! Idefics3 / SmolVLM and LLaVA), and what neither translates.
+//! Idefics3 / SmolVLM, LLaVA and Gemma 3), and what neither translates.
 
-use tessera_decoder::weights::{gguf_name, gguf_vision_name};
+use tessera_decoder::weights::{gguf_name, gguf_sandwich_name, gguf_vision_name};
+
+/// Gemma 2/3's four norms per layer, as gguf-py's tensor map names them for `gemma3`; the rest
+/// as for Llama.
+#[test]
+fn gemma_layer_norms_take_their_own_names() {
+    for (hf, gguf) in [
+        ("model.layers.0.input_layernorm.weight", "blk.0.attn_norm.weight"),
+        ("model.layers.0.post_attention_layernorm.weight", "blk.0.post_attention_norm.weight"),
+        ("model.layers.4.pre_feedforward_layernorm.weight", "blk.4.ffn_norm.weight"),
+        ("model.layers.4.post_feedforward_layernorm.weight", "blk.4.post_ffw_norm.weight"),
+        ("model.layers.2.self_attn.q_norm.weight", "blk.2.attn_q_norm.weight"),
+        ("model.layers.2.self_attn.k_norm.weight", "blk.2.attn_k_norm.weight"),
+        ("model.layers.2.mlp.gate_proj.weight", "blk.2.ffn_gate.weight"),
+        ("model.norm.weight", "output_norm.weight"),
+    ] {
+        assert_eq!(gguf_sandwich_name(hf).as_deref(), Some(gguf), "{hf}");
+    }
+    // Llama's layer has two norms: the one after attention feeds the MLP.
+    assert_eq!(gguf_name("model.layers.0.post_attention_layernorm.weight").as_deref(), Some("blk.0.ffn_norm.weight"));
+    assert_eq!(gguf_name("model.layers.0.pre_feedforward_layernorm.weight"), None);
+}
 
 #[test]
 fn text_and_vision_names_translate_as_the_converter_writes_them() {
@@ -34,6 +55,9 @@ fn text_and_vision_names_translate_as_the_converter_writes_them() {
         ("model.vision_model.pre_layrnorm.bias", "v.pre_ln.bias"),
         ("multi_modal_projector.linear_1.weight", "mm.0.weight"),
         ("multi_modal_projector.linear_2.bias", "mm.2.bias"),
+        // Gemma 3: the soft-embedding norm and the input projection (a bare parameter).
+        ("multi_modal_projector.mm_soft_emb_norm.weight", "mm.soft_emb_norm.weight"),
+        ("multi_modal_projector.mm_input_projection_weight", "mm.input_projection.weight"),
     ] {
         assert_eq!(gguf_vision_name(hf).as_deref(), Some(gguf), "{hf}");
         assert_eq!(gguf_name(hf), None, "{hf}");

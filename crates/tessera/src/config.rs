@@ -1,6 +1,6 @@
 //! Checkpoint configuration: `config.json` is read by the family modules ([`crate::families`]);
-//! here GGUF metadata (`llama.*`, `qwen2.*` keys) is converted into the same [`ModelConfig`],
-//! and `generation_config.json` is read.
+//! here GGUF metadata (`llama.*`, `qwen2.*`, `gemma3.*` keys) is converted into the same
+//! [`ModelConfig`], and `generation_config.json` is read.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -8,7 +8,7 @@ use std::path::Path;
 use candle_core::quantized::gguf_file;
 use serde::Deserialize;
 use serde_json::Value;
-use tessera_decoder::{Activation, DecoderConfig, MRope, NormStyle, RopeConfig, RopeScaling};
+use tessera_decoder::{DecoderConfig, LocalRope, MRope, NormStyle, RopeConfig, RopeScaling};
 
 use crate::error::{Result, TesseraError};
 pub use crate::families::{
@@ -31,6 +31,7 @@ impl ModelConfig {
             // Qwen2-VL's and Qwen2.5-VL's text model; Qwen3-VL's.
             "qwen2vl" => TextFamily::Qwen2Vl,
             "qwen3vl" => TextFamily::Qwen3Vl,
+            "gemma3" => TextFamily::Gemma3,
             "clip" => {
                 return Err(err(
                     "this is an mmproj file (`general.architecture` = clip: a vision tower and projector), not a \
@@ -81,30 +82,46 @@ impl ModelConfig {
                 .filter(|&n| n > 0)
                 .ok_or_else(|| err("cannot tell the vocabulary size (no tokens, no sized token_embd)".into()))?,
         };
-        let decoder = DecoderConfig {
+        let rules = family.gguf_rules();
+        let layers = get_u("block_count")?;
+        let mut decoder = DecoderConfig {
             hidden_size: hidden,
             intermediate_size: get_u("feed_forward_length")?,
-            num_hidden_layers: get_u("block_count")?,
+            num_hidden_layers: layers,
             num_attention_heads: heads,
             num_key_value_heads: kv_heads,
             head_dim,
             rms_norm_eps: get_f("attention.layer_norm_rms_epsilon").unwrap_or(1e-5),
             rope: RopeConfig {
                 theta: get_f("rope.freq_base").unwrap_or(10_000.0),
-                scaling: RopeScaling::Default,
+                scaling: gguf_rope_scaling(md, &key("rope.scaling.type"), get_f("rope.scaling.factor")).map_err(err)?,
                 style: family.gguf_rope_style(),
                 mrope: gguf_mrope(md, &key("rope.dimension_sections"), family).map_err(err)?,
             },
             max_position_embeddings: get_u("context_length")?,
             qkv_bias: content.tensor_infos.contains_key("blk.0.attn_q.bias"),
-            hidden_act: Activation::Silu,
+            hidden_act: rules.hidden_act,
+            // llama.cpp's converters store Gemma's `1 + w` norm scales.
             norm_style: NormStyle::Plain,
-            query_pre_attn_scalar: None,
+            query_pre_attn_scalar: rules.query_pre_attn_scalar(layers, hidden, heads, head_dim),
             position_offset: 0,
             attn_logit_softcapping: None,
-            sandwich_norms: false,
+            sandwich_norms: rules.sandwich_norms,
             qk_norm: content.tensor_infos.contains_key("blk.0.attn_q_norm.weight"),
             local_rope: None,
+        };
+        // Gemma 3's local layers (`hparams.set_swa_pattern`): with a window, every layer but each
+        // n-th, turning by `rope.freq_base_swa` (10000 unless stated), unscaled.
+        let window = get_u("attention.sliding_window").ok().filter(|&w| w > 0);
+        let local = match (window, rules.swa_pattern) {
+            (Some(_), Some(n)) => {
+                let pattern = gguf_swa_pattern(md, &key("attention.sliding_window_pattern"), n, layers).map_err(err)?;
+                let theta = get_f("rope.freq_base_swa").or(rules.local_rope_theta).unwrap_or(10_000.0);
+                let rope = RopeConfig { theta, scaling: RopeScaling::Default, ..decoder.rope };
+                decoder.local_rope = Some(LocalRope { rope, layers: pattern.clone() });
+                pattern
+            }
+            _ => vec![false; layers],
         };
         // The checks speak Hugging Face's field names; the file has llama.cpp's keys.
         decoder.validate().map_err(|e| {
@@ -133,7 +150,6 @@ impl ModelConfig {
                 )));
             }
         }
-        let layers = decoder.num_hidden_layers;
         // Tensors of blocks the metadata does not count would be ignored: the file disagrees
         // with itself, so it is refused rather than run with some of its layers.
         let beyond = content.tensor_infos.keys().filter_map(|name| {
@@ -152,19 +168,23 @@ impl ModelConfig {
                 return Err(err(format!("`{k}` is {v}, outside the vocabulary of {vocab_size} tokens")));
             }
         }
+        let final_logit_softcapping = get_f("final_logit_softcapping");
+        if let Some(cap) = final_logit_softcapping.filter(|c| !(c.is_finite() && *c > 0.0)) {
+            return Err(err(format!("`{}` is {cap}, not a positive number", key("final_logit_softcapping"))));
+        }
         Ok(Self {
             family: family.name(),
             text_family: family,
             prompt: PromptStyle::Chat,
             bidirectional_images: false,
-            embed_scale: None,
+            embed_scale: rules.embed_scaled.then(|| (hidden as f64).sqrt()),
             decoder,
             vocab_size,
             tie_word_embeddings: !content.tensor_infos.contains_key("output.weight"),
             bos_token_id: id("tokenizer.ggml.bos_token_id"),
             eos_token_ids: id("tokenizer.ggml.eos_token_id").into_iter().collect(),
-            layer_windows: vec![None; layers],
-            final_logit_softcapping: None,
+            layer_windows: local.iter().map(|&l| window.filter(|_| l)).collect(),
+            final_logit_softcapping,
             vision: None,
         })
     }
@@ -190,6 +210,54 @@ fn gguf_mrope(
         }
         _ => Err(format!("`{key}` is {s:?}: M-RoPE takes three sections (temporal, height, width)")),
     }
+}
+
+/// RoPE scaling from `{arch}.rope.scaling.type` (`type_key`) and `.factor`: linear (Gemma 3's
+/// global layers: llama.cpp's `freq_scale = 1 / factor`); none, or a factor of 1, is none.
+fn gguf_rope_scaling(
+    md: &HashMap<String, gguf_file::Value>,
+    type_key: &str,
+    factor: Option<f64>,
+) -> std::result::Result<RopeScaling, String> {
+    let kind = match md.get(type_key) {
+        None => None,
+        Some(v) => Some(v.to_string().map_err(|_| format!("`{type_key}` is not a string"))?.as_str()),
+    };
+    match (kind, factor) {
+        (Some("none"), _) | (_, None) => Ok(RopeScaling::Default),
+        (_, Some(f)) if f == 1.0 || f == 0.0 => Ok(RopeScaling::Default),
+        (Some("linear") | None, Some(factor)) => Ok(RopeScaling::Linear { factor }),
+        (Some(other), _) => Err(format!("`{type_key}` `{other}` is not supported (linear is)")),
+    }
+}
+
+/// Which of `layers` layers are local: `key` (`{arch}.attention.sliding_window_pattern`) as a
+/// period `n` or one flag per layer, else `default`; with period `n` layer `i` is local unless
+/// `i % n == n − 1` (llama.cpp's `set_swa_pattern`, transformers' `sliding_window_pattern`).
+fn gguf_swa_pattern(
+    md: &HashMap<String, gguf_file::Value>,
+    key: &str,
+    default: usize,
+    layers: usize,
+) -> std::result::Result<Vec<bool>, String> {
+    let n = match md.get(key) {
+        None => default,
+        Some(v) => match (gguf_usize(v), v.to_vec()) {
+            (Some(n), _) => n,
+            (None, Ok(items)) => {
+                let flags: Vec<bool> = items
+                    .iter()
+                    .map(|x| x.to_bool().map_err(|_| format!("`{key}` holds a value that is not a boolean")))
+                    .collect::<std::result::Result<_, _>>()?;
+                if flags.len() != layers {
+                    return Err(format!("`{key}` has {} entries for {layers} layers", flags.len()));
+                }
+                return Ok(flags);
+            }
+            (None, Err(_)) => return Err(format!("`{key}` is neither an integer nor a list of booleans")),
+        },
+    };
+    Ok((0..layers).map(|i| n == 0 || i % n < n - 1).collect())
 }
 
 pub(crate) fn gguf_usize(v: &gguf_file::Value) -> Option<usize> {

@@ -248,6 +248,7 @@ impl Model {
                 let text = (config.text_family, config.decoder.hidden_size);
                 let (mmproj, images) = Self::load_mmproj(mmproj, path, &tokenizer, text, dtype, opts)?;
                 config.family = mmproj.family;
+                config.bidirectional_images = mmproj.bidirectional_images;
                 config.vision = Some(mmproj.spec);
                 Some(images)
             }

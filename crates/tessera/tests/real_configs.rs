@@ -177,10 +177,17 @@ fn gemma_3_4b_it() -> Result<()> {
     assert_eq!(cfg.layer_windows.iter().flatten().count(), 29);
     assert!(cfg.layer_windows.iter().flatten().all(|&w| w == 1024));
     assert!(d.qk_norm && d.sandwich_norms && cfg.bidirectional_images);
+    // llama.cpp's fixed attention scale for a `gemma3` GGUF (1/√head_dim) is the config's
+    // query_pre_attn_scalar 256, not width / heads = 320; the 27B's (62 layers) is width /
+    // heads: 5376 / 32 = 168, its config's, not its head_dim 128.
+    let rules = TextFamily::Gemma3.gguf_rules();
+    assert_eq!(d.query_pre_attn_scalar, Some(256.0));
+    assert_eq!(rules.query_pre_attn_scalar(34, 2560, 8, 256), d.query_pre_attn_scalar);
+    assert_eq!(rules.query_pre_attn_scalar(62, 5376, 32, 128), Some(168.0));
     assert_eq!((cfg.vocab_size, cfg.eos_token_ids.clone()), (262_208, vec![1, 106]));
     let v = hf_vision(&cfg)?;
     assert_eq!((v.tower.image_size, v.tower.patch_size, v.tower.num_hidden_layers), (896, 14, 27));
-    assert_eq!(v.connector, ConnectorConfig::AvgPool { tokens_per_side: 16 });
+    assert_eq!(v.connector, ConnectorConfig::AvgPool { tokens_per_side: 16, norm: NormStyle::OnePlusWeight });
     assert_eq!(v.image_token_id, 262_144);
     let processor = ImageProcessor::load(&real("gemma-3-4b-it"), v, false)?;
     assert_eq!(processor.fixed_tokens(), Some(256));

@@ -58,9 +58,10 @@ fn paligemma2_soft_capping_and_sliding_window_each_change_the_answer() -> Result
 
 /// Gemma 3's images attend to themselves both ways (each image its own block, within the
 /// sliding window; the next image does not see into the previous one's block from before).
-/// Without the blocks transformers' prompt logits move by 0.83 (one image) and 0.96 (two
+/// Without the blocks transformers' prompt logits move by 0.34 (one image) and 0.29 (two
 /// images) — scripts/make_tiny_vlms.py stores them as `<case>.logits_causal_images` — and
-/// tessera's forward without the blocks gives those same logits, so the rule is what moves them.
+/// tessera's forward without the blocks gives those same logits, so the rule is what moves them
+/// (by over a thousand times the 1e-4 the logits match within).
 #[test]
 fn gemma3_images_attend_both_ways_within_each_image() -> Result<()> {
     let model = load("gemma3-tiny")?;
@@ -81,7 +82,7 @@ fn gemma3_images_attend_both_ways_within_each_image() -> Result<()> {
         let d = max_abs_diff(&last(&[])?, causal, "causal logits")?;
         assert!(d < 1e-4, "{what}: tessera without blocks vs transformers without token_type_ids: {d}");
         let moved = max_abs_diff(&last(&prompt.image_runs())?, causal, "block logits")?;
-        assert!(moved > 0.5, "{what}: the blocks move the logits by only {moved}");
+        assert!(moved > 0.1, "{what}: the blocks move the logits by only {moved}");
         checked += 1;
     }
     assert_eq!(checked, 2);

@@ -6,8 +6,8 @@
 //! - LLaVA (`multi_modal_projector.linear_1/linear_2`): linear → activation → linear.
 //! - PaliGemma (`multi_modal_projector.linear`): one linear layer with bias.
 //! - Gemma 3 (`multi_modal_projector`): the patch grid average-pooled to `tokens_per_side²`
-//!   tokens, `mm_soft_emb_norm` (a `(1 + w)` RMSNorm), then `mm_input_projection_weight`
-//!   (stored `(vision, text)`, applied as `x · W`).
+//!   tokens, `mm_soft_emb_norm` (a `(1 + w)` RMSNorm; llama.cpp's mmproj stores `1 + w`), then
+//!   `mm_input_projection_weight` (stored `(vision, text)`, applied as `x · W`).
 //! - InternVL (`multi_modal_projector`): the same pixel shuffle as Idefics3 (InternVL's
 //!   `pixel_shuffle` with `downsample_ratio` 0.5 is this one with `s = 2`), then `layer_norm`
 //!   (`nn.LayerNorm`'s default ε 1e-5, not the tower's) and LLaVA's two-layer MLP.
@@ -71,13 +71,14 @@ impl Connector {
         Ok(Self::Linear(vb.linear(vision_hidden, projection_dim, true, "linear")?))
     }
 
-    /// Gemma 3: `vb` is `multi_modal_projector`; `eps` is the vision tower's `layer_norm_eps`.
+    /// Gemma 3: `vb` is `multi_modal_projector`; `eps` is the vision tower's `layer_norm_eps`;
+    /// `(patches_per_side, tokens_per_side)`: the grid pooled, and the pooled one;
+    /// `norm_style`: how the file stores `mm_soft_emb_norm` (`(1 + w)` in a checkpoint).
     pub fn avg_pool(
-        vision_hidden: usize,
-        text_hidden: usize,
-        patches_per_side: usize,
-        tokens_per_side: usize,
+        (vision_hidden, text_hidden): (usize, usize),
+        (patches_per_side, tokens_per_side): (usize, usize),
         eps: f64,
+        norm_style: NormStyle,
         vb: &Weights,
     ) -> Result<Self> {
         if tokens_per_side == 0 || !patches_per_side.is_multiple_of(tokens_per_side) {
@@ -89,7 +90,7 @@ impl Connector {
         Ok(Self::AvgPool {
             patches_per_side,
             tokens_per_side,
-            norm: RmsNorm::load(vision_hidden, eps, NormStyle::OnePlusWeight, &vb.pp("mm_soft_emb_norm"))?,
+            norm: RmsNorm::load(vision_hidden, eps, norm_style, &vb.pp("mm_soft_emb_norm"))?,
             proj: Linear::new(MatrixWeight::Dense(w.t()?.contiguous()?), None)?,
         })
     }

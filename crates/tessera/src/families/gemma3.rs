@@ -6,10 +6,14 @@
 //! the window). The image token may lie outside the text vocabulary: it embeds as id 0 before its
 //! features replace it, as the reference does.
 
+use std::sync::Arc;
+
 use serde::Deserialize;
-use tessera_vision::FeatureLayer;
+use tessera_decoder::{Activation, NormStyle};
+use tessera_vision::{FeatureLayer, TowerKind, VisionTowerConfig};
 
 use super::llava::{PROJECTOR_ROOTS, TOWER_ROOTS};
+use super::mmproj::{MmprojInput, MmprojSide};
 use super::text::{TextFamily, TextSubConfig};
 use super::tower::{ConnectorConfig, Placeholder, ProcessorRule, TowerSpec, WeightRoots};
 use super::vit::{VisionClass, VisionFields};
@@ -50,19 +54,17 @@ impl Gemma3Config {
                 "mm_tokens_per_image {tokens} is not a square that pools the tower's {patches}×{patches} patches evenly"
             ));
         }
-        let spec = TowerSpec {
-            feature: FeatureLayer::PostNorm,
-            drop_class_token: false,
-            connector: ConnectorConfig::AvgPool { tokens_per_side: per_side },
-            image_token_id: self.image_token_index.or(self.image_token_id).unwrap_or(262_144),
-            placeholder: Placeholder::Wrapped {
-                begin: self.boi_token_index.unwrap_or(255_999),
-                end: self.eoi_token_index.unwrap_or(256_000),
-            },
-            processor: ProcessorRule::Single { tokens, stated_len: Some("image_seq_length"), pan_and_scan: true },
-            weights: WeightRoots { tower: TOWER_ROOTS, connector: PROJECTOR_ROOTS, connector_probe: "" },
+        let spec = tower_spec(
             tower,
-        };
+            ConnectorConfig::AvgPool { tokens_per_side: per_side, norm: NormStyle::OnePlusWeight },
+            (
+                self.image_token_index.or(self.image_token_id).unwrap_or(262_144),
+                self.boi_token_index.unwrap_or(255_999),
+                self.eoi_token_index.unwrap_or(256_000),
+            ),
+            ProcessorRule::Single { tokens, stated_len: Some("image_seq_length"), pan_and_scan: true },
+            WeightRoots { tower: TOWER_ROOTS, connector: PROJECTOR_ROOTS, connector_probe: "" },
+        );
         let mut cfg = ModelConfig::vlm(
             "gemma3",
             text,
@@ -74,4 +76,110 @@ impl Gemma3Config {
         cfg.bidirectional_images = true;
         Ok(cfg)
     }
+}
+
+/// A Gemma 3 image side: the SigLIP tower's post-norm output, no class token, `connector`, each
+/// image `begin` + image tokens + `end` (`(image, begin, end)` ids).
+fn tower_spec(
+    tower: VisionTowerConfig,
+    connector: ConnectorConfig,
+    (image, begin, end): (u32, u32, u32),
+    processor: ProcessorRule,
+    weights: WeightRoots,
+) -> TowerSpec {
+    TowerSpec {
+        feature: FeatureLayer::PostNorm,
+        drop_class_token: false,
+        connector,
+        image_token_id: image,
+        placeholder: Placeholder::Wrapped { begin, end },
+        processor,
+        weights,
+        tower,
+    }
+}
+
+/// The image side of an `mmproj` GGUF of projector type `gemma3` (llama.cpp's
+/// `conversion/gemma.py`, `Gemma3VisionModel`), and its processor settings in
+/// `preprocessor_config.json`'s terms. The image, begin and end tokens are the text model's
+/// `<image_soft_token>`, `<start_of_image>` and `<end_of_image>`.
+///
+/// What llama.cpp's `clip.cpp` (`clip_graph_siglip`, `PROJECTOR_TYPE_GEMMA3`) makes of the file,
+/// and so tessera:
+/// - the tower: SigLIP from `clip.vision.{embedding_length, feed_forward_length, block_count,
+///   image_size, patch_size}`, `clip.vision.attention.{head_count, layer_norm_epsilon}`, the tanh
+///   GELU (`clip.use_gelu`), read after `v.post_ln`;
+/// - the connector: the patch grid average-pooled by `clip.vision.projector.scale_factor` per
+///   side (4 when absent, what every real Gemma 3 has: 64×64 patches to 16×16 tokens), then
+///   `mm.soft_emb_norm` — the converter stores `1 + w`, so it is read as a plain RMSNorm — with
+///   the tower's epsilon, then `mm.input_projection` stored as the checkpoint's `(vision, text)`
+///   matrix (no transpose), its columns the image tokens' width;
+/// - the prompt: each image's tokens attend to each other both ways (llama.cpp's
+///   `mtmd_decode_use_non_causal` for this projector), as in transformers;
+/// - the processor: Gemma3ImageProcessor's bilinear resize to `image_size` square (llama.cpp's
+///   `RESIZE_ALGO_BILINEAR`), with `clip.vision.image_mean` / `image_std`; no pan-and-scan
+///   (llama.cpp has none, and the file states none of its settings).
+pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String> {
+    let clip = &input.clip;
+    let token = |text: &str| {
+        input.tokenizer.token_to_id(text).ok_or_else(|| {
+            format!("projector type `gemma3` needs the text model's `{text}` token, which its vocabulary lacks")
+        })
+    };
+    let image_size = clip.usize("clip.vision.image_size")?;
+    let tower = VisionTowerConfig {
+        kind: TowerKind::Siglip,
+        hidden_size: clip.usize("clip.vision.embedding_length")?,
+        intermediate_size: clip.usize("clip.vision.feed_forward_length")?,
+        num_hidden_layers: clip.usize("clip.vision.block_count")?,
+        num_attention_heads: clip.usize("clip.vision.attention.head_count")?,
+        num_channels: 3,
+        image_size,
+        patch_size: clip.usize("clip.vision.patch_size")?,
+        layer_norm_eps: clip.f64("clip.vision.attention.layer_norm_epsilon")?.unwrap_or(1e-6),
+        hidden_act: match clip.bool("clip.use_gelu")? {
+            Some(false) => return Err("`clip.use_gelu` is false: a Gemma 3 tower uses GELU".into()),
+            _ => Activation::GeluTanh,
+        },
+    };
+    tower.validate().map_err(|e| e.to_string())?;
+    let patches = tower.patches_per_side();
+    let merge = clip.usize_opt("clip.vision.projector.scale_factor")?.unwrap_or(4);
+    if merge == 0 || !patches.is_multiple_of(merge) {
+        return Err(format!(
+            "`clip.vision.projector.scale_factor` {merge} does not pool the tower's {patches}×{patches} patches evenly"
+        ));
+    }
+    let per_side = patches / merge;
+    let width = match input.shape("mm.input_projection.weight")? {
+        [rows, cols] if *rows == tower.hidden_size => *cols,
+        other => {
+            return Err(format!(
+                "`mm.input_projection.weight` has shape {other:?}, not ({}, text width)",
+                tower.hidden_size
+            ))
+        }
+    };
+    let spec = tower_spec(
+        tower,
+        ConnectorConfig::AvgPool { tokens_per_side: per_side, norm: NormStyle::Plain },
+        (token("<image_soft_token>")?, token("<start_of_image>")?, token("<end_of_image>")?),
+        ProcessorRule::Single { tokens: per_side * per_side, stated_len: None, pan_and_scan: false },
+        WeightRoots { tower: &["model.vision_model"], connector: &["multi_modal_projector"], connector_probe: "" },
+    );
+    let image = clip.normalized(serde_json::json!({
+        "do_resize": true,
+        "size": {"height": image_size, "width": image_size},
+        "resample": 2,
+        "do_pan_and_scan": false,
+    }))?;
+    Ok(MmprojSide {
+        family: "gemma3",
+        spec: Arc::new(spec),
+        image,
+        text: &[TextFamily::Gemma3],
+        width,
+        swapped_ffn: false,
+        bidirectional_images: true,
+    })
 }

@@ -207,5 +207,6 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String>
         text: &[TextFamily::Llama, TextFamily::Mistral, TextFamily::Qwen2],
         width,
         swapped_ffn: true,
+        bidirectional_images: false,
     })
 }

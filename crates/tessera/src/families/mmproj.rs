@@ -40,6 +40,9 @@ pub const PROJECTORS: &[(&str, FromMmproj)] = &[
     ("qwen2vl_merger", |input| super::qwen2_vl::from_mmproj(input, "qwen2vl_merger")),
     ("qwen2.5vl_merger", |input| super::qwen2_vl::from_mmproj(input, "qwen2.5vl_merger")),
     ("qwen3vl_merger", |input| super::qwen2_vl::from_mmproj(input, "qwen3vl_merger")),
+    // Gemma 3 (llama.cpp's conversion/gemma.py): SigLIP, average pooling, soft-emb norm, one
+    // projection.
+    ("gemma3", super::gemma3::from_mmproj),
 ];
 
 /// What a family's `from_mmproj` reads: the mmproj's metadata, and the text model it is paired
@@ -66,6 +69,8 @@ pub struct MmprojSide {
     /// The file names each tower block's `mlp.fc1` `ffn_down` and `fc2` `ffn_up` (llama.cpp's
     /// legacy LLaVA script); the reader swaps them back, as `clip.cpp` does.
     pub swapped_ffn: bool,
+    /// Each image's tokens attend to each other both ways (`ModelConfig::bidirectional_images`).
+    pub bidirectional_images: bool,
 }
 
 impl MmprojInput<'_> {
@@ -82,6 +87,7 @@ pub struct Mmproj {
     pub family: &'static str,
     pub spec: Arc<dyn ImageSpec>,
     pub settings: ProcessorSettings,
+    pub bidirectional_images: bool,
 }
 
 /// Typed access to an `mmproj` GGUF's `clip.*` metadata; errors name the key.
@@ -221,9 +227,10 @@ pub fn read(
     if side.swapped_ffn {
         swap_ffn_names(content);
     }
-    let MmprojSide { family, spec, image, .. } = side;
+    let MmprojSide { family, spec, image, bidirectional_images, .. } = side;
     let processor = serde_json::Value::Object(Default::default());
-    Ok(Mmproj { family, spec, settings: ProcessorSettings { image, processor, origin: path.to_path_buf() } })
+    let settings = ProcessorSettings { image, processor, origin: path.to_path_buf() };
+    Ok(Mmproj { family, spec, settings, bidirectional_images })
 }
 
 /// Renames each tower block's `ffn_up.*` to `ffn_down.*` and back (llama.cpp's legacy LLaVA

@@ -310,7 +310,7 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>, projector: &str) -> std::resu
     };
     let width = tower.hidden_size;
     let spec = std::sync::Arc::new(Qwen2VlSpec { tower, image_token_id });
-    Ok(MmprojSide { family: name, spec, image, text, width, swapped_ffn: false })
+    Ok(MmprojSide { family: name, spec, image, text, width, swapped_ffn: false, bidirectional_images: false })
 }
 
 /// Qwen2-VL's processor settings, tower and merger.

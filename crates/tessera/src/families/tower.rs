@@ -6,7 +6,7 @@
 
 use candle_core::{Device, Tensor};
 use serde_json::Value;
-use tessera_decoder::Activation;
+use tessera_decoder::{Activation, NormStyle};
 use tessera_vision::{
     drop_class_token, preprocess, split_image, tiling, Connector, FeatureLayer, PanAndScan, PreprocessConfig, RgbImage,
     TilingConfig, VisionTower, VisionTowerConfig,
@@ -44,9 +44,9 @@ pub enum ConnectorConfig {
     Mlp { act: Activation, bias: bool },
     /// One linear layer (PaliGemma).
     Linear,
-    /// Average pooling of the patch grid to `tokens_per_side²` tokens, RMSNorm, projection
-    /// (Gemma 3).
-    AvgPool { tokens_per_side: usize },
+    /// Average pooling of the patch grid to `tokens_per_side²` tokens, RMSNorm (its scale
+    /// stored as `norm`), projection (Gemma 3).
+    AvgPool { tokens_per_side: usize, norm: NormStyle },
 }
 
 /// What stands for an image in the rendered prompt, and what the processor expands it to.
@@ -166,7 +166,11 @@ impl ImageProcessor {
                 match (wanted, can_pan) {
                     (false, _) => (Views::Single(pre), *tokens),
                     (true, false) => {
-                        return Err(err("pan-and-scan is for Gemma 3's processor; this model has none".into()))
+                        return Err(err(
+                            "pan-and-scan is for Gemma 3's processor as a checkpoint folder configures it; this \
+                             model's image processor has none"
+                                .into(),
+                        ))
                     }
                     (true, true) => {
                         let num = |k: &str| {
@@ -328,12 +332,11 @@ impl TowerImages {
                 Connector::mlp(t.hidden_size, text_hidden, *act, *bias, &connector_root)?
             }
             ConnectorConfig::Linear => Connector::linear(t.hidden_size, text_hidden, &connector_root)?,
-            ConnectorConfig::AvgPool { tokens_per_side } => Connector::avg_pool(
-                t.hidden_size,
-                text_hidden,
-                t.patches_per_side(),
-                *tokens_per_side,
+            ConnectorConfig::AvgPool { tokens_per_side, norm } => Connector::avg_pool(
+                (t.hidden_size, text_hidden),
+                (t.patches_per_side(), *tokens_per_side),
                 t.layer_norm_eps,
+                *norm,
                 &connector_root,
             )?,
         };
@@ -372,7 +375,7 @@ impl TowerImages {
     fn model_view(&self, img: &RgbImage) -> Result<(RgbImage, usize, usize)> {
         // The image tokens' grid: the patches, or Gemma 3's pooled blocks of them.
         let g = match self.cfg.connector {
-            ConnectorConfig::AvgPool { tokens_per_side } => tokens_per_side,
+            ConnectorConfig::AvgPool { tokens_per_side, .. } => tokens_per_side,
             _ => self.tower.config().patches_per_side(),
         };
         match &self.processor.views {

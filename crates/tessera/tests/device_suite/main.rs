@@ -15,6 +15,8 @@ mod batching;
 mod embeddings;
 #[path = "../gguf_pairs.rs"]
 mod gguf_pairs;
+#[path = "../gguf_pairs_gemma3.rs"]
+mod gguf_pairs_gemma3;
 #[path = "../gguf_pairs_qwen.rs"]
 mod gguf_pairs_qwen;
 #[path = "../half_attention.rs"]
