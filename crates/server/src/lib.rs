@@ -2,8 +2,8 @@
 //!
 //! An OpenAI-compatible HTTP server over one loaded model: `POST /v1/chat/completions` (text
 //! and images as `data:` URLs, streamed as server-sent events or not), Anthropic's
-//! `POST /v1/messages` (and `/v1/messages/count_tokens`), `POST /v1/completions`,
-//! `POST /v1/embeddings`, `GET /v1/models`, `GET /health` and `GET /metrics` (Prometheus
+//! `POST /v1/messages` (and `/v1/messages/count_tokens`), `POST /v1/responses` (stateless),
+//! `POST /v1/completions`, `POST /v1/embeddings`, `GET /v1/models`, `GET /health` and `GET /metrics` (Prometheus
 //! text). Generation runs in [`tessera::Engine`]'s continuous batching: every request joins
 //! the running batch between decode steps, and a client that disconnects cancels its
 //! sequence at once. Errors use OpenAI's JSON shape with the matching status.
@@ -132,6 +132,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(handlers::chat_completions))
         .route("/v1/messages", post(handlers::messages))
         .route("/v1/messages/count_tokens", post(handlers::count_tokens))
+        .route("/v1/responses", post(handlers::responses))
         .route("/v1/completions", post(handlers::completions))
         .route("/v1/embeddings", post(handlers::embeddings))
         .route("/v1/models", get(handlers::models))

@@ -67,13 +67,18 @@ pub(super) enum Framing {
     /// Anthropic's: each event under an `event:` line naming its `type`, nothing after the last;
     /// an error as the event `error`, `{"type": "error", "error": {"type", "message"}}`.
     Anthropic,
+    /// The Responses API's: named events as Anthropic's; an error as the event `error`,
+    /// `{"type": "error", "code", "message", "param"}`.
+    Responses,
 }
 
 impl Framing {
     fn event(self, v: &Value) -> SseEvent {
         // (Fields are written in the order set: the `event:` line first, as Anthropic's.)
         match (self, v.get("type").and_then(Value::as_str)) {
-            (Framing::Anthropic, Some(name)) => SseEvent::default().event(name).data(v.to_string()),
+            (Framing::Anthropic | Framing::Responses, Some(name)) => {
+                SseEvent::default().event(name).data(v.to_string())
+            }
             _ => SseEvent::default().data(v.to_string()),
         }
     }
@@ -84,6 +89,7 @@ impl Framing {
                 json!({"error": {"message": err.message, "type": err.kind(), "param": null, "code": null}})
             }
             Framing::Anthropic => err.anthropic_body(),
+            Framing::Responses => json!({"type": "error", "code": err.kind(), "message": err.message, "param": null}),
         }
     }
 }
