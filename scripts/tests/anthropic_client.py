@@ -28,6 +28,10 @@ WEATHER = {"name": "get_weather", "description": "Current weather in a city.",
                             "required": ["city"], "additionalProperties": False}}
 
 
+# The client has no `temperature` parameter (the newest models take none); the API does.
+GREEDY = {"temperature": 0}
+
+
 def expect_error(kind, call, what):
     try:
         call()
@@ -56,12 +60,12 @@ def image_message(tessera):
             {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}},
             {"type": "text", "text": QUESTION},
         ]}]
-        res = client.messages.create(model="shapes", max_tokens=256, messages=messages, temperature=0)
+        res = client.messages.create(model="shapes", max_tokens=256, messages=messages, extra_body=GREEDY)
         answer = "".join(b.text for b in res.content if b.type == "text")
         check(answer == cli_answer, f"message answer {answer!r} equals the CLI's {cli_answer!r}")
         check(res.stop_reason == "end_turn" and res.usage.output_tokens >= 1, "stop_reason end_turn, usage")
 
-        with client.messages.stream(model="shapes", max_tokens=256, messages=messages, temperature=0) as stream:
+        with client.messages.stream(model="shapes", max_tokens=256, messages=messages, extra_body=GREEDY) as stream:
             streamed = "".join(stream.text_stream)
             final = stream.get_final_message()
         check(streamed == cli_answer, f"streamed answer {streamed!r} equals the CLI's")
@@ -82,7 +86,7 @@ def image_message(tessera):
                      lambda: client.messages.create(model="claude-opus-4", max_tokens=8, messages=messages),
                      "an unknown model")
         expect_error(anthropic.BadRequestError,
-                     lambda: client.messages.create(model="shapes", max_tokens=8, messages=messages, temperature=3),
+                     lambda: client.messages.create(model="shapes", max_tokens=8, messages=messages, extra_body={"temperature": 3}),
                      "temperature 3")
     check_sigterm(server)
 
@@ -92,7 +96,7 @@ def agent_loop(tessera):
         client = client_of(server)
         messages = [{"role": "user", "content": "What is 12 plus 30? Use the tool."}]
         for stream in (False, True):
-            kwargs = dict(model="smollm2", max_tokens=100, messages=messages, tools=[ADD, WEATHER], temperature=0,
+            kwargs = dict(model="smollm2", max_tokens=100, messages=messages, tools=[ADD, WEATHER], extra_body=GREEDY,
                           tool_choice={"type": "tool", "name": "add"})
             if stream:
                 with client.messages.stream(**kwargs) as s:
@@ -110,7 +114,7 @@ def agent_loop(tessera):
                                               "content": str(args["a"] + args["b"])}]},
             ]
             final = client.messages.create(model="smollm2", max_tokens=32, messages=history, tools=[ADD, WEATHER],
-                                           tool_choice={"type": "none"}, temperature=0)
+                                           tool_choice={"type": "none"}, extra_body=GREEDY)
             answer = "".join(b.text for b in final.content if b.type == "text")
             check(answer and final.stop_reason in ("end_turn", "max_tokens"),
                   f"final answer after the tool's result: {answer!r}")

@@ -2,7 +2,8 @@
 //! endpoint's, as the same conversation through `/v1/chat/completions` gives them (one pipeline,
 //! two front-ends): greedy text with SmolLM2-135M-Instruct (system prompt, stop sequences,
 //! usage, `count_tokens`), an image block on the shapes VLM, a call forced by `tool_choice` and
-//! its result sent back, thinking on a template that opens a thinking block when asked. Streams
+//! its result sent back, thinking on a template that opens a thinking block when asked; an
+//! `output_config` JSON schema is enforced. Streams
 //! follow Anthropic's event grammar (each event's `event:` line naming its `type`) and join to
 //! the whole response's blocks. Bad requests get 400s in Anthropic's error shape.
 
@@ -344,6 +345,20 @@ fn thinking_is_a_thinking_block_when_enabled() -> Result<()> {
     Ok(())
 }
 
+#[test]
+fn an_output_format_schema_is_enforced() -> Result<()> {
+    let server = smollm2()?;
+    let schema = json!({"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                        "required": ["city"], "additionalProperties": false});
+    let body = json!({"max_tokens": 60, "temperature": 0, "messages": [{"role": "user", "content": "Name a city."}],
+                      "output_config": {"format": {"type": "json_schema", "schema": schema}, "effort": "low"}});
+    let res = answer(&server, &body)?;
+    let v: Value = serde_json::from_str(text(&res))?;
+    assert!(v["city"].as_str().is_some_and(|c| c.chars().count() <= 20), "{v}");
+    assert_eq!(v.as_object().map(|o| o.len()), Some(1), "{v}");
+    Ok(())
+}
+
 fn assert_anthropic_error(status: u16, body: &Value, want: u16, needle: &str) {
     assert_eq!(status, want, "{body}");
     assert_eq!(body["type"], "error", "not Anthropic's error shape: {body}");
@@ -371,6 +386,11 @@ fn bad_requests_get_anthropic_errors() -> Result<()> {
         ),
         (json!({"max_tokens": 8, "messages": user, "tools": [{"name": "f", "input_schema": "x"}]}), 400, "tools[0]"),
         (json!({"max_tokens": 8, "messages": user, "thinking": {"type": "sometimes"}}), 400, "thinking.type"),
+        (
+            json!({"max_tokens": 8, "messages": user, "output_config": {"format": {"type": "xml"}}}),
+            400,
+            "output_config.format",
+        ),
         (json!({"max_tokens": 8, "messages": user, "model": "claude-opus-4"}), 404, "claude-opus-4"),
     ];
     for (body, status, needle) in cases {

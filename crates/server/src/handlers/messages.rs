@@ -54,7 +54,14 @@ async fn answer(state: Arc<AppState>, body: Body) -> Result<Response, ApiError> 
     let tools = Tools::read(tools.as_ref(), choice.as_ref())?;
     let params = params(&state, &sampling, None)?;
     let stops = params.stop_strings.clone();
-    let job = ChatJob { messages: req.chat_messages()?, tools, format: None, kwargs: req.kwargs()?, params, seed: 0 };
+    let job = ChatJob {
+        messages: req.chat_messages()?,
+        tools,
+        format: req.format()?,
+        kwargs: req.kwargs()?,
+        params,
+        seed: 0,
+    };
     let run = pipeline::start(&state, job).await?;
     let (id, model) = (state.id("msg_"), state.config.model_name.clone());
     let stop = {

@@ -13,10 +13,13 @@
 //! - `tools[]` `{name, description, input_schema}` → functions; `tool_choice` `auto`, `any`
 //!   (OpenAI's `required`), `tool` (a named function), `none`.
 //! - `thinking` `{type: enabled}` / `{type: disabled}` → the template variable
-//!   `enable_thinking` (`budget_tokens` is not enforced).
+//!   `enable_thinking` (`budget_tokens` is not enforced; `adaptive` and `between_tools` leave the
+//!   template's default); `output_config` `effort` → `reasoning_effort`, `format` (a JSON
+//!   schema) → the output's constraint, as chat's `response_format`.
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use tessera::OutputFormat;
 
 use crate::api::{Sampling, Stop};
 use crate::error::ApiError;
@@ -36,6 +39,8 @@ pub struct MessagesRequest {
     pub tools: Option<Value>,
     pub tool_choice: Option<Value>,
     pub thinking: Option<Value>,
+    /// `{effort, format: {type: json_schema, schema}}`.
+    pub output_config: Option<Value>,
     #[serde(default)]
     pub stream: bool,
 }
@@ -66,9 +71,16 @@ impl MessagesRequest {
         })
     }
 
-    /// The template variables `thinking` asks for.
+    /// The template variables `thinking` and `output_config.effort` ask for.
     pub fn kwargs(&self) -> Result<Map<String, Value>, ApiError> {
         let mut kwargs = Map::new();
+        match self.output_config.as_ref().and_then(|c| c.get("effort")) {
+            None | Some(Value::Null) => {}
+            Some(e @ Value::String(_)) => {
+                kwargs.insert("reasoning_effort".into(), e.clone());
+            }
+            Some(_) => return Err(bad("output_config", "`output_config.effort` must be a string".into())),
+        }
         match &self.thinking {
             None | Some(Value::Null) => {}
             Some(t) => match t.get("type").and_then(Value::as_str) {
@@ -81,10 +93,33 @@ impl MessagesRequest {
                 Some("disabled") => {
                     kwargs.insert("enable_thinking".into(), json!(false));
                 }
-                _ => return Err(bad("thinking", "`thinking.type` must be \"enabled\" or \"disabled\"".into())),
+                // The model decides: the template's default.
+                Some("adaptive" | "between_tools") => {}
+                _ => {
+                    return Err(bad(
+                        "thinking",
+                        "`thinking.type` must be one of enabled, disabled, adaptive, between_tools".into(),
+                    ))
+                }
             },
         }
         Ok(kwargs)
+    }
+
+    /// `output_config.format` as the output's constraint.
+    pub fn format(&self) -> Result<Option<OutputFormat>, ApiError> {
+        let Some(format) = self.output_config.as_ref().and_then(|c| c.get("format")).filter(|f| !f.is_null()) else {
+            return Ok(None);
+        };
+        match (format.get("type").and_then(Value::as_str), format.get("schema")) {
+            (Some("json_schema"), Some(schema)) if schema.is_object() => {
+                Ok(Some(OutputFormat::JsonSchema(schema.clone())))
+            }
+            _ => Err(bad(
+                "output_config",
+                "`output_config.format` must be {\"type\": \"json_schema\", \"schema\": {…}}".into(),
+            )),
+        }
     }
 
     /// `tools` and `tool_choice` as OpenAI's, for [`super::tools::Tools::read`].
