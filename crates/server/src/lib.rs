@@ -6,7 +6,8 @@
 //! `POST /v1/completions`, `POST /v1/embeddings`, `GET /v1/models`, `GET /health` and `GET /metrics` (Prometheus
 //! text). Generation runs in [`tessera::Engine`]'s continuous batching: every request joins
 //! the running batch between decode steps, and a client that disconnects cancels its
-//! sequence at once. Errors use OpenAI's JSON shape with the matching status.
+//! sequence at once. Errors use OpenAI's JSON shape with the matching status (Anthropic's on
+//! `/v1/messages`).
 //!
 //! Logs (one line per request) go to stderr through [`logging::init`]'s lossy queue: a slow or
 //! stuck stderr costs log lines, counted in `/metrics` as `tessera_log_lines_dropped_total`,

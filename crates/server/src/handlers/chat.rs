@@ -8,6 +8,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
 
 use tessera::{GenerationOutput, SampledToken};
 
@@ -72,6 +73,7 @@ pub async fn chat_completions(State(state): Shared, body: Body) -> Result<Respon
     let (id, created, model) = (state.id("chatcmpl-"), state.created, state.config.model_name.clone());
     if sampling.stream {
         let ChatRun { rx, output, .. } = run;
+        let output = Arc::new(Mutex::new(output));
         let include_usage = sampling.stream_options.as_ref().is_some_and(|o| o.include_usage);
         let chunk = {
             let (id, model) = (id.clone(), model.clone());

@@ -24,7 +24,7 @@ use super::messages_request::MessagesRequest;
 use super::pipeline::{self, ChatJob, ChatRun};
 use super::request::{check_model, params, read_body};
 use super::response::{sse, Framing};
-use super::segments::{Kind, Segments, Step};
+use super::segments::{Kind, Segmented, Segments, Step};
 use super::tools::Tools;
 use super::Shared;
 use crate::error::ApiError;
@@ -73,17 +73,14 @@ async fn answer(state: Arc<AppState>, body: Body) -> Result<Response, ApiError> 
         let start = json!({"type": "message_start", "message": {"id": id, "type": "message", "role": "assistant",
             "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
             "usage": {"input_tokens": prompt_positions, "output_tokens": 0}}});
-        let segments = Arc::new(Mutex::new(Segments::default()));
+        let answer = Arc::new(Mutex::new(Segmented::new(output)));
         let piece = {
-            let (output, segments) = (output.clone(), segments.clone());
-            move |t: &str, _: &[tessera::SampledToken]| {
-                let deltas = output.lock().map(|mut o| o.push(t)).unwrap_or_default();
-                events(segments.lock().map(|mut s| s.push(&deltas)).unwrap_or_default())
-            }
+            let answer = answer.clone();
+            move |t: &str, _: &[tessera::SampledToken]| events(answer.lock().map(|mut a| a.push(t)).unwrap_or_default())
         };
         let end = move |out: &GenerationOutput| {
-            let (deltas, called) = output.lock().map(|mut o| o.finish()).unwrap_or_default();
-            let mut events = events(segments.lock().map(|mut s| s.finish(&deltas)).unwrap_or_default());
+            let (steps, called) = answer.lock().map(|mut a| a.finish()).unwrap_or_default();
+            let mut events = events(steps);
             let (reason, sequence) = stop(out, called);
             events.push(json!({"type": "message_delta",
                 "delta": {"stop_reason": reason, "stop_sequence": sequence},

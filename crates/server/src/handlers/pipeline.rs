@@ -6,7 +6,7 @@
 //! [`ChatRun`], whose [`ChatOutput`] turns the generated text into deltas (reasoning, content,
 //! tool calls: OpenAI's delta objects); each front-end turns those into its own body or events.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 use tessera::{
@@ -39,24 +39,18 @@ pub(super) struct ChatJob {
 /// A generation under way: the engine's events, and the splitter its text goes through.
 pub(super) struct ChatRun {
     pub rx: mpsc::UnboundedReceiver<Event>,
-    pub output: Arc<Mutex<ChatOutput>>,
+    pub output: ChatOutput,
     /// Positions the prompt takes (text and image tokens).
     pub prompt_positions: usize,
 }
 
 impl ChatRun {
     /// Waits for the whole output; returns it with all its deltas and whether it made calls.
-    pub async fn whole(self) -> Result<(GenerationOutput, Vec<Value>, bool), ApiError> {
+    pub async fn whole(mut self) -> Result<(GenerationOutput, Vec<Value>, bool), ApiError> {
         let out = collect(self.rx).await?;
-        let (deltas, called) = match self.output.lock() {
-            Ok(mut o) => {
-                let mut deltas = o.push(&out.text);
-                let (rest, called) = o.finish();
-                deltas.extend(rest);
-                (deltas, called)
-            }
-            Err(_) => (vec![json!({"content": out.text})], false),
-        };
+        let mut deltas = self.output.push(&out.text);
+        let (rest, called) = self.output.finish();
+        deltas.extend(rest);
         Ok((out, deltas, called))
     }
 }
@@ -121,7 +115,7 @@ pub(super) async fn start(state: &Arc<AppState>, job: ChatJob) -> Result<ChatRun
     let rx = submit(state, prompt, params)?;
     let reasoning = thinking.map(|m| ReasoningSplitter::new(m, &rendered));
     let seed = seed ^ state.created ^ rendered.len() as u64;
-    let output = Arc::new(Mutex::new(ChatOutput::new(reasoning, calls, template_format, seed)));
+    let output = ChatOutput::new(reasoning, calls, template_format, seed);
     Ok(ChatRun { rx, output, prompt_positions })
 }
 

@@ -25,7 +25,7 @@ use super::pipeline::{self, ChatJob, ChatRun};
 use super::request::{check_model, params, read_body};
 use super::response::{sse, Framing};
 use super::responses_request::ResponsesRequest;
-use super::segments::{Kind, Segments, Step};
+use super::segments::{Kind, Segmented, Segments, Step};
 use super::tools::Tools;
 use super::Shared;
 use crate::error::ApiError;
@@ -59,19 +59,13 @@ pub async fn responses(State(state): Shared, body: Body) -> Result<Response, Api
     };
     if req.stream {
         let ChatRun { rx, output, .. } = run;
-        let stream = Arc::new(Mutex::new(Stream { shape, segments: Segments::default(), sequence: 0 }));
+        let stream = Arc::new(Mutex::new(Stream { shape, answer: Segmented::new(output), sequence: 0 }));
         let first = stream.lock().map(|mut s| s.start()).unwrap_or_default();
         let piece = {
-            let (output, stream) = (output.clone(), stream.clone());
-            move |t: &str, _: &[tessera::SampledToken]| {
-                let deltas = output.lock().map(|mut o| o.push(t)).unwrap_or_default();
-                stream.lock().map(|mut s| s.push(&deltas)).unwrap_or_default()
-            }
+            let stream = stream.clone();
+            move |t: &str, _: &[tessera::SampledToken]| stream.lock().map(|mut s| s.push(t)).unwrap_or_default()
         };
-        let end = move |out: &GenerationOutput| {
-            let (deltas, called) = output.lock().map(|mut o| o.finish()).unwrap_or_default();
-            stream.lock().map(|mut s| s.end(&deltas, out, called)).unwrap_or_default()
-        };
+        let end = move |out: &GenerationOutput| stream.lock().map(|mut s| s.end(out)).unwrap_or_default();
         return Ok(sse(rx, Framing::Responses, first, piece, end));
     }
     let (out, deltas, called) = run.whole().await?;
@@ -138,10 +132,10 @@ fn text_part(text: &str) -> Value {
     json!({"type": "output_text", "text": text, "annotations": []})
 }
 
-/// A streamed response's state: its segments and the events' sequence numbers.
+/// A streamed response's state: its answer's segments and the events' sequence numbers.
 struct Stream {
     shape: Shape,
-    segments: Segments,
+    answer: Segmented,
     sequence: u64,
 }
 
@@ -153,22 +147,22 @@ impl Stream {
     }
 
     fn start(&mut self) -> Vec<Value> {
-        let response = self.shape.whole(&self.segments, None);
+        let response = self.shape.whole(&self.answer.segments, None);
         vec![
             self.event(json!({"type": "response.created", "response": response})),
             self.event(json!({"type": "response.in_progress", "response": response})),
         ]
     }
 
-    fn push(&mut self, deltas: &[Value]) -> Vec<Value> {
-        let steps = self.segments.push(deltas);
+    fn push(&mut self, piece: &str) -> Vec<Value> {
+        let steps = self.answer.push(piece);
         self.events(steps)
     }
 
-    fn end(&mut self, deltas: &[Value], out: &GenerationOutput, called: bool) -> Vec<Value> {
-        let steps = self.segments.finish(deltas);
+    fn end(&mut self, out: &GenerationOutput) -> Vec<Value> {
+        let (steps, called) = self.answer.finish();
         let mut events = self.events(steps);
-        let response = self.shape.whole(&self.segments, Some((out, called)));
+        let response = self.shape.whole(&self.answer.segments, Some((out, called)));
         let kind = if response["status"] == "incomplete" { "response.incomplete" } else { "response.completed" };
         events.push(self.event(json!({"type": kind, "response": response})));
         events
@@ -185,7 +179,7 @@ impl Stream {
             // (The steps come after the segments took them all: an item starts empty.)
             let text = match step {
                 Step::Start { .. } => String::new(),
-                _ => self.segments.items().get(index).map(|(_, t)| t.clone()).unwrap_or_default(),
+                _ => self.answer.segments.items().get(index).map(|(_, t)| t.clone()).unwrap_or_default(),
             };
             let item = self.shape.item(index, &kind, &text, matches!(step, Step::Stop { .. }));
             let at = json!({"item_id": item["id"], "output_index": index});

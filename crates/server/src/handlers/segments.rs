@@ -6,6 +6,8 @@
 
 use serde_json::Value;
 
+use super::chat_output::ChatOutput;
+
 /// What a segment holds.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Kind {
@@ -105,6 +107,31 @@ impl Segments {
             steps.push(Step::Stop { index: self.items.len() - 1, kind });
             self.open = false;
         }
+    }
+}
+
+/// A streamed answer's text, through the chat output into segments.
+#[derive(Debug)]
+pub struct Segmented {
+    output: ChatOutput,
+    pub segments: Segments,
+}
+
+impl Segmented {
+    pub fn new(output: ChatOutput) -> Self {
+        Self { output, segments: Segments::default() }
+    }
+
+    /// The steps a piece of the answer brings.
+    pub fn push(&mut self, piece: &str) -> Vec<Step> {
+        let deltas = self.output.push(piece);
+        self.segments.push(&deltas)
+    }
+
+    /// The last steps, and whether the answer made calls.
+    pub fn finish(&mut self) -> (Vec<Step>, bool) {
+        let (deltas, called) = self.output.finish();
+        (self.segments.finish(&deltas), called)
     }
 }
 
