@@ -10,7 +10,6 @@
 mod http_common;
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use base64::Engine as _;
@@ -292,32 +291,9 @@ fn a_forced_tool_use_and_its_result_round_trip() -> Result<()> {
     Ok(())
 }
 
-/// The tiny Llama fixture with a template that opens a thinking block when `enable_thinking`
-/// is set (Qwen3-Thinking's and DeepSeek-R1's generation prompts open it always).
-fn thinking_model() -> Result<PathBuf> {
-    let src = http_common::root().join("tests/fixtures/tiny/llama-gqa");
-    let dir = std::env::temp_dir().join(format!("tessera-messages-thinking-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    for entry in std::fs::read_dir(&src)? {
-        let entry = entry?;
-        std::fs::copy(entry.path(), dir.join(entry.file_name()))?;
-    }
-    let path = dir.join("tokenizer_config.json");
-    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
-    let template = config["chat_template"].as_str().context("chat_template")?.to_string();
-    let opened = template.replace(
-        "'<|im_start|>assistant\n'",
-        "'<|im_start|>assistant\n' }}{% if enable_thinking %}{{ '<think>\n' }}{% endif %}{{ ''",
-    );
-    anyhow::ensure!(opened != template, "the fixture's template changed: {template}");
-    config["chat_template"] = format!("{opened}{{# </think> #}}").into();
-    std::fs::write(&path, config.to_string())?;
-    Ok(dir)
-}
-
 #[test]
 fn thinking_is_a_thinking_block_when_enabled() -> Result<()> {
-    let dir = thinking_model()?;
+    let dir = http_common::thinking_model("enable_thinking", "messages")?;
     let server = start_with(&dir, ServerConfig { model_name: "tiny".into(), ..Default::default() })?;
     let body = |thinking: Value| {
         json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 12, "temperature": 0,

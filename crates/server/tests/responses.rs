@@ -2,7 +2,8 @@
 //! SmolLM2-135M-Instruct: the same conversation gives the chat endpoint's greedy answer as one
 //! `message` item; a call forced by `tool_choice` is a `function_call` item, and the call with its
 //! output sent back as input items gets the chat endpoint's answer to the same history; a
-//! `json_schema` text format is enforced. Streams follow the Responses events (sequence numbers
+//! `json_schema` text format is enforced; `reasoning.effort` reaches the template and reasoning
+//! is a `reasoning` item. Streams follow the Responses events (sequence numbers
 //! in order, each item added, its deltas, done) and end with the whole response. Bad requests
 //! are 400s in OpenAI's error shape naming the field.
 
@@ -240,6 +241,34 @@ fn a_json_schema_format_is_enforced() -> Result<()> {
     let v: Value = serde_json::from_str(text(&res))?;
     let city = v["city"].as_str().context("a city")?;
     assert!(city.chars().count() <= 20 && v.as_object().map(|o| o.len()) == Some(1), "{v}");
+    Ok(())
+}
+
+#[test]
+fn reasoning_is_a_reasoning_item() -> Result<()> {
+    // The template opens a thinking block when `reasoning_effort` is set: the output starts in it
+    // (no `</think>` follows in 12 tokens of a random model), all of it reasoning — the chat
+    // endpoint's `reasoning_content` for the same `reasoning_effort`.
+    let dir = http_common::thinking_model("reasoning_effort", "responses")?;
+    let server = start_with(&dir, ServerConfig { model_name: "tiny".into(), ..Default::default() })?;
+    let body = json!({"input": "Hi", "max_output_tokens": 12, "temperature": 0, "reasoning": {"effort": "low"}});
+    let res = respond(&server, &body)?;
+    let expected = chat_answer(
+        &server,
+        &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 12,
+        "temperature": 0, "reasoning_effort": "low"}),
+    )?;
+    let reasoning = expected["choices"][0]["message"]["reasoning_content"].as_str().context("reasoning")?;
+    let output = res["output"].as_array().context("output")?;
+    assert_eq!(output.len(), 1, "{res}");
+    assert_eq!(output[0]["type"], "reasoning", "{res}");
+    assert_eq!(output[0]["content"], json!([{"type": "reasoning_text", "text": reasoning}]), "{res}");
+    // Without it, a message.
+    let mut body = body.clone();
+    body.as_object_mut().map(|b| b.remove("reasoning"));
+    let res = respond(&server, &body)?;
+    assert!(!text(&res).is_empty(), "{res}");
+    std::fs::remove_dir_all(&dir)?;
     Ok(())
 }
 
