@@ -7,7 +7,8 @@ embeddings, and the exception types the client raises for bad requests. Then, on
 server with the real SmolLM2 weights, `response_format` `json_schema` (the output must parse and
 validate) and a two-step agent loop through the client's tools API: a call forced by
 `tool_choice` (its arguments valid under the tool's schema; streamed, the deltas join to a
-call), the tool's result sent back, a final answer. Exits non-zero on any failure.
+call), the tool's result sent back, a final answer; the same loop through the Responses API.
+Exits non-zero on any failure.
 
     python3 scripts/tests/openai_client.py [--tessera target/debug/tessera]
 """
@@ -178,6 +179,47 @@ def agent_loop(tessera):
     check_sigterm(server)
 
 
+def responses_api(tessera):
+    """The Responses API: a call forced by `tool_choice`, whole and streamed (the stream's
+    completed response equals the whole one), its output sent back as an input item, a final
+    answer equal to the chat endpoint's for the same history."""
+    tool = {"type": "function", **ADD["function"]}
+    with serve(tessera, SMOLLM2, "smollm2") as server:
+        client = openai.OpenAI(base_url=server.base + "/v1", api_key="unused", max_retries=0)
+        question = {"role": "user", "content": "What is 12 plus 30? Use the tool."}
+        kwargs = dict(model="smollm2", input=[question], tools=[tool], temperature=0, max_output_tokens=100,
+                      tool_choice={"type": "function", "name": "add"}, store=False)
+        res = client.responses.create(**kwargs)
+        calls = [o for o in res.output if o.type == "function_call"]
+        check(res.status == "completed" and len(calls) == 1 and calls[0].name == "add",
+              f"responses: a forced function_call add({calls[0].arguments if calls else None})")
+        args = validate_call("add", calls[0].arguments)
+        done = None
+        for event in client.responses.create(stream=True, **kwargs):
+            if event.type == "response.completed":
+                done = event.response
+        check(done is not None and [(o.type, o.name, o.arguments) for o in done.output]
+              == [(o.type, o.name, o.arguments) for o in res.output], "responses: the stream completes with the same call")
+        result = str(args["a"] + args["b"])
+        history = [question, {"type": "function_call", "call_id": calls[0].call_id, "name": "add",
+                              "arguments": calls[0].arguments},
+                   {"type": "function_call_output", "call_id": calls[0].call_id, "output": result}]
+        final = client.responses.create(model="smollm2", input=history, tools=[tool], tool_choice="none",
+                                        temperature=0, max_output_tokens=32)
+        chat = client.chat.completions.create(
+            model="smollm2", tools=[ADD], tool_choice="none", temperature=0, max_tokens=32,
+            messages=[question, {"role": "assistant", "content": None, "tool_calls": [
+                {"id": calls[0].call_id, "type": "function",
+                 "function": {"name": "add", "arguments": calls[0].arguments}}]},
+                {"role": "tool", "tool_call_id": calls[0].call_id, "content": result}])
+        check(final.output_text == chat.choices[0].message.content,
+              f"responses: the final answer {final.output_text!r} equals chat's")
+        expect_error(openai.BadRequestError,
+                     lambda: client.responses.create(model="smollm2", input="hi", previous_response_id="resp_1"),
+                     "responses: previous_response_id (nothing is stored)")
+    check_sigterm(server)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tessera", default=os.path.join(ROOT, "target", "debug", "tessera"))
@@ -246,6 +288,7 @@ def main():
     check_sigterm(server)
     structured_output(args.tessera)
     agent_loop(args.tessera)
+    responses_api(args.tessera)
     print("openai client: all checks passed")
 
 

@@ -46,6 +46,8 @@ pub struct JsonSchemaFormat {
 pub struct Sampling {
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
+    /// (An extension of OpenAI's API, as vLLM's and llama.cpp's; Anthropic's has it.)
+    pub top_k: Option<u64>,
     pub max_tokens: Option<u64>,
     pub max_completion_tokens: Option<u64>,
     pub stop: Option<Stop>,

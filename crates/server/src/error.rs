@@ -1,5 +1,6 @@
 //! Errors in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}` with the
-//! matching HTTP status.
+//! matching HTTP status; on Anthropic's endpoints in its shape, `{"type": "error", "error":
+//! {"type", "message"}}` ([`ApiError::anthropic`]).
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -33,6 +34,33 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// Anthropic's error `type` for the status.
+    fn anthropic_kind(&self) -> &'static str {
+        match self.status {
+            StatusCode::UNAUTHORIZED => "authentication_error",
+            StatusCode::FORBIDDEN => "permission_error",
+            StatusCode::NOT_FOUND => "not_found_error",
+            StatusCode::PAYLOAD_TOO_LARGE => "request_too_large",
+            StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+            StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
+            s if s.is_server_error() => "api_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    /// The error in Anthropic's shape (also a stream's `error` event).
+    pub fn anthropic_body(&self) -> serde_json::Value {
+        serde_json::json!({"type": "error", "error": {"type": self.anthropic_kind(), "message": self.message}})
+    }
+
+    /// The response in Anthropic's shape, with the same status.
+    pub fn anthropic(self) -> Response {
+        let body = self.anthropic_body();
+        respond(self.status, body)
+    }
+}
+
 impl From<TesseraError> for ApiError {
     fn from(e: TesseraError) -> Self {
         let status = match &e {
@@ -50,10 +78,15 @@ impl IntoResponse for ApiError {
         let body = serde_json::json!({
             "error": {"message": self.message, "type": self.kind(), "param": self.param, "code": null}
         });
-        let mut res = (self.status, axum::Json(body)).into_response();
-        if matches!(self.status, StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE) {
-            res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
-        res
+        respond(self.status, body)
     }
+}
+
+/// `body` with `status`; a client told to come back (429, 503) is told when.
+fn respond(status: StatusCode, body: serde_json::Value) -> Response {
+    let mut res = (status, axum::Json(body)).into_response();
+    if matches!(status, StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE) {
+        res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    res
 }

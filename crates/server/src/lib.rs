@@ -1,11 +1,13 @@
 //! # tessera-server
 //!
 //! An OpenAI-compatible HTTP server over one loaded model: `POST /v1/chat/completions` (text
-//! and images as `data:` URLs, streamed as server-sent events or not), `POST /v1/completions`,
-//! `POST /v1/embeddings`, `GET /v1/models`, `GET /health` and `GET /metrics` (Prometheus
+//! and images as `data:` URLs, streamed as server-sent events or not), Anthropic's
+//! `POST /v1/messages` (and `/v1/messages/count_tokens`), `POST /v1/responses` (stateless),
+//! `POST /v1/completions`, `POST /v1/embeddings`, `GET /v1/models`, `GET /health` and `GET /metrics` (Prometheus
 //! text). Generation runs in [`tessera::Engine`]'s continuous batching: every request joins
 //! the running batch between decode steps, and a client that disconnects cancels its
-//! sequence at once. Errors use OpenAI's JSON shape with the matching status.
+//! sequence at once. Errors use OpenAI's JSON shape with the matching status (Anthropic's on
+//! `/v1/messages`).
 //!
 //! Logs (one line per request) go to stderr through [`logging::init`]'s lossy queue: a slow or
 //! stuck stderr costs log lines, counted in `/metrics` as `tessera_log_lines_dropped_total`,
@@ -118,10 +120,10 @@ impl AppState {
         self.engine.model()
     }
 
-    /// A fresh response id (`chatcmpl-…`, `cmpl-…`).
+    /// A fresh response id after `prefix` (`chatcmpl-…`, `cmpl-…`, `msg_…`).
     fn id(&self, prefix: &str) -> String {
         let n = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        format!("{prefix}-{:x}{n:06x}", self.created)
+        format!("{prefix}{:x}{n:06x}", self.created)
     }
 }
 
@@ -129,6 +131,9 @@ impl AppState {
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(handlers::chat_completions))
+        .route("/v1/messages", post(handlers::messages))
+        .route("/v1/messages/count_tokens", post(handlers::count_tokens))
+        .route("/v1/responses", post(handlers::responses))
         .route("/v1/completions", post(handlers::completions))
         .route("/v1/embeddings", post(handlers::embeddings))
         .route("/v1/models", get(handlers::models))

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use tessera::{GenerationOutput, SampledToken};
 
 use super::request::{blocking, check_model, collect, params, read_json, submit};
-use super::response::{completion_logprobs, finish_reason, sse};
+use super::response::{completion_logprobs, finish_reason, sse, Framing};
 use super::Shared;
 use crate::api::{CompletionRequest, Sampling, TextInput, Usage};
 use crate::error::ApiError;
@@ -40,7 +40,7 @@ pub async fn completions(State(state): Shared, body: Body) -> Result<Response, A
     let st = state.clone();
     let prompt = blocking(move || Ok(st.model().encode_prompt(&text, None, true, &[])?)).await?;
     let rx = submit(&state, prompt, params)?;
-    let (id, created, model) = (state.id("cmpl"), state.created, state.config.model_name.clone());
+    let (id, created, model) = (state.id("cmpl-"), state.created, state.config.model_name.clone());
     let chunk = {
         let (id, model) = (id.clone(), model.clone());
         move |text: &str, finish: Option<&str>| {
@@ -69,7 +69,7 @@ pub async fn completions(State(state): Shared, body: Body) -> Result<Response, A
             }
             v
         };
-        return Ok(sse(rx, None, piece, end));
+        return Ok(sse(rx, Framing::OpenAi, Vec::new(), piece, end));
     }
     let out = collect(rx).await?;
     let logprobs = out.logprobs.is_some().then(|| completion_logprobs(state.model(), &out.sampled_tokens()));

@@ -22,6 +22,16 @@ const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(5);
 /// The body as `T` and its sampling fields: 413 over the size limit, 400 naming the field for
 /// malformed JSON or a field of the wrong type.
 pub(super) async fn read_json<T: DeserializeOwned>(state: &AppState, body: Body) -> Result<(T, Sampling), ApiError> {
+    let value = read_value(state, body).await?;
+    Ok((field_errors(&value)?, field_errors(&value)?))
+}
+
+/// The body as `T` (an API with its own sampling fields), with [`read_json`]'s errors.
+pub(super) async fn read_body<T: DeserializeOwned>(state: &AppState, body: Body) -> Result<T, ApiError> {
+    field_errors(&read_value(state, body).await?)
+}
+
+async fn read_value(state: &AppState, body: Body) -> Result<Value, ApiError> {
     use futures_util::StreamExt;
     let limit = state.config.max_body_bytes;
     let mut stream = body.into_data_stream();
@@ -47,9 +57,7 @@ pub(super) async fn read_json<T: DeserializeOwned>(state: &AppState, body: Body)
         }
         bytes.extend_from_slice(&chunk);
     }
-    let value: Value =
-        serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))?;
-    Ok((field_errors(&value)?, field_errors(&value)?))
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))
 }
 
 /// `value` as `T`; a field of the wrong type is named in the error.
@@ -109,6 +117,7 @@ pub(super) fn params(state: &AppState, s: &Sampling, top_logprobs: Option<usize>
     let sampling = tessera::SamplingParams {
         temperature,
         top_p: s.top_p,
+        top_k: s.top_k.map(|k| k as usize),
         frequency_penalty: s.frequency_penalty.unwrap_or(0.0),
         presence_penalty: s.presence_penalty.unwrap_or(0.0),
         seed: s.seed.unwrap_or_else(rand_seed),

@@ -59,13 +59,49 @@ pub(super) fn completion_logprobs(model: &Model, tokens: &[SampledToken]) -> Val
     })
 }
 
-/// The events of one streamed response as SSE `data:` lines — `first`, one chunk per
-/// `piece(text, tokens)` (none or several; `tokens`: the sampled tokens since the last chunk, with `logprobs`),
-/// the chunks of `end(output)` — then `[DONE]`. When the client disconnects the stream (and
-/// with it the receiver) is dropped, which cancels the generation.
+/// How a stream's events are written.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Framing {
+    /// OpenAI's: `data:` lines, then `data: [DONE]`; an error as `{"error": {…}}`.
+    OpenAi,
+    /// Anthropic's: each event under an `event:` line naming its `type`, nothing after the last;
+    /// an error as the event `error`, `{"type": "error", "error": {"type", "message"}}`.
+    Anthropic,
+    /// The Responses API's: named events as Anthropic's; an error as the event `error`,
+    /// `{"type": "error", "code", "message", "param"}`.
+    Responses,
+}
+
+impl Framing {
+    fn event(self, v: &Value) -> SseEvent {
+        // (Fields are written in the order set: the `event:` line first, as Anthropic's.)
+        match (self, v.get("type").and_then(Value::as_str)) {
+            (Framing::Anthropic | Framing::Responses, Some(name)) => {
+                SseEvent::default().event(name).data(v.to_string())
+            }
+            _ => SseEvent::default().data(v.to_string()),
+        }
+    }
+
+    fn error(self, err: ApiError) -> Value {
+        match self {
+            Framing::OpenAi => {
+                json!({"error": {"message": err.message, "type": err.kind(), "param": null, "code": null}})
+            }
+            Framing::Anthropic => err.anthropic_body(),
+            Framing::Responses => json!({"type": "error", "code": err.kind(), "message": err.message, "param": null}),
+        }
+    }
+}
+
+/// The events of one streamed response — `first`, one chunk per `piece(text, tokens)` (none or
+/// several; `tokens`: the sampled tokens since the last chunk, with `logprobs`), the chunks of
+/// `end(output)` — written as `framing` says (OpenAI's end with `[DONE]`). When the client
+/// disconnects the stream (and with it the receiver) is dropped, which cancels the generation.
 pub(super) fn sse(
     rx: mpsc::UnboundedReceiver<Event>,
-    first: Option<Value>,
+    framing: Framing,
+    first: Vec<Value>,
     piece: impl Fn(&str, &[SampledToken]) -> Vec<Value> + Send + Sync + 'static,
     end: impl Fn(&GenerationOutput) -> Vec<Value> + Send + Sync + 'static,
 ) -> Response {
@@ -77,41 +113,42 @@ pub(super) fn sse(
             if done {
                 return None;
             }
-            if let Some(f) = first {
-                return Some((vec![f.to_string()], (rx, None, tokens, false)));
+            if !first.is_empty() {
+                let events = first.iter().map(|v| framing.event(v)).collect();
+                return Some((events, (rx, Vec::new(), tokens, false)));
             }
-            let error = |err: ApiError| {
-                vec![json!({"error": {"message": err.message, "type": err.kind(), "param": null, "code": null}})
-                    .to_string()]
-            };
-            let mut lines: Vec<String> = loop {
+            let events = |values: &[Value]| values.iter().map(|v| framing.event(v)).collect::<Vec<_>>();
+            let mut lines: Vec<SseEvent> = loop {
                 match rx.recv().await {
                     Some(Event::Tokens(t)) => tokens.extend(t),
                     Some(Event::Text(t)) => {
-                        let chunks = piece(&t, &tokens).iter().map(Value::to_string).collect();
-                        return Some((chunks, (rx, None, Vec::new(), false)));
+                        let chunks = events(&piece(&t, &tokens));
+                        return Some((chunks, (rx, Vec::new(), Vec::new(), false)));
                     }
                     Some(Event::Done(out)) => {
                         // Tokens whose text never showed (an EOS, a stop string) still get theirs.
-                        let rest = if tokens.is_empty() { Vec::new() } else { piece("", &tokens) };
-                        break rest.iter().chain(end(&out).iter()).map(Value::to_string).collect();
+                        let mut rest = if tokens.is_empty() { Vec::new() } else { piece("", &tokens) };
+                        rest.extend(end(&out));
+                        break events(&rest);
                     }
-                    Some(Event::Error(e)) => break error(e.into()),
+                    Some(Event::Error(e)) => break events(&[framing.error(e.into())]),
                     None => {
-                        break error(ApiError {
+                        break events(&[framing.error(ApiError {
                             status: StatusCode::INTERNAL_SERVER_ERROR,
                             message: "the engine stopped before the request ended".into(),
                             param: None,
-                        })
+                        })])
                     }
                 }
             };
-            lines.push("[DONE]".into());
-            Some((lines, (rx, None, Vec::new(), true)))
+            if framing == Framing::OpenAi {
+                lines.push(SseEvent::default().data("[DONE]"));
+            }
+            Some((lines, (rx, Vec::new(), Vec::new(), true)))
         }
     });
-    let events = futures_util::StreamExt::flat_map(stream, |lines| {
-        futures_util::stream::iter(lines.into_iter().map(|l| Ok::<_, Infallible>(SseEvent::default().data(l))))
+    let events = futures_util::StreamExt::flat_map(stream, |events| {
+        futures_util::stream::iter(events.into_iter().map(Ok::<_, Infallible>))
     });
     Sse::new(events).into_response()
 }

@@ -109,3 +109,28 @@ pub fn stream_chunks(server: &Server, path: &str, body: &Value) -> Result<Vec<Va
     anyhow::ensure!(lines.last().map(String::as_str) == Some("[DONE]"), "no [DONE] at the end");
     Ok(lines[..lines.len() - 1].iter().map(|l| serde_json::from_str(l)).collect::<Result<_, _>>()?)
 }
+
+/// A copy of the tiny Llama fixture (in a temporary folder named after `test`) whose template
+/// opens a thinking block when the template variable `switch` is set (Qwen3-Thinking's and
+/// DeepSeek-R1's generation prompts open it always).
+pub fn thinking_model(switch: &str, test: &str) -> Result<PathBuf> {
+    let src = root().join("tests/fixtures/tiny/llama-gqa");
+    let dir = std::env::temp_dir().join(format!("tessera-{test}-thinking-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    for entry in std::fs::read_dir(&src)? {
+        let entry = entry?;
+        std::fs::copy(entry.path(), dir.join(entry.file_name()))?;
+    }
+    let path = dir.join("tokenizer_config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+    let template = config["chat_template"].as_str().context("chat_template")?.to_string();
+    let opened = template.replace(
+        "'<|im_start|>assistant\n'",
+        &format!("'<|im_start|>assistant\n' }}}}{{% if {switch} %}}{{{{ '<think>\n' }}}}{{% endif %}}{{{{ ''"),
+    );
+    anyhow::ensure!(opened != template, "the fixture's template changed: {template}");
+    // Both markers appear in the template (a thinking template shows how a block ends).
+    config["chat_template"] = format!("{opened}{{# </think> #}}").into();
+    std::fs::write(&path, config.to_string())?;
+    Ok(dir)
+}
