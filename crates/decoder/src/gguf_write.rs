@@ -129,13 +129,7 @@ impl GgufFile {
     /// them (`weight_name_comparer` in `llama-model-loader.h`): tensors outside `blk.N.` first,
     /// then by block number, each group by name.
     pub fn sort_tensors_as_llama_cpp(&mut self) {
-        let layer = |name: &str| -> i64 {
-            name.strip_prefix("blk.")
-                .and_then(|rest| rest.split('.').next())
-                .and_then(|n| n.parse::<i64>().ok())
-                .unwrap_or(-1)
-        };
-        self.tensors.sort_by(|a, b| (layer(&a.name), &a.name).cmp(&(layer(&b.name), &b.name)));
+        self.tensors.sort_by(|a, b| llama_cpp_order(&a.name).cmp(&llama_cpp_order(&b.name)));
     }
 
     /// Writes the file to `path` (through a temporary file beside it, renamed when complete).
@@ -192,6 +186,13 @@ impl GgufFile {
         drop(out);
         tmp.commit()
     }
+}
+
+/// The sort key of llama.cpp's tensor order ([`GgufFile::sort_tensors_as_llama_cpp`]): the
+/// block number (-1 outside `blk.N.`), then the name.
+pub fn llama_cpp_order(name: &str) -> (i64, &str) {
+    let layer = name.strip_prefix("blk.").and_then(|rest| rest.split('.').next()).and_then(|n| n.parse().ok());
+    (layer.unwrap_or(-1), name)
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
@@ -279,6 +280,29 @@ impl Drop for TempFile {
     fn drop(&mut self) {
         if !self.committed {
             let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// A tensor's f32 values `x` (row-major, `dims`) stored as `ty`: little-endian f32, f16 rounded
+/// to nearest (ggml's `ggml_fp32_to_fp16_row`), or the blocks llama-quantize writes (ggml's
+/// reference quantizers, [`tessera_kernels::quantize`]) on the kernels' threads.
+pub fn encode(ty: TensorType, x: &[f32], dims: &[usize]) -> std::result::Result<Vec<u8>, String> {
+    let n: usize = dims.iter().product();
+    if x.len() != n {
+        return Err(format!("{} values for a {dims:?} tensor", x.len()));
+    }
+    match ty {
+        TensorType::F32 => Ok(x.iter().flat_map(|v| v.to_le_bytes()).collect()),
+        TensorType::F16 => {
+            let mut h = vec![half::f16::ZERO; n];
+            tessera_kernels::ops::f32_to_f16(x, &mut h).map_err(|e| e.to_string())?;
+            Ok(h.iter().flat_map(|v| v.to_le_bytes()).collect())
+        }
+        TensorType::Quant(q) => {
+            let cols = dims.last().copied().unwrap_or(1);
+            let pool = tessera_kernels::ThreadPool::global();
+            tessera_kernels::quantize::quantize_rows(pool, q, x, n / cols.max(1), cols).map_err(|e| e.to_string())
         }
     }
 }
