@@ -177,7 +177,11 @@ impl GgufFile {
             let bytes = data(i, t)?;
             let want = t.ty.byte_len(&t.dims).unwrap_or(0);
             if bytes.len() != want {
-                return Err(err(format!("tensor `{}` has {} bytes of data, its type takes {want}", t.name, bytes.len())));
+                return Err(err(format!(
+                    "tensor `{}` has {} bytes of data, its type takes {want}",
+                    t.name,
+                    bytes.len()
+                )));
             }
             out.write_all(&bytes).map_err(io)?;
             out.write_all(&[0u8; ALIGNMENT][..want.next_multiple_of(ALIGNMENT) - want]).map_err(io)?;
@@ -254,10 +258,10 @@ struct TempFile {
 
 impl TempFile {
     fn create(target: &Path) -> Result<Self> {
-        let name = target.file_name().and_then(|n| n.to_str()).ok_or_else(|| DecoderError::WeightFile {
-            path: target.to_path_buf(),
-            reason: "not a file name".into(),
-        })?;
+        let name = target
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| DecoderError::WeightFile { path: target.to_path_buf(), reason: "not a file name".into() })?;
         let tmp = target.with_file_name(format!(".{name}.{}.partial", std::process::id()));
         let file = File::create(&tmp).map_err(|e| DecoderError::WeightFile {
             path: target.to_path_buf(),

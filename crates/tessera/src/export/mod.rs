@@ -184,7 +184,11 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
             _ => None,
         };
         let ty = storage_type(&text_plan, &hf, &dims);
-        text_tensors.push(Planned { entry: TensorEntry { name: gguf, dims, ty }, stored: stored.clone(), permute_heads: heads });
+        text_tensors.push(Planned {
+            entry: TensorEntry { name: gguf, dims, ty },
+            stored: stored.clone(),
+            permute_heads: heads,
+        });
     }
     finish(&mut text_file, job.mix);
     let mut files = vec![PlannedFile { path: job.out.clone(), gguf: text_file, tensors: text_tensors }];
@@ -215,13 +219,19 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
             let name = gguf_vision_name(stored).ok_or_else(|| unmapped(dir, stored, "clip"))?;
             let dims = shape(&vb, dir, stored)?;
             let ty = storage_type(&vision_plan, stored, &dims);
-            tensors.push(Planned { entry: TensorEntry { name, dims, ty }, stored: stored.clone(), permute_heads: None });
+            tensors.push(Planned {
+                entry: TensorEntry { name, dims, ty },
+                stored: stored.clone(),
+                permute_heads: None,
+            });
         }
         files.push(PlannedFile { path: mmproj_out.clone(), gguf, tensors });
     }
     // llama-quantize's order, so that the data section is laid out as it lays it out.
     for f in &mut files {
-        f.tensors.sort_by(|a, b| gguf_write::llama_cpp_order(&a.entry.name).cmp(&gguf_write::llama_cpp_order(&b.entry.name)));
+        f.tensors.sort_by(|a, b| {
+            gguf_write::llama_cpp_order(&a.entry.name).cmp(&gguf_write::llama_cpp_order(&b.entry.name))
+        });
         for t in &f.tensors {
             f.gguf.add_tensor(t.entry.clone());
         }
@@ -231,12 +241,7 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
 
 /// The converter's `{arch}.*` keys for the text model (`TextModel.set_gguf_parameters`, and
 /// `LlamaModel`'s additions when `llama_keys`).
-fn text_metadata(
-    config: &ModelConfig,
-    arch: &str,
-    llama_keys: bool,
-    name: &str,
-) -> Result<Vec<(String, MetaValue)>> {
+fn text_metadata(config: &ModelConfig, arch: &str, llama_keys: bool, name: &str) -> Result<Vec<(String, MetaValue)>> {
     let d = &config.decoder;
     let u = |v: usize| {
         u32::try_from(v)
@@ -291,7 +296,9 @@ fn shape(vb: &Weights, dir: &Path, stored: &str) -> Result<Vec<usize>> {
 fn unmapped(dir: &Path, stored: &str, arch: &str) -> TesseraError {
     TesseraError::Config {
         path: dir.to_path_buf(),
-        reason: format!("tensor `{stored}` has no name in llama.cpp's `{arch}` GGUF (tessera does not know where it goes)"),
+        reason: format!(
+            "tensor `{stored}` has no name in llama.cpp's `{arch}` GGUF (tessera does not know where it goes)"
+        ),
     }
 }
 

@@ -6,8 +6,10 @@
 //!
 //! One difference: the converter names the pre-tokenizer (`tokenizer.ggml.pre`) by hashing
 //! the ids a published tokenizer gives a test text; here it is read off the tokenizer's
-//! pre-tokenizer: a lone byte-level split is `gpt2`, digits split one by one before it (the
-//! SmolLM tokenizers) `smollm`. Other pre-tokenizers are refused, naming the file.
+//! pre-tokenizer: a lone byte-level split is `gpt-2`, digits split one by one before it (the
+//! SmolLM tokenizers) `smollm`, the names `llama-vocab.cpp` accepts (it refuses `gpt2`, which
+//! the staging of scripts/peers/convert_hf.py writes into the committed pairs). Other
+//! pre-tokenizers are refused, naming the file.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -115,7 +117,7 @@ fn pre_tokenizer_name(pre: &Value) -> std::result::Result<&'static str, String> 
     let byte_level = |p: &Value| p["type"] == "ByteLevel" && p["use_regex"].as_bool() != Some(false);
     let digits = |p: &Value| p["type"] == "Digits" && p["individual_digits"].as_bool() == Some(true);
     if byte_level(pre) {
-        return Ok("gpt2");
+        return Ok("gpt-2");
     }
     if pre["type"] == "Sequence" {
         if let Some([d, b]) = pre["pretokenizers"].as_array().map(Vec::as_slice) {
@@ -125,7 +127,7 @@ fn pre_tokenizer_name(pre: &Value) -> std::result::Result<&'static str, String> 
         }
     }
     Err(format!(
-        "its pre-tokenizer {pre} is not one tessera names for llama.cpp (a byte-level split: `gpt2`; single digits, \
+        "its pre-tokenizer {pre} is not one tessera names for llama.cpp (a byte-level split: `gpt-2`; single digits, \
          then byte-level: `smollm`)"
     ))
 }
@@ -158,25 +160,28 @@ fn merges(merges: &Value) -> std::result::Result<Vec<String>, String> {
         .collect()
 }
 
+/// Special token ids and `add_*_token` flags, by kind (`bos`, `eos`, …).
+type SpecialTokens = (Vec<(&'static str, u32)>, Vec<(&'static str, bool)>);
+
 /// `SpecialVocab`'s special ids (tokenizer_config's `{kind}_token` texts looked up among the
 /// added tokens, then config.json's `{kind}_token_id`, the first found winning) and its
 /// `add_{kind}_token` flags (the post-processor's, then tokenizer_config's), in its order.
-fn special_tokens<'a>(
+fn special_tokens(
     tokenizer: &Value,
     added: &[&Value],
     tokenizer_config: Option<&Value>,
     config: Option<&Value>,
     vocab_size: usize,
-) -> (Vec<(&'a str, u32)>, Vec<(&'a str, bool)>) {
-    let mut ids: Vec<(&str, u32)> = Vec::new();
-    let set = |ids: &mut Vec<(&str, u32)>, kind: &'static str, id: Option<u64>| {
+) -> SpecialTokens {
+    let mut ids: Vec<(&'static str, u32)> = Vec::new();
+    let set = |ids: &mut Vec<(&'static str, u32)>, kind: &'static str, id: Option<u64>| {
         if let Some(id) = id.filter(|&i| (i as usize) < vocab_size) {
             if !ids.iter().any(|(k, _)| *k == kind) {
                 ids.push((kind, id as u32));
             }
         }
     };
-    let mut adds: Vec<(&str, bool)> = Vec::new();
+    let mut adds: Vec<(&'static str, bool)> = Vec::new();
     let bos_text = tokenizer_config.and_then(|tc| token_text(&tc["bos_token"]));
     let post = &tokenizer["post_processor"];
     let processors = post["processors"].as_array().cloned().unwrap_or_else(|| vec![post.clone()]);
@@ -235,11 +240,9 @@ fn chat_template(dir: &Path, tokenizer_config: Option<&Value>) -> Result<Option<
     let pick = |v: &Value| -> Option<String> {
         match v {
             Value::String(s) => Some(s.clone()),
-            Value::Array(named) => named
-                .iter()
-                .find(|t| t["name"] == "default")
-                .and_then(|t| t["template"].as_str())
-                .map(str::to_string),
+            Value::Array(named) => {
+                named.iter().find(|t| t["name"] == "default").and_then(|t| t["template"].as_str()).map(str::to_string)
+            }
             _ => None,
         }
     };
@@ -266,7 +269,7 @@ mod tests {
     #[test]
     fn pre_tokenizers_are_named_as_llama_cpp_names_them() {
         let bl = json!({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true});
-        assert_eq!(pre_tokenizer_name(&bl), Ok("gpt2"));
+        assert_eq!(pre_tokenizer_name(&bl), Ok("gpt-2"));
         let smol = json!({"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": true}, bl]});
         assert_eq!(pre_tokenizer_name(&smol), Ok("smollm"));
         let split = json!({"type": "Split", "pattern": {"Regex": "x"}});

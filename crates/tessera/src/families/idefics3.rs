@@ -141,7 +141,7 @@ pub(crate) fn mmproj_metadata(
     settings: &super::image::ProcessorSettings,
     text_hidden: usize,
 ) -> super::image::MmprojMetadata {
-    use tessera_decoder::gguf_write::MetaValue::{Bool, Str, F32, F32s, U32};
+    use tessera_decoder::gguf_write::MetaValue::{Bool, F32s, Str, F32, U32};
     let u = |v: usize| u32::try_from(v).map(U32).map_err(|_| format!("{v} does not fit a GGUF u32"));
     let stats = |key: &str| -> Result<Vec<f32>, String> {
         match settings.image.get(key) {
