@@ -7,7 +7,8 @@
 //! One difference: the converter names the pre-tokenizer (`tokenizer.ggml.pre`) by hashing
 //! the ids a published tokenizer gives a test text; here it is read off the tokenizer's
 //! pre-tokenizer: a lone byte-level split is `gpt-2`, digits split one by one before it (the
-//! SmolLM tokenizers) `smollm`, the names `llama-vocab.cpp` accepts (it refuses `gpt2`, which
+//! SmolLM tokenizers) `smollm`, Llama 3's and Qwen2's regex splits `llama-bpe` and `qwen2`, the
+//! names `llama-vocab.cpp` accepts (it refuses `gpt2`, which
 //! the staging of scripts/peers/convert_hf.py writes into the committed pairs). Other
 //! pre-tokenizers are refused, naming the file.
 
@@ -112,6 +113,19 @@ pub(crate) fn vocab_metadata(dir: &Path, vocab_size: usize) -> Result<Vec<(Strin
     Ok(md)
 }
 
+/// The Split regexes of published tokenizers and llama.cpp's names for them (Llama 3's digits
+/// in threes, Qwen2's one by one).
+const SPLIT_REGEXES: [(&str, &str); 2] = [
+    (
+        "llama-bpe",
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    ),
+    (
+        "qwen2",
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    ),
+];
+
 /// `tokenizer.ggml.pre` for a `tokenizer.json` pre-tokenizer (see the module docs).
 fn pre_tokenizer_name(pre: &Value) -> std::result::Result<&'static str, String> {
     let byte_level = |p: &Value| p["type"] == "ByteLevel" && p["use_regex"].as_bool() != Some(false);
@@ -120,9 +134,16 @@ fn pre_tokenizer_name(pre: &Value) -> std::result::Result<&'static str, String> 
         return Ok("gpt-2");
     }
     if pre["type"] == "Sequence" {
-        if let Some([d, b]) = pre["pretokenizers"].as_array().map(Vec::as_slice) {
-            if digits(d) && byte_level(b) {
+        if let Some([first, b]) = pre["pretokenizers"].as_array().map(Vec::as_slice) {
+            if digits(first) && byte_level(b) {
                 return Ok("smollm");
+            }
+            // A regex split, then byte-level without its own regex: the original regexes
+            // llama-vocab.cpp quotes for the pre-tokenizer types it adapts.
+            let split = first["pattern"]["Regex"].as_str().filter(|_| first["type"] == "Split");
+            let named = SPLIT_REGEXES.iter().find(|(_, re)| Some(*re) == split).map(|(name, _)| *name);
+            if let (Some(name), true) = (named, b["type"] == "ByteLevel") {
+                return Ok(name);
             }
         }
     }
@@ -274,6 +295,10 @@ mod tests {
         assert_eq!(pre_tokenizer_name(&smol), Ok("smollm"));
         let split = json!({"type": "Split", "pattern": {"Regex": "x"}});
         assert!(pre_tokenizer_name(&split).is_err_and(|e| e.contains("Split")));
+        let qwen2 = json!({"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": SPLIT_REGEXES[1].1}, "behavior": "Isolated", "invert": false},
+            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}]});
+        assert_eq!(pre_tokenizer_name(&qwen2), Ok("qwen2"));
     }
 
     #[test]

@@ -283,7 +283,8 @@ impl TextFamily {
     /// [`gguf_rope_style`](Self::gguf_rope_style).
     pub fn gguf_text(self) -> Option<GgufText> {
         match self {
-            Self::Llama => Some(GgufText { arch: "llama", llama_keys: true }),
+            // The converter writes Mistral as a Llama (`MistralForCausalLM` is a `LlamaModel`).
+            Self::Llama | Self::Mistral => Some(GgufText { arch: "llama", llama_keys: true }),
             Self::Qwen2 => Some(GgufText { arch: "qwen2", llama_keys: false }),
             _ => None,
         }
