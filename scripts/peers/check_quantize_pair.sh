@@ -3,13 +3,14 @@
 # checkpoint with `tessera quantize CKPT model.gguf --mmproj-out mmproj.gguf --type T`, runs
 # llama.cpp's `llama-mtmd-cli` on the pair (greedy, N tokens) and `tessera generate` on the same
 # pair, and compares the two greedy texts. Not run in CI (llama.cpp is not built there); the
-# outcome is recorded in docs/quantization.md.
+# outcome is recorded in docs/cli.md (`tessera quantize`).
 #
 # Usage: scripts/peers/check_quantize_pair.sh [CKPT] (default: the full-size random-weight
 # SmolVLM-256M-Instruct checkpoint scripts/peers/smolvlm_first_token.py writes under
-# ~/.cache/tessera-peers/smolvlm-256m-random; the tiny test fixture's 480-token vocabulary lacks
-# the byte tokens llama.cpp needs for the prompt's newlines). TYPES="Q4_K_M Q8_0" (default
-# Q4_K_M), N=8, THREADS=2, PROMPT, IMAGE (tests/fixtures/images/chelsea.png), TESSERA (a built
+# ~/.cache/tessera-peers/smolvlm-256m-random. Not the tiny test fixture: llama.cpp's idefics3
+# slicing looks up a single `\n\n` token (`ĊĊ`, mtmd.cpp's tok_ov_img_start), which its 480-token
+# vocabulary lacks, and llama-mtmd-cli then aborts on the id -1 (GGML_ASSERT in mtmd-helper.cpp).
+# Settings: TYPES="Q4_K_M Q8_0" (default Q4_K_M), N=8, THREADS=2, PROMPT, IMAGE (tests/fixtures/images/chelsea.png), TESSERA (a built
 # tessera binary; default: cargo build --release).
 # Needs llama-mtmd-cli: LLAMACPP_TARGETS="llama-bench llama-quantize llama-mtmd-cli"
 # bash scripts/peers/build_llamacpp.sh. Exit status 1 when a pair's texts differ.
