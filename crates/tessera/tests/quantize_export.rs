@@ -6,6 +6,8 @@
 //!   llama-quantize's byte for byte, and every metadata key llama-quantize wrote has the same
 //!   value here but `general.name` / `general.size_label` (the converter's guesses from the
 //!   folder name and the parameter count);
+//! - on a 256-wide Qwen2 checkpoint (where the k-quants and the `_M` rules apply), under all five
+//!   types, every quantized tensor's type and blocks are llama-quantize's;
 //! - the written files load back in tessera and compute what `--quantize` at load time
 //!   computes on the folder.
 //!
@@ -111,6 +113,111 @@ fn the_qwen2_model_is_llama_quantizes() -> Result<()> {
         assert_eq!((written.len(), written[0].bytes), (1, std::fs::metadata(&model)?.len()));
         same_gguf_as(&model, &common::fixtures().join(format!("quant/qwen2-bias-{mix}/model.gguf")))?;
     }
+    Ok(())
+}
+
+/// The values scripts/make_quant_references.py writes into its 256-wide checkpoint (as
+/// tests/quantize.rs repeats them): splitmix64 seeded by the FNV-1a hash of the name.
+fn values(name: &str, n: usize) -> Vec<f32> {
+    let mut s = name.bytes().fold(0xCBF2_9CE4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01B3));
+    (0..n)
+        .map(|i| {
+            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = s;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            let k = (z >> 41) as i64 - (1 << 22);
+            k as f32 * 2f32.powi(-25) * if i % 97 == 0 { 4.0 } else { 1.0 }
+        })
+        .collect()
+}
+
+/// The k-quants and the `_M` rules in files: the 256-wide Qwen2 checkpoint of
+/// tests/fixtures/quant/qwen2-256.json (rebuilt here from its generator; the tiny folders'
+/// 64-wide rows reach only the fallback types) written under all five types: every quantized
+/// tensor has llama-quantize's type and its blocks hash to llama-quantize's SHA-256.
+#[test]
+fn k_quant_files_hold_llama_quantizes_blocks() -> Result<()> {
+    use sha2::{Digest, Sha256};
+    let reference = common::read_json(&common::fixtures().join("quant/qwen2-256.json"))?;
+    let c = &reference["config"];
+    let dim = |k: &str| c[k].as_u64().map(|v| v as usize).with_context(|| k.to_string());
+    let (h, inter, layers, vocab) =
+        (dim("hidden_size")?, dim("intermediate_size")?, dim("num_hidden_layers")?, dim("vocab_size")?);
+    let kv = dim("num_key_value_heads")? * h / dim("num_attention_heads")?;
+    let mut shapes = vec![
+        ("model.embed_tokens.weight".to_string(), vec![vocab, h]),
+        ("model.norm.weight".into(), vec![h]),
+        ("lm_head.weight".into(), vec![vocab, h]),
+    ];
+    for i in 0..layers {
+        let p = format!("model.layers.{i}.");
+        for (m, shape) in [
+            ("input_layernorm.weight", vec![h]),
+            ("post_attention_layernorm.weight", vec![h]),
+            ("self_attn.q_proj.weight", vec![h, h]),
+            ("self_attn.q_proj.bias", vec![h]),
+            ("self_attn.k_proj.weight", vec![kv, h]),
+            ("self_attn.k_proj.bias", vec![kv]),
+            ("self_attn.v_proj.weight", vec![kv, h]),
+            ("self_attn.v_proj.bias", vec![kv]),
+            ("self_attn.o_proj.weight", vec![h, h]),
+            ("mlp.gate_proj.weight", vec![inter, h]),
+            ("mlp.up_proj.weight", vec![inter, h]),
+            ("mlp.down_proj.weight", vec![h, inter]),
+        ] {
+            shapes.push((format!("{p}{m}"), shape));
+        }
+    }
+    let dir = common::scratch("quantize_export_qwen2_256")?;
+    let folder = dir.join("qwen2-256");
+    std::fs::create_dir_all(&folder)?;
+    let mut tensors = std::collections::HashMap::new();
+    for (name, shape) in &shapes {
+        let n = shape.iter().product();
+        tensors.insert(
+            name.clone(),
+            candle_core::Tensor::from_vec(values(name, n), shape.as_slice(), &candle_core::Device::Cpu)?,
+        );
+    }
+    candle_core::safetensors::save(&tensors, folder.join("model.safetensors"))?;
+    std::fs::write(folder.join("config.json"), serde_json::to_string(c)?)?;
+    for f in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(common::fixtures().join("tiny/qwen2-bias").join(f), folder.join(f))?;
+    }
+    let mixes = reference["mixes"].as_object().context("mixes")?;
+    ensure!(mixes.len() == 5, "{} types in the reference", mixes.len());
+    let mut k_quant_tensors = 0;
+    for (mix, table) in mixes {
+        let out = dir.join(format!("{mix}.gguf"));
+        let job = QuantizeJob {
+            model: folder.to_str().context("utf-8")?.to_string(),
+            out: out.clone(),
+            mmproj_out: None,
+            mix: mix.parse().map_err(anyhow::Error::msg)?,
+        };
+        quantize_to_gguf(&job, &mut |_| {})?;
+        let bytes = std::fs::read(&out)?;
+        let content = gguf_file::Content::read(&mut std::io::Cursor::new(&bytes))?;
+        let table = table.as_array().context("table")?;
+        let quantized = content.tensor_infos.values().filter(|t| t.ggml_dtype.block_size() > 1).count();
+        assert_eq!(quantized, table.len(), "{mix}: quantized tensors");
+        for entry in table {
+            let name = entry["gguf"].as_str().context("gguf")?;
+            let info = content.tensor_infos.get(name).with_context(|| format!("{mix}: {name}"))?;
+            let ty = format!("{:?}", info.ggml_dtype).replace('K', "_K");
+            assert_eq!(ty, entry["type"].as_str().context("type")?, "{mix}: {name}'s type");
+            let dims = info.shape.dims();
+            let len = dims[0] * dims[1] / info.ggml_dtype.block_size() * info.ggml_dtype.type_size();
+            let start = (content.tensor_data_offset + info.offset) as usize;
+            let digest: String =
+                Sha256::digest(&bytes[start..start + len]).iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(digest, entry["sha256"].as_str().context("sha256")?, "{mix}: {name} ({ty}) bytes");
+            k_quant_tensors += usize::from(info.ggml_dtype.block_size() == 256);
+        }
+    }
+    assert!(k_quant_tensors > 3 * 30, "{k_quant_tensors} k-quant tensors");
     Ok(())
 }
 
