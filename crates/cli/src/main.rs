@@ -12,6 +12,7 @@ mod explain;
 mod generate;
 mod info;
 mod output;
+mod quantize;
 mod serve;
 
 use anyhow::Result;
@@ -49,6 +50,11 @@ enum Command {
     /// Request logs go to stderr and never hold up a request: lines stderr cannot take in time
     /// are dropped and counted in /metrics (tessera_log_lines_dropped_total).
     Serve(serve::ServeArgs),
+    /// Quantize a safetensors checkpoint into llama.cpp's GGUF (Q4_0, Q4_K_M, Q5_K_M, Q6_K,
+    /// Q8_0): the text model, and with --mmproj-out a vision-language model's mmproj, as
+    /// llama.cpp's converter and llama-quantize write them (the same bytes), for tessera and
+    /// llama.cpp alike.
+    Quantize(quantize::QuantizeArgs),
 }
 
 fn main() {
@@ -69,6 +75,7 @@ fn run() -> Result<()> {
         Command::Embed(args) => embed::run(args),
         Command::Analogy(args) => analogy::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Quantize(args) => quantize::run(args),
     }
 }
 

@@ -10,6 +10,7 @@ mod cpu_op;
 pub mod decoder;
 pub mod error;
 pub mod gguf_layout;
+pub mod gguf_write;
 pub mod kv_cache;
 pub mod linear;
 pub mod mask;

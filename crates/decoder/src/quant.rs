@@ -48,6 +48,17 @@ impl QuantMix {
         }
     }
 
+    /// llama.cpp's `general.file_type` for this mix (`llama_ftype`: `LLAMA_FTYPE_MOSTLY_*`).
+    pub const fn file_type(self) -> u32 {
+        match self {
+            Self::Q4_0 => 2,
+            Self::Q8_0 => 7,
+            Self::Q4_K_M => 15,
+            Self::Q5_K_M => 17,
+            Self::Q6_K => 18,
+        }
+    }
+
     /// The accepted names, for messages: `Q4_0, Q4_K_M, Q5_K_M, Q6_K, Q8_0`.
     pub fn accepted() -> String {
         Self::ALL.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")

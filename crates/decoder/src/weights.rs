@@ -195,6 +195,15 @@ impl Weights {
         }
     }
 
+    /// The shape of the tensor stored as `stored` (a name [`stored_names`](Self::stored_names)
+    /// lists), row-major.
+    pub fn stored_shape(&self, stored: &str) -> Option<Vec<usize>> {
+        match &*self.source {
+            Source::Safetensors(st) => st.get(stored).map(|t| t.shape.clone()),
+            Source::Gguf(g) => g.content.tensor_infos.get(stored).map(|t| t.shape.dims().to_vec()),
+        }
+    }
+
     /// `full` as errors name it: with its name in the file where that differs (GGUF).
     fn error_name(&self, full: &str) -> String {
         match (&*self.source, self.stored_name(full)) {

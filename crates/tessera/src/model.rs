@@ -524,7 +524,7 @@ fn quantization_summary(text: Option<&QuantPlan>, vision: Option<&QuantPlan>) ->
 /// `model` + `lm_head` (text models), `model.text_model` (Idefics3), `language_model.model` +
 /// `language_model.lm_head` (LLaVA / PaliGemma as saved until transformers 4.52, and by 5's
 /// `save_pretrained`), `model.language_model` + `lm_head` (the newer layout).
-fn text_roots(vb: &Weights) -> (Weights, &'static str) {
+pub(crate) fn text_roots(vb: &Weights) -> (Weights, &'static str) {
     const ROOTS: [(&str, &str); 4] = [
         ("model.text_model", "lm_head"),
         ("language_model.model", "language_model.lm_head"),

@@ -131,6 +131,55 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String>
     })
 }
 
+/// The `clip.*` metadata of the mmproj llama.cpp's converter writes for an Idefics3 checkpoint
+/// (`conversion/smolvlm.py` over `MmprojModel`), in its order: what [`from_mmproj`] reads back.
+/// Two values follow the model rather than the converter's fallbacks: the layer-norm epsilon is
+/// the tower's (the converter writes 1e-5 when the config omits it, where transformers' class
+/// default is 1e-6), and the mean/std are the processor's or Idefics3ImageProcessor's 0.5.
+pub(crate) fn mmproj_metadata(
+    tower: &VisionTowerConfig,
+    scale_factor: usize,
+    settings: &super::image::ProcessorSettings,
+    text_hidden: usize,
+) -> super::image::MmprojMetadata {
+    use tessera_decoder::gguf_write::MetaValue::{Bool, F32s, Str, F32, U32};
+    let u = |v: usize| u32::try_from(v).map(U32).map_err(|_| format!("{v} does not fit a GGUF u32"));
+    let stats = |key: &str| -> Result<Vec<f32>, String> {
+        match settings.image.get(key) {
+            None | Some(Value::Null) => Ok(vec![0.5; 3]),
+            Some(Value::Array(items)) if items.len() == 3 => items
+                .iter()
+                .map(|x| x.as_f64().map(|f| f as f32).ok_or_else(|| format!("`{key}` holds a non-number")))
+                .collect(),
+            Some(other) => Err(format!("`{key}` is {other}, not three numbers")),
+        }
+    };
+    if tower.hidden_act != Activation::GeluTanh {
+        return Err(format!("llama.cpp's idefics3 projector runs a tanh-GELU tower, not {:?}", tower.hidden_act));
+    }
+    let longest_edge =
+        settings.image.get("size").and_then(|s| s.get("longest_edge")).and_then(Value::as_u64).map(|v| v as usize);
+    Ok(vec![
+        ("general.architecture".into(), Str("clip".into())),
+        ("general.type".into(), Str("mmproj".into())),
+        ("clip.has_vision_encoder".into(), Bool(true)),
+        ("clip.vision.projection_dim".into(), u(text_hidden)?),
+        ("clip.vision.image_size".into(), u(tower.image_size)?),
+        ("clip.vision.patch_size".into(), u(tower.patch_size)?),
+        ("clip.vision.embedding_length".into(), u(tower.hidden_size)?),
+        ("clip.vision.feed_forward_length".into(), u(tower.intermediate_size)?),
+        ("clip.vision.block_count".into(), u(tower.num_hidden_layers)?),
+        ("clip.vision.attention.head_count".into(), u(tower.num_attention_heads)?),
+        ("clip.vision.image_mean".into(), F32s(stats("image_mean")?)),
+        ("clip.vision.image_std".into(), F32s(stats("image_std")?)),
+        ("clip.projector_type".into(), Str("idefics3".into())),
+        ("clip.vision.attention.layer_norm_epsilon".into(), F32(tower.layer_norm_eps as f32)),
+        ("clip.vision.projector.scale_factor".into(), u(scale_factor)?),
+        ("clip.use_gelu".into(), Bool(true)),
+        ("clip.vision.preproc_image_size".into(), u(longest_edge.unwrap_or(tower.image_size))?),
+    ])
+}
+
 /// Idefics3's image processor settings: the tiling (`size.longest_edge`, the tile side
 /// `max_image_size.longest_edge` that must equal the tower's input, `do_image_splitting`,
 /// Lanczos by default) and the normalization of each view. `processor`: the processor's own

@@ -68,7 +68,20 @@ impl ProcessorSettings {
 pub trait ImageSpec: fmt::Debug + Send + Sync + Any {
     /// Reads the processor settings and weights `at` describes into the loaded image side.
     fn load(&self, at: &ImageLoad<'_>) -> Result<Box<dyn ImageSide>>;
+
+    /// The `clip.*` metadata llama.cpp's converter writes into this image side's `mmproj` GGUF
+    /// (`convert_hf_to_gguf.py --mmproj`), from the folder's processor settings and the
+    /// decoder's width `text_hidden`; `None` where tessera does not write this family's mmproj.
+    /// The tensors are the checkpoint's under their mmproj names
+    /// ([`gguf_vision_name`](tessera_decoder::weights::gguf_vision_name)).
+    fn mmproj_metadata(&self, _settings: &ProcessorSettings, _text_hidden: usize) -> Option<MmprojMetadata> {
+        None
+    }
 }
+
+/// An mmproj's metadata in file order, or why it cannot be written (a reason; the caller names
+/// the file).
+pub type MmprojMetadata = std::result::Result<Vec<(String, tessera_decoder::gguf_write::MetaValue)>, String>;
 
 /// A loaded family's image side: how an image becomes pixel values, image tokens in the
 /// decoder's width, and a place in the prompt.

@@ -313,6 +313,30 @@ impl TextFamily {
             local_rope_theta: c.local_rope_theta,
         }
     }
+}
+
+/// How llama.cpp's converter writes a text family's GGUF (`tessera quantize`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GgufText {
+    /// `general.architecture`.
+    pub arch: &'static str,
+    /// `LlamaModel` adds `{arch}.vocab_size`, `rope.dimension_count` and the head widths
+    /// (`attention.key_length` / `value_length`); `Qwen2Model` writes none of them.
+    pub llama_keys: bool,
+}
+
+impl TextFamily {
+    /// The GGUF architecture llama.cpp's converter writes this family's text model as, where
+    /// tessera writes it too (`None`: not yet). The q/k row order follows
+    /// [`gguf_rope_style`](Self::gguf_rope_style).
+    pub fn gguf_text(self) -> Option<GgufText> {
+        match self {
+            // The converter writes Mistral as a Llama (`MistralForCausalLM` is a `LlamaModel`).
+            Self::Llama | Self::Mistral => Some(GgufText { arch: "llama", llama_keys: true }),
+            Self::Qwen2 => Some(GgufText { arch: "qwen2", llama_keys: false }),
+            _ => None,
+        }
+    }
 
     /// Whether llama.cpp's GGUF of this family lays the multimodal RoPE streams out
     /// interleaved over the frequencies (Qwen3-VL, llama.cpp's `LLAMA_ROPE_TYPE_IMROPE`) rather

@@ -13,7 +13,8 @@ use tessera_vision::{
 };
 
 use super::image::{
-    first_prefix, processor_files, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec, ProcessorSettings,
+    first_prefix, processor_files, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec, MmprojMetadata,
+    ProcessorSettings,
 };
 use crate::error::{Result, TesseraError};
 
@@ -407,6 +408,16 @@ impl TowerImages {
 impl ImageSpec for TowerSpec {
     fn load(&self, at: &ImageLoad<'_>) -> Result<Box<dyn ImageSide>> {
         Ok(Box::new(TowerImages::load(self, at)?))
+    }
+
+    /// The projector llama.cpp names for the connector: Idefics3's pixel shuffle.
+    fn mmproj_metadata(&self, settings: &ProcessorSettings, text_hidden: usize) -> Option<MmprojMetadata> {
+        match self.connector {
+            ConnectorConfig::PixelShuffle { scale_factor } => {
+                Some(super::idefics3::mmproj_metadata(&self.tower, scale_factor, settings, text_hidden))
+            }
+            _ => None,
+        }
     }
 }
 

@@ -1,0 +1,339 @@
+//! `tessera quantize`: a safetensors checkpoint written as the quantized GGUF llama.cpp runs —
+//! the text model and, for a vision-language model, its `mmproj` GGUF (vision tower and
+//! projector) — so that a model is quantized once and both engines load the files.
+//!
+//! Each file is what llama.cpp's converter (`convert_hf_to_gguf.py --outtype f32`, and again
+//! with `--mmproj`) followed by `llama-quantize FILE OUT TYPE` would write, llama.cpp 0c1e57098
+//! as llama-cpp-python 0.3.36 vendors it: the converter's metadata keys for the architecture
+//! (the family says which: [`TextFamily::gguf_text`](crate::families::TextFamily::gguf_text),
+//! [`ImageSpec::mmproj_metadata`](crate::families::ImageSpec::mmproj_metadata)), its tensor
+//! names and row order (Llama's q/k rows permuted for interleaved RoPE), and each matrix in
+//! the type llama-quantize gives it ([`QuantPlan`], the rule `--quantize` uses at load time)
+//! with the same blocks (ggml's reference quantizers); norms, biases and the patch and position
+//! embeddings stay f32, a matrix whose rows no block type tiles becomes f16, as llama-quantize
+//! does. Tensors are ordered as llama-quantize orders them, so the tensor infos and the data
+//! section equal llama-quantize's byte for byte (tests/quantize_export.rs); the metadata differs
+//! only in `general.name` / `size_label` (the converter's guesses from the folder name and the
+//! parameter count, not written here) and in the pre-tokenizer's naming
+//! ([`vocab`]).
+
+mod vocab;
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device};
+use tessera_decoder::gguf_write::{self, GgufFile, MetaValue, TensorEntry, TensorType};
+use tessera_decoder::quant::{role_of, Role};
+use tessera_decoder::weights::{gguf_name, gguf_vision_name};
+use tessera_decoder::{QuantMix, QuantPlan, RopeScaling, RopeStyle, Weights};
+
+use crate::config::ModelConfig;
+use crate::error::{Result, TesseraError};
+use crate::families::image::{processor_files, ProcessorSettings};
+use crate::source::{self, ModelSource};
+
+/// What to quantize, and where the files go.
+#[derive(Debug, Clone)]
+pub struct QuantizeJob {
+    /// A checkpoint folder or Hub id (safetensors).
+    pub model: String,
+    /// The text model's GGUF.
+    pub out: PathBuf,
+    /// The mmproj GGUF: required for a vision-language model, refused for a text model.
+    pub mmproj_out: Option<PathBuf>,
+    pub mix: QuantMix,
+}
+
+/// One file written.
+#[derive(Debug, Clone)]
+pub struct WrittenFile {
+    pub path: PathBuf,
+    pub bytes: u64,
+    pub tensors: usize,
+    /// The tensors' types: `Q4_K ×10, Q6_K ×4, F32 ×5`.
+    pub types: String,
+}
+
+/// What the writer reports as it goes (for a progress bar).
+#[derive(Debug, Clone, Copy)]
+pub enum Progress<'a> {
+    /// A file is started: its tensors and their values in all.
+    File { path: &'a Path, tensors: usize, values: u64 },
+    /// A tensor of `values` values is written.
+    Tensor { name: &'a str, values: u64 },
+}
+
+/// One tensor to write: where it comes from and what it becomes.
+struct Planned {
+    entry: TensorEntry,
+    /// The checkpoint's name for it.
+    stored: String,
+    /// Heads whose rows are permuted for interleaved RoPE (Llama's q/k), if any.
+    permute_heads: Option<usize>,
+}
+
+/// A file to write: its metadata, tensors and target.
+struct PlannedFile {
+    path: PathBuf,
+    gguf: GgufFile,
+    tensors: Vec<Planned>,
+}
+
+/// Quantizes the checkpoint `job.model` to `job.mix` into `job.out` (and `job.mmproj_out`).
+/// Everything is checked before any file is written; each file appears whole or not at all.
+pub fn quantize_to_gguf(job: &QuantizeJob, progress: &mut dyn FnMut(Progress<'_>)) -> Result<Vec<WrittenFile>> {
+    let dir = match source::resolve(&job.model)? {
+        ModelSource::Dir(dir) => dir,
+        ModelSource::Gguf(path) => {
+            return Err(TesseraError::InvalidInput(format!(
+                "{} is a GGUF file, already stored in its own types: tessera quantize reads safetensors checkpoints \
+                 (llama-quantize requantizes GGUF files)",
+                path.display()
+            )))
+        }
+    };
+    let config_path = dir.join("config.json");
+    let config = ModelConfig::from_config_file(&config_path)?;
+    let files = plan(&dir, &config, job)?;
+    let mut written = Vec::new();
+    for file in &files {
+        written.push(write(file, &dir, progress)?);
+    }
+    Ok(written)
+}
+
+/// The files `job` writes from the folder `dir` of config `config`, fully planned.
+fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<PlannedFile>> {
+    let config_path = dir.join("config.json");
+    let err = |reason: String| TesseraError::Config { path: config_path.clone(), reason };
+    let text = config.text_family.gguf_text().ok_or_else(|| {
+        err(format!(
+            "tessera quantize writes llama and qwen2 text models; this checkpoint's text model is {}",
+            config.text_family.name()
+        ))
+    })?;
+    let d = &config.decoder;
+    if d.rope.scaling != RopeScaling::Default || d.rope.mrope.is_some() {
+        return Err(err(format!("its RoPE ({:?}) is not written to GGUF by tessera yet", d.rope.scaling)));
+    }
+    if config.layer_windows.iter().any(Option::is_some) {
+        return Err(err("sliding-window layers are not written to GGUF by tessera yet".into()));
+    }
+    match (&config.vision, &job.mmproj_out) {
+        (Some(_), None) => {
+            return Err(TesseraError::InvalidInput(format!(
+                "{} is a vision-language model ({}): give --mmproj-out FILE for its vision tower and projector",
+                dir.display(),
+                config.family
+            )))
+        }
+        (None, Some(mmproj)) => {
+            return Err(TesseraError::InvalidInput(format!(
+                "{} is a text model: it has no vision tower to write to {}",
+                dir.display(),
+                mmproj.display()
+            )))
+        }
+        _ => {}
+    }
+    if job.mmproj_out.as_deref() == Some(job.out.as_path()) {
+        return Err(TesseraError::InvalidInput(format!(
+            "the model and the mmproj would both be written to {}",
+            job.out.display()
+        )));
+    }
+    let vb = Weights::from_safetensors(&source::weight_files_in(dir)?, DType::F32, &Device::Cpu)?;
+    let (lm, head) = crate::model::text_roots(&vb);
+    let head = format!("{head}.weight");
+    let lm_prefix = format!("{}.", lm.prefix());
+    let tied = config.tie_word_embeddings || !vb.contains(&head);
+    let text_plan = QuantPlan::text(job.mix, d.num_hidden_layers, tied);
+    let permute = config.text_family.gguf_rope_style() == RopeStyle::Interleaved;
+    let mut names = vb.stored_names();
+    names.sort();
+
+    let mut text_file = GgufFile::new();
+    let dir_name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("model");
+    for (k, v) in text_metadata(config, text.arch, text.llama_keys, dir_name)? {
+        text_file.set(k, v);
+    }
+    for (k, v) in vocab::vocab_metadata(dir, config.vocab_size)? {
+        text_file.set(k, v);
+    }
+    let mut text_tensors = Vec::new();
+    let mut image_names = Vec::new();
+    for stored in &names {
+        let hf = match stored.strip_prefix(&lm_prefix) {
+            Some(rest) => format!("model.{rest}"),
+            None if *stored == head => {
+                if tied {
+                    continue;
+                }
+                "lm_head.weight".to_string()
+            }
+            None => {
+                image_names.push(stored.clone());
+                continue;
+            }
+        };
+        let gguf = gguf_name(&hf).ok_or_else(|| unmapped(dir, stored, text.arch))?;
+        let dims = shape(&vb, dir, stored)?;
+        let heads = match gguf.rsplit('.').nth(1) {
+            Some("attn_q") if permute => Some(d.num_attention_heads),
+            Some("attn_k") if permute => Some(d.num_key_value_heads),
+            _ => None,
+        };
+        let ty = storage_type(&text_plan, &hf, &dims);
+        text_tensors.push(Planned {
+            entry: TensorEntry { name: gguf, dims, ty },
+            stored: stored.clone(),
+            permute_heads: heads,
+        });
+    }
+    finish(&mut text_file, job.mix);
+    let mut files = vec![PlannedFile { path: job.out.clone(), gguf: text_file, tensors: text_tensors }];
+
+    if let (Some(spec), Some(mmproj_out)) = (&config.vision, &job.mmproj_out) {
+        if image_names.is_empty() {
+            return Err(err(format!("no vision tower tensors beside the text model's in {}", dir.display())));
+        }
+        let (image, processor, origin) = processor_files(dir)?;
+        let settings = ProcessorSettings { image, processor, origin };
+        let metadata = spec
+            .mmproj_metadata(&settings, d.hidden_size)
+            .ok_or_else(|| {
+                TesseraError::InvalidInput(format!(
+                    "tessera quantize does not write {}'s mmproj yet (it writes idefics3's)",
+                    config.family
+                ))
+            })?
+            .map_err(|reason| TesseraError::Config { path: settings.origin.clone(), reason })?;
+        let vision_plan = QuantPlan::vision(job.mix, image_names.iter().map(String::as_str));
+        let mut gguf = GgufFile::new();
+        for (k, v) in metadata {
+            gguf.set(k, v);
+        }
+        finish(&mut gguf, job.mix);
+        let mut tensors = Vec::new();
+        for stored in &image_names {
+            let name = gguf_vision_name(stored).ok_or_else(|| unmapped(dir, stored, "clip"))?;
+            let dims = shape(&vb, dir, stored)?;
+            let ty = storage_type(&vision_plan, stored, &dims);
+            tensors.push(Planned {
+                entry: TensorEntry { name, dims, ty },
+                stored: stored.clone(),
+                permute_heads: None,
+            });
+        }
+        files.push(PlannedFile { path: mmproj_out.clone(), gguf, tensors });
+    }
+    // llama-quantize's order, so that the data section is laid out as it lays it out.
+    for f in &mut files {
+        f.tensors.sort_by(|a, b| {
+            gguf_write::llama_cpp_order(&a.entry.name).cmp(&gguf_write::llama_cpp_order(&b.entry.name))
+        });
+        for t in &f.tensors {
+            f.gguf.add_tensor(t.entry.clone());
+        }
+    }
+    Ok(files)
+}
+
+/// The converter's `{arch}.*` keys for the text model (`TextModel.set_gguf_parameters`, and
+/// `LlamaModel`'s additions when `llama_keys`).
+fn text_metadata(config: &ModelConfig, arch: &str, llama_keys: bool, name: &str) -> Result<Vec<(String, MetaValue)>> {
+    let d = &config.decoder;
+    let u = |v: usize| {
+        u32::try_from(v)
+            .map(MetaValue::U32)
+            .map_err(|_| TesseraError::InvalidInput(format!("{v} does not fit a GGUF u32")))
+    };
+    let mut md = vec![
+        ("general.architecture".to_string(), MetaValue::Str(arch.into())),
+        ("general.type".into(), MetaValue::Str("model".into())),
+        ("general.name".into(), MetaValue::Str(name.into())),
+        (format!("{arch}.block_count"), u(d.num_hidden_layers)?),
+        (format!("{arch}.context_length"), u(d.max_position_embeddings)?),
+        (format!("{arch}.embedding_length"), u(d.hidden_size)?),
+        (format!("{arch}.feed_forward_length"), u(d.intermediate_size)?),
+        (format!("{arch}.attention.head_count"), u(d.num_attention_heads)?),
+        (format!("{arch}.attention.head_count_kv"), u(d.num_key_value_heads)?),
+        (format!("{arch}.rope.freq_base"), MetaValue::F32(d.rope.theta as f32)),
+        (format!("{arch}.attention.layer_norm_rms_epsilon"), MetaValue::F32(d.rms_norm_eps as f32)),
+    ];
+    if llama_keys {
+        md.push((format!("{arch}.attention.key_length"), u(d.head_dim)?));
+        md.push((format!("{arch}.attention.value_length"), u(d.head_dim)?));
+        md.push((format!("{arch}.vocab_size"), u(config.vocab_size)?));
+        md.push((format!("{arch}.rope.dimension_count"), u(d.head_dim)?));
+    }
+    Ok(md)
+}
+
+/// The keys llama-quantize adds to what it writes.
+fn finish(gguf: &mut GgufFile, mix: QuantMix) {
+    gguf.set("general.quantization_version", MetaValue::U32(2));
+    gguf.set("general.file_type", MetaValue::U32(mix.file_type()));
+}
+
+/// The type llama-quantize stores a tensor of `dims` in: a matrix as the plan says (f16 where
+/// no block type tiles its rows), everything else (norms, biases, patch and position
+/// embeddings) as the f32 conversion has it.
+fn storage_type(plan: &QuantPlan, hf: &str, dims: &[usize]) -> TensorType {
+    if dims.len() != 2 || role_of(hf) == Role::Kept {
+        return TensorType::F32;
+    }
+    plan.type_for(hf, dims[1]).map_or(TensorType::F16, TensorType::Quant)
+}
+
+fn shape(vb: &Weights, dir: &Path, stored: &str) -> Result<Vec<usize>> {
+    vb.stored_shape(stored).ok_or_else(|| TesseraError::Config {
+        path: dir.to_path_buf(),
+        reason: format!("tensor `{stored}` has no shape"),
+    })
+}
+
+fn unmapped(dir: &Path, stored: &str, arch: &str) -> TesseraError {
+    TesseraError::Config {
+        path: dir.to_path_buf(),
+        reason: format!(
+            "tensor `{stored}` has no name in llama.cpp's `{arch}` GGUF (tessera does not know where it goes)"
+        ),
+    }
+}
+
+/// Writes one planned file, reading and encoding one tensor at a time.
+fn write(file: &PlannedFile, dir: &Path, progress: &mut dyn FnMut(Progress<'_>)) -> Result<WrittenFile> {
+    let vb = Weights::from_safetensors(&source::weight_files_in(dir)?, DType::F32, &Device::Cpu)?;
+    let values = |e: &TensorEntry| e.dims.iter().product::<usize>() as u64;
+    let total = file.tensors.iter().map(|t| values(&t.entry)).sum();
+    progress(Progress::File { path: &file.path, tensors: file.tensors.len(), values: total });
+    let bytes = file.gguf.write(&file.path, &mut |i, entry| {
+        let t = &file.tensors[i];
+        let tensor = vb.get_with_dtype(&entry.dims, &t.stored, DType::F32)?;
+        let mut x = tensor.flatten_all()?.to_vec1::<f32>()?;
+        if let Some(heads) = t.permute_heads {
+            let rows = entry.dims[0];
+            x = gguf_write::permute_for_interleaved_rope(&x, rows, x.len() / rows.max(1), heads);
+        }
+        let data = gguf_write::encode(entry.ty, &x, &entry.dims).map_err(|reason| {
+            tessera_decoder::DecoderError::TensorData {
+                name: t.stored.clone(),
+                source_desc: dir.display().to_string(),
+                reason,
+            }
+        })?;
+        progress(Progress::Tensor { name: &entry.name, values: values(entry) });
+        Ok(data)
+    })?;
+    vb.check_unchanged()?;
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for t in file.gguf.tensors() {
+        match counts.iter_mut().find(|(n, _)| *n == t.ty.name()) {
+            Some(c) => c.1 += 1,
+            None => counts.push((t.ty.name(), 1)),
+        }
+    }
+    let types = counts.iter().map(|(n, c)| format!("{n} ×{c}")).collect::<Vec<_>>().join(", ");
+    Ok(WrittenFile { path: file.path.clone(), bytes, tensors: file.tensors.len(), types })
+}

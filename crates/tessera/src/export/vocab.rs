@@ -1,0 +1,310 @@
+//! The vocabulary a text GGUF carries (`tokenizer.ggml.*`, `tokenizer.chat_template`), from a
+//! folder's `tokenizer.json`, `tokenizer_config.json`, `config.json` and chat template files,
+//! as llama.cpp's converter writes it for a byte-level BPE tokenizer: `get_vocab_base` and
+//! `does_token_look_special` (`conversion/base.py`) and gguf-py's `SpecialVocab` (`vocab.py`),
+//! llama.cpp 0c1e57098 as llama-cpp-python 0.3.36 vendors it.
+//!
+//! One difference: the converter names the pre-tokenizer (`tokenizer.ggml.pre`) by hashing
+//! the ids a published tokenizer gives a test text; here it is read off the tokenizer's
+//! pre-tokenizer: a lone byte-level split is `gpt-2`, digits split one by one before it (the
+//! SmolLM tokenizers) `smollm`, Llama 3's and Qwen2's regex splits `llama-bpe` and `qwen2`, the
+//! names `llama-vocab.cpp` accepts (it refuses `gpt2`, which
+//! the staging of scripts/peers/convert_hf.py writes into the committed pairs). Other
+//! pre-tokenizers are refused, naming the file.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde_json::Value;
+use tessera_decoder::gguf_write::MetaValue;
+
+use crate::error::{Result, TesseraError};
+
+/// gguf-py's `TokenType`.
+const NORMAL: i32 = 1;
+const CONTROL: i32 = 3;
+const USER_DEFINED: i32 = 4;
+const UNUSED: i32 = 5;
+
+/// The special token kinds `SpecialVocab` looks for, in its order.
+const SPECIAL_KINDS: [&str; 7] = ["bos", "eos", "unk", "sep", "pad", "cls", "mask"];
+
+/// The `tokenizer.*` metadata of the folder `dir`, for a model of `vocab_size` token rows.
+pub(crate) fn vocab_metadata(dir: &Path, vocab_size: usize) -> Result<Vec<(String, MetaValue)>> {
+    let path = dir.join("tokenizer.json");
+    let err = |reason: String| TesseraError::Config { path: path.clone(), reason };
+    let tokenizer = crate::model::read_json(&path)?;
+    let model = &tokenizer["model"];
+    if model["type"].as_str() != Some("BPE") {
+        return Err(err(format!(
+            "the tokenizer model is {}, not byte-level BPE (the only vocabulary tessera writes)",
+            model["type"]
+        )));
+    }
+    let pre = pre_tokenizer_name(&tokenizer["pre_tokenizer"]).map_err(err)?;
+    let added: Vec<&Value> = tokenizer["added_tokens"].as_array().map(|a| a.iter().collect()).unwrap_or_default();
+
+    // Token texts by id: the model's vocabulary, then the added tokens.
+    let mut by_id: HashMap<usize, (String, Option<&Value>)> = HashMap::new();
+    for (text, id) in model["vocab"].as_object().ok_or_else(|| err("`model.vocab` is not an object".into()))? {
+        let id = id.as_u64().ok_or_else(|| err(format!("vocabulary entry `{text}` has no integer id")))?;
+        by_id.insert(id as usize, (text.clone(), None));
+    }
+    for a in &added {
+        let (Some(id), Some(text)) = (a["id"].as_u64(), a["content"].as_str()) else {
+            return Err(err(format!("added token {a} lacks an id or content")));
+        };
+        by_id.insert(id as usize, (text.to_string(), Some(*a)));
+    }
+    if let Some(max) = by_id.keys().max().filter(|&&m| m >= vocab_size) {
+        return Err(err(format!("token id {max} is outside the model's vocabulary of {vocab_size} rows")));
+    }
+    let mut tokens = Vec::with_capacity(vocab_size);
+    let mut types = Vec::with_capacity(vocab_size);
+    for i in 0..vocab_size {
+        match by_id.remove(&i) {
+            None => {
+                tokens.push(format!("[PAD{i}]"));
+                types.push(UNUSED);
+            }
+            Some((text, None)) => {
+                tokens.push(text);
+                types.push(NORMAL);
+            }
+            Some((text, Some(a))) => {
+                if a["special"].as_bool() == Some(true) || looks_special(&text) {
+                    tokens.push(text);
+                    types.push(CONTROL);
+                } else {
+                    tokens.push(text.replace('\u{2581}', " "));
+                    types.push(USER_DEFINED);
+                }
+            }
+        }
+    }
+    let merges = merges(&model["merges"]).map_err(err)?;
+
+    let mut md = vec![
+        ("tokenizer.ggml.model".to_string(), MetaValue::Str("gpt2".into())),
+        ("tokenizer.ggml.pre".into(), MetaValue::Str(pre.into())),
+        ("tokenizer.ggml.tokens".into(), MetaValue::Strs(tokens)),
+        ("tokenizer.ggml.token_type".into(), MetaValue::I32s(types)),
+        ("tokenizer.ggml.merges".into(), MetaValue::Strs(merges)),
+    ];
+    let tokenizer_config = crate::model::read_json_opt(&dir.join("tokenizer_config.json"))?;
+    let config = crate::model::read_json_opt(&dir.join("config.json"))?;
+    let (ids, adds) = special_tokens(&tokenizer, &added, tokenizer_config.as_ref(), config.as_ref(), vocab_size);
+    for (kind, id) in ids {
+        // gguf-py's key names (`seperator` as spelled there).
+        let name = match kind {
+            "unk" => "unknown",
+            "sep" => "seperator",
+            "pad" => "padding",
+            other => other,
+        };
+        md.push((format!("tokenizer.ggml.{name}_token_id"), MetaValue::U32(id)));
+    }
+    for (kind, on) in adds {
+        md.push((format!("tokenizer.ggml.add_{kind}_token"), MetaValue::Bool(on)));
+    }
+    if let Some(template) = chat_template(dir, tokenizer_config.as_ref())? {
+        md.push(("tokenizer.chat_template".into(), MetaValue::Str(template)));
+    }
+    Ok(md)
+}
+
+/// The Split regexes of published tokenizers and llama.cpp's names for them (Llama 3's digits
+/// in threes, Qwen2's one by one).
+const SPLIT_REGEXES: [(&str, &str); 2] = [
+    (
+        "llama-bpe",
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    ),
+    (
+        "qwen2",
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    ),
+];
+
+/// `tokenizer.ggml.pre` for a `tokenizer.json` pre-tokenizer (see the module docs).
+fn pre_tokenizer_name(pre: &Value) -> std::result::Result<&'static str, String> {
+    let byte_level = |p: &Value| p["type"] == "ByteLevel" && p["use_regex"].as_bool() != Some(false);
+    let digits = |p: &Value| p["type"] == "Digits" && p["individual_digits"].as_bool() == Some(true);
+    if byte_level(pre) {
+        return Ok("gpt-2");
+    }
+    if pre["type"] == "Sequence" {
+        if let Some([first, b]) = pre["pretokenizers"].as_array().map(Vec::as_slice) {
+            if digits(first) && byte_level(b) {
+                return Ok("smollm");
+            }
+            // A regex split, then byte-level without its own regex: the original regexes
+            // llama-vocab.cpp quotes for the pre-tokenizer types it adapts.
+            let split = first["pattern"]["Regex"].as_str().filter(|_| first["type"] == "Split");
+            let named = SPLIT_REGEXES.iter().find(|(_, re)| Some(*re) == split).map(|(name, _)| *name);
+            if let (Some(name), true) = (named, b["type"] == "ByteLevel") {
+                return Ok(name);
+            }
+        }
+    }
+    Err(format!(
+        "its pre-tokenizer {pre} is not one tessera names for llama.cpp (a byte-level split: `gpt-2`; single digits, \
+         then byte-level: `smollm`)"
+    ))
+}
+
+/// gguf-py's `does_token_look_special`.
+fn looks_special(t: &str) -> bool {
+    matches!(t, "<pad>" | "<mask>" | "<2mass>" | "[@BOS@]")
+        || (t.starts_with("<|") && t.ends_with("|>"))
+        || (t.starts_with("<\u{ff5c}") && t.ends_with("\u{ff5c}>"))
+        || (t.starts_with("<unused") && t.ends_with('>'))
+}
+
+/// The merges as `"a b"` strings (the newer `[a, b]` pairs joined, their spaces written as
+/// `Ġ`, U+0120, as gguf-py does).
+fn merges(merges: &Value) -> std::result::Result<Vec<String>, String> {
+    let Some(items) = merges.as_array() else { return Ok(Vec::new()) };
+    items
+        .iter()
+        .map(|m| match m {
+            Value::String(s) => Ok(s.clone()),
+            Value::Array(pair) => match pair.as_slice() {
+                [Value::String(a), Value::String(b)] => {
+                    let enc = |s: &str| s.replace(' ', "\u{120}");
+                    Ok(format!("{} {}", enc(a), enc(b)))
+                }
+                _ => Err(format!("merge {m} is not a pair of strings")),
+            },
+            _ => Err(format!("merge {m} is neither a string nor a pair")),
+        })
+        .collect()
+}
+
+/// Special token ids and `add_*_token` flags, by kind (`bos`, `eos`, …).
+type SpecialTokens = (Vec<(&'static str, u32)>, Vec<(&'static str, bool)>);
+
+/// `SpecialVocab`'s special ids (tokenizer_config's `{kind}_token` texts looked up among the
+/// added tokens, then config.json's `{kind}_token_id`, the first found winning) and its
+/// `add_{kind}_token` flags (the post-processor's, then tokenizer_config's), in its order.
+fn special_tokens(
+    tokenizer: &Value,
+    added: &[&Value],
+    tokenizer_config: Option<&Value>,
+    config: Option<&Value>,
+    vocab_size: usize,
+) -> SpecialTokens {
+    let mut ids: Vec<(&'static str, u32)> = Vec::new();
+    let set = |ids: &mut Vec<(&'static str, u32)>, kind: &'static str, id: Option<u64>| {
+        if let Some(id) = id.filter(|&i| (i as usize) < vocab_size) {
+            if !ids.iter().any(|(k, _)| *k == kind) {
+                ids.push((kind, id as u32));
+            }
+        }
+    };
+    let mut adds: Vec<(&'static str, bool)> = Vec::new();
+    let bos_text = tokenizer_config.and_then(|tc| token_text(&tc["bos_token"]));
+    let post = &tokenizer["post_processor"];
+    let processors = post["processors"].as_array().cloned().unwrap_or_else(|| vec![post.clone()]);
+    for p in &processors {
+        match p["type"].as_str() {
+            Some("ByteLevel") => {
+                for kind in ["bos", "eos"] {
+                    if !adds.iter().any(|(k, _)| *k == kind) {
+                        adds.push((kind, false));
+                    }
+                }
+            }
+            Some("TemplateProcessing") => {
+                let single = p["single"].as_array().map(Vec::as_slice).unwrap_or_default();
+                if single.len() > 1 {
+                    if let Some(first) = single[0]["SpecialToken"]["id"].as_str() {
+                        let on = bos_text.as_deref().is_none_or(|b| b == first);
+                        adds.retain(|(k, _)| *k != "bos");
+                        adds.push(("bos", on));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(tc) = tokenizer_config {
+        for kind in SPECIAL_KINDS {
+            if let Some(on) = tc[format!("add_{kind}_token")].as_bool() {
+                if !adds.iter().any(|(k, _)| *k == kind) {
+                    adds.push((kind, on));
+                }
+            }
+            let Some(text) = token_text(&tc[format!("{kind}_token")]) else { continue };
+            let id = added.iter().find(|a| a["content"].as_str() == Some(text.as_str())).and_then(|a| a["id"].as_u64());
+            set(&mut ids, kind, id);
+        }
+    }
+    if let Some(c) = config {
+        for kind in SPECIAL_KINDS {
+            let key = format!("{kind}_token_id");
+            let id = c[&key].as_u64().or_else(|| c["text_config"][&key].as_u64());
+            set(&mut ids, kind, id);
+        }
+    }
+    (ids, adds)
+}
+
+/// A special token as tokenizer_config states it: a string or `{"content": …}`.
+fn token_text(v: &Value) -> Option<String> {
+    v.as_str().or_else(|| v["content"].as_str()).map(str::to_string)
+}
+
+/// The chat template gguf-py writes: tokenizer_config's `chat_template`, else
+/// `chat_template.jinja`, else `chat_template.json`'s (a named list: its `default`).
+fn chat_template(dir: &Path, tokenizer_config: Option<&Value>) -> Result<Option<String>> {
+    let pick = |v: &Value| -> Option<String> {
+        match v {
+            Value::String(s) => Some(s.clone()),
+            Value::Array(named) => {
+                named.iter().find(|t| t["name"] == "default").and_then(|t| t["template"].as_str()).map(str::to_string)
+            }
+            _ => None,
+        }
+    };
+    // gguf-py reads the template files only when there is a tokenizer_config.json.
+    let Some(tc) = tokenizer_config else { return Ok(None) };
+    if let Some(t) = pick(&tc["chat_template"]) {
+        return Ok(Some(t));
+    }
+    let jinja = dir.join("chat_template.jinja");
+    if jinja.is_file() {
+        return std::fs::read_to_string(&jinja)
+            .map(Some)
+            .map_err(|e| TesseraError::Config { path: jinja, reason: e.to_string() });
+    }
+    Ok(crate::model::read_json_opt(&dir.join("chat_template.json"))?.and_then(|j| pick(&j["chat_template"])))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn pre_tokenizers_are_named_as_llama_cpp_names_them() {
+        let bl = json!({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true});
+        assert_eq!(pre_tokenizer_name(&bl), Ok("gpt-2"));
+        let smol = json!({"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": true}, bl]});
+        assert_eq!(pre_tokenizer_name(&smol), Ok("smollm"));
+        let split = json!({"type": "Split", "pattern": {"Regex": "x"}});
+        assert!(pre_tokenizer_name(&split).is_err_and(|e| e.contains("Split")));
+        let qwen2 = json!({"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": SPLIT_REGEXES[1].1}, "behavior": "Isolated", "invert": false},
+            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}]});
+        assert_eq!(pre_tokenizer_name(&qwen2), Ok("qwen2"));
+    }
+
+    #[test]
+    fn special_looking_tokens_and_merge_pairs_follow_gguf_py() -> std::result::Result<(), String> {
+        assert!(looks_special("<|im_start|>") && looks_special("<unused12>") && !looks_special("<image>"));
+        assert_eq!(merges(&json!(["a b", ["c d", "e"]]))?, ["a b", "c\u{120}d e"]);
+        Ok(())
+    }
+}
