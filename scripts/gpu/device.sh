@@ -129,7 +129,8 @@ case "$what" in
     # warm-up and one timed repetition (132 forwards in all), when this machine has nsys.
     nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1 || true)
     m=$work/smolvlm-256m-instruct
-    if [ -z "$dry" ] && [ -n "$nsys" ] && [ -d "$m" ]; then
+    # TESSERA_GPU_NSYS=0 leaves it out.
+    if [ -z "$dry" ] && [ -n "$nsys" ] && [ -d "$m" ] && [ "${TESSERA_GPU_NSYS:-1}" != 0 ]; then
       { timeout 180 "$nsys" profile --trace cuda --force-overwrite true -o /tmp/decode \
           "$bin/tessera-bench" --model "$m" --device cuda --prompt-tokens 64 --gen-tokens 64 --reps 1 --json \
         && timeout 120 "$nsys" stats --report cuda_api_sum,cuda_gpu_kern_sum --format csv \
