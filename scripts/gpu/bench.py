@@ -14,9 +14,8 @@ Then, batch 1:
     its own, whose GPU memory is not counted in the peak: what the block size costs on this device);
   - on every model, tessera's longest prompt and its decode again with flash-attention off
     (TESSERA_FLASH_ATTN=off; the binaries are built with it: scripts/gpu/build.sh), to measure what it is worth;
-  - on SmolVLM, tessera's first run again with each of its CUDA allocation changes undone
-    (TESSERA_CUDA_DEFAULTS=events, pool, all: cudarc's per-allocation events, the memory pool's release at
-    every synchronisation), to measure what each is worth;
+  - on SmolVLM, tessera's first run again with its CUDA allocation change undone
+    (TESSERA_CUDA_DEFAULTS=events: cudarc's per-allocation events), to measure what it is worth;
   - decode tok/s: --gen-tokens greedy tokens one at a time after a 64-token prompt (transformers: generate of
     N tokens minus generate of 1, over N - 1);
   - peak GPU memory of each engine's process (nvidia-smi, polled every 20 ms; torch's allocator peak beside it);
@@ -226,7 +225,7 @@ def tessera_side(dst, args, ablate=False):
         # The first run again with each of tessera's CUDA allocation changes undone
         # (TESSERA_CUDA_DEFAULTS, crates/tessera/src/device.rs): what each is worth here.
         runs += [(args.prompt_lengths[0], None, f"cuda_defaults_{keep}", {"TESSERA_CUDA_DEFAULTS": keep})
-                 for keep in ("events", "pool", "all")]
+                 for keep in ("events",)]
     for i, (n, blocks, ablation, extra) in enumerate(runs):
         first = i == 0 or ablation is not None
         cmd = [args.tessera_bench, "--model", str(dst), "--device", args.device, "--dtype", args.dtype,

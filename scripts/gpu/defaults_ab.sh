@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # On the GPU machine, after `device.sh bins` (it unpacks the binaries into /tmp/tessera-gpu and
-# bench.py writes SmolVLM's checkpoint under /tmp/tessera-gpu-models): SmolVLM's decode with each
-# of tessera's CUDA allocation changes undone (TESSERA_CUDA_DEFAULTS), in two rounds of alternating
-# order, so that warm-up and clock drift do not favour whichever runs later.
+# bench.py writes SmolVLM's checkpoint under /tmp/tessera-gpu-models): SmolVLM's decode with
+# tessera's CUDA allocation change undone (TESSERA_CUDA_DEFAULTS=events) and not, in two rounds of
+# alternating order, so that warm-up and clock drift do not favour whichever runs later.
 set -uo pipefail
 libs=$(python3 -c 'import glob, os, nvidia; print(":".join(d for p in nvidia.__path__ for d in glob.glob(os.path.join(p, "*", "lib"))))')
 export LD_LIBRARY_PATH=$libs:/usr/local/nvidia/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 m=${1:-/tmp/tessera-gpu-models/smolvlm-256m-instruct}
-for order in "none pool events all" "all events pool none"; do
+for order in "none events" "events none"; do
   for d in $order; do
     v=$d; [ "$v" = none ] && v=""
     tg=$(TESSERA_CUDA_DEFAULTS=$v /tmp/tessera-gpu/tessera-bench --model "$m" --device cuda --prompt-tokens 64 \

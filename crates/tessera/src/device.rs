@@ -76,17 +76,14 @@ impl DeviceChoice {
     }
 }
 
-/// What `TESSERA_CUDA_DEFAULTS` (a comma-separated list: `events`, `pool`, `all`) keeps of the
-/// CUDA defaults that [`tune_cuda`] changes; unset or empty keeps neither. For measuring what each
-/// change is worth on a GPU (`scripts/gpu/bench.py`), not for users.
+/// What `TESSERA_CUDA_DEFAULTS` (a comma-separated list: `events`, `all`) keeps of the CUDA
+/// defaults that [`tune_cuda`] changes; unset or empty keeps none. For measuring what each change
+/// is worth on a GPU (`scripts/gpu/bench.py`), not for users.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 struct CudaDefaults {
     /// cudarc's two CUDA events made and destroyed with every allocation.
     events: bool,
-    /// The memory pool's release threshold of 0: freed memory goes back to the driver at every
-    /// synchronisation.
-    pool: bool,
 }
 
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -99,13 +96,10 @@ impl CudaDefaults {
         let mut keep = Self::default();
         for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             match item {
-                "events" => keep.events = true,
-                "pool" => keep.pool = true,
-                "all" => keep = Self { events: true, pool: true },
+                "events" | "all" => keep.events = true,
                 _ => {
                     return Err(TesseraError::InvalidInput(format!(
-                        "TESSERA_CUDA_DEFAULTS: unknown item `{item}` (expected a comma-separated list of events, \
-                         pool, all)"
+                        "TESSERA_CUDA_DEFAULTS: unknown item `{item}` (expected a comma-separated list of events, all)"
                     )))
                 }
             }
@@ -114,45 +108,25 @@ impl CudaDefaults {
     }
 }
 
-/// Two per-allocation costs of cudarc's defaults that tessera does not need, removed before the
-/// device's first allocation (each can be kept with [`CudaDefaults`], to measure it):
-/// - cudarc makes two CUDA events with every allocation and destroys them with it (a few µs of
-///   driver calls each; a decode step allocates for every op of every layer). They are recorded
-///   and waited on only in cudarc's multi-stream mode, which a context enters when a stream is
-///   created on it; Candle's `Device::new_cuda` runs on the per-thread default stream and neither
-///   it nor tessera creates another, so the events are made and never used.
-/// - Allocations come from the device's stream-ordered memory pool, whose release threshold
-///   is 0 by default: at every synchronisation (each generated token reads its logits back) the
-///   pool hands its free memory back to the driver, and the next step maps it again. The
-///   threshold is raised to the maximum, so freed memory stays in the pool for reuse, as
-///   PyTorch's caching allocator keeps it.
+/// A per-allocation cost of cudarc's defaults that tessera does not need, removed before the
+/// device's first allocation (it can be kept with [`CudaDefaults`], to measure it): cudarc makes
+/// two CUDA events with every allocation and destroys them with it (a few µs of driver calls each;
+/// a decode step allocates for every op of every layer). They are recorded and waited on only in
+/// cudarc's multi-stream mode, which a context enters when a stream is created on it; Candle's
+/// `Device::new_cuda` runs on the per-thread default stream and neither it nor tessera creates
+/// another, so the events are made and never used.
+///
+/// The stream-ordered memory pool keeps its default release threshold of 0. Raising it to keep
+/// freed memory in the pool (as PyTorch's caching allocator does) was measured slower on an H200
+/// (2026-11-27, SmolVLM-256M bf16 decode, 4 comparisons: the default threshold 1.04–1.41× the
+/// raised one; scripts/gpu/README.md), so tessera no longer changes it.
 #[cfg(feature = "cuda")]
 fn tune_cuda(device: &Device) -> Result<()> {
-    use candle_core::cuda_backend::cudarc::driver::{result, sys};
     let Device::Cuda(cuda) = device else { return Ok(()) };
-    let keep = CudaDefaults::from_env()?;
-    if !keep.events {
+    if !CudaDefaults::from_env()?.events {
         // SAFETY: no tensor exists on this device yet, and no second stream is ever created on
         // its context (see above), so no event was ever going to order anything.
         unsafe { cuda.disable_event_tracking() };
-    }
-    let stream = cuda.cuda_stream();
-    let ctx = stream.context();
-    if !keep.pool && ctx.has_async_alloc() {
-        let mut threshold = u64::MAX;
-        // SAFETY: `cu_device` is this context's device; the attribute's value is a cuuint64_t.
-        let set = ctx.bind_to_thread().and_then(|()| unsafe {
-            let pool = result::device::get_default_mem_pool(ctx.cu_device())?;
-            result::mem_pool::set_attribute(
-                pool,
-                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                (&mut threshold as *mut u64).cast(),
-            )
-        });
-        if let Err(e) = set {
-            // Only slower: memory goes back to the driver at each synchronisation, as by default.
-            tracing::warn!("cuda:{}: the memory pool keeps its release threshold of 0 ({e})", ctx.ordinal());
-        }
     }
     Ok(())
 }
@@ -192,17 +166,12 @@ mod tests {
 
     #[test]
     fn cuda_defaults_parse_their_list_and_name_a_bad_item() {
-        let keep = |events, pool| CudaDefaults { events, pool };
-        for (s, want) in [
-            ("", keep(false, false)),
-            ("events", keep(true, false)),
-            (" pool ", keep(false, true)),
-            ("events,pool", keep(true, true)),
-            ("all", keep(true, true)),
-        ] {
+        let keep = |events| CudaDefaults { events };
+        for (s, want) in [("", keep(false)), (" events ", keep(true)), ("all", keep(true)), ("events,all", keep(true))]
+        {
             assert_eq!(CudaDefaults::parse(s).ok(), Some(want), "{s:?}");
         }
-        let err = CudaDefaults::parse("events,tracking").err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(err.contains("TESSERA_CUDA_DEFAULTS") && err.contains("`tracking`"), "{err}");
+        let err = CudaDefaults::parse("events,pool").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("TESSERA_CUDA_DEFAULTS") && err.contains("`pool`"), "{err}");
     }
 }

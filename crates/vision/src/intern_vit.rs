@@ -16,6 +16,7 @@ use tessera_decoder::{Activation, Attention, AttentionConfig, AttentionInput, At
 
 use crate::error::{Result, VisionError};
 use crate::patchify::PatchEmbedding;
+use crate::tower::{check_heads, vit_attention};
 
 /// An `InternVLVisionConfig` as tessera runs it (transformers' defaults filled in by the caller).
 #[derive(Debug, Clone, PartialEq)]
@@ -53,29 +54,11 @@ impl InternVitConfig {
                 self.image_size, self.patch_size
             ));
         }
-        if self.num_attention_heads == 0 || !self.hidden_size.is_multiple_of(self.num_attention_heads) {
-            return bad(format!(
-                "vision hidden_size {} is not a multiple of num_attention_heads {}",
-                self.hidden_size, self.num_attention_heads
-            ));
-        }
-        Ok(())
+        check_heads(self.hidden_size, self.num_attention_heads)
     }
 
     fn attention(&self) -> AttentionConfig {
-        let head_dim = self.hidden_size / self.num_attention_heads;
-        AttentionConfig {
-            hidden_size: self.hidden_size,
-            num_heads: self.num_attention_heads,
-            num_kv_heads: self.num_attention_heads,
-            head_dim,
-            qkv_bias: self.attention_bias,
-            out_bias: true,
-            scale: 1.0 / (head_dim as f64).sqrt(),
-            out_name: "projection_layer",
-            softcap: None,
-            qk_norm: None,
-        }
+        vit_attention(self.hidden_size, self.num_attention_heads, self.attention_bias, "projection_layer")
     }
 }
 

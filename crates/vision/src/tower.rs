@@ -65,29 +65,44 @@ impl VisionTowerConfig {
         if self.patch_size == 0 || self.image_size < self.patch_size {
             return bad(format!("vision image_size {} holds no whole patch of {}", self.image_size, self.patch_size));
         }
-        if self.num_attention_heads == 0 || !self.hidden_size.is_multiple_of(self.num_attention_heads) {
-            return bad(format!(
-                "vision hidden_size {} is not a multiple of num_attention_heads {}",
-                self.hidden_size, self.num_attention_heads
-            ));
-        }
-        Ok(())
+        check_heads(self.hidden_size, self.num_attention_heads)
     }
 
     fn attention(&self) -> AttentionConfig {
-        let head_dim = self.hidden_size / self.num_attention_heads;
-        AttentionConfig {
-            hidden_size: self.hidden_size,
-            num_heads: self.num_attention_heads,
-            num_kv_heads: self.num_attention_heads,
-            head_dim,
-            qkv_bias: true,
-            out_bias: true,
-            scale: 1.0 / (head_dim as f64).sqrt(),
-            out_name: "out_proj",
-            softcap: None,
-            qk_norm: None,
-        }
+        vit_attention(self.hidden_size, self.num_attention_heads, true, "out_proj")
+    }
+}
+
+/// A ViT's width split over its heads: refused unless whole.
+pub(crate) fn check_heads(hidden_size: usize, heads: usize) -> Result<()> {
+    if heads == 0 || !hidden_size.is_multiple_of(heads) {
+        return Err(VisionError::Config(format!(
+            "vision hidden_size {hidden_size} is not a multiple of num_attention_heads {heads}"
+        )));
+    }
+    Ok(())
+}
+
+/// A ViT block's attention: full multi-head (as many key/value heads as query heads), softmax
+/// scale 1/√head_dim, a biased output projection named `out_name`.
+pub(crate) fn vit_attention(
+    hidden_size: usize,
+    heads: usize,
+    qkv_bias: bool,
+    out_name: &'static str,
+) -> AttentionConfig {
+    let head_dim = hidden_size / heads;
+    AttentionConfig {
+        hidden_size,
+        num_heads: heads,
+        num_kv_heads: heads,
+        head_dim,
+        qkv_bias,
+        out_bias: true,
+        scale: 1.0 / (head_dim as f64).sqrt(),
+        out_name,
+        softcap: None,
+        qk_norm: None,
     }
 }
 

@@ -10,6 +10,9 @@ use tessera_decoder::{Activation, DecoderConfig, LocalRope, MRope, NormStyle, Ro
 
 use super::TokenIds;
 
+mod gguf;
+pub use gguf::{GgufRules, GgufText};
+
 /// The text families, by `model_type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub enum TextFamily {
@@ -264,85 +267,6 @@ impl TextFamily {
             | Self::Gemma2
             | Self::Gemma3 => RopeStyle::Half,
         }
-    }
-}
-
-/// What a GGUF of a text family leaves to llama.cpp's architecture code (`load_arch_hparams`,
-/// the graph) rather than stating it: the family's class rules, as [`ModelConfig::from_gguf`]
-/// applies them.
-///
-/// [`ModelConfig::from_gguf`]: crate::ModelConfig::from_gguf
-#[derive(Debug, Clone, Copy)]
-pub struct GgufRules {
-    pub hidden_act: Activation,
-    /// Gemma: the embeddings are scaled by √width (text tokens only, as llama.cpp's graph).
-    pub embed_scaled: bool,
-    /// Gemma 2/3's four norms per layer.
-    pub sandwich_norms: bool,
-    /// Gemma 2/3: queries scaled by llama.cpp's fixed rule ([`GgufRules::query_pre_attn_scalar`]),
-    /// not a key of the file.
-    pub scale_by_head_dim: bool,
-    /// Gemma 3: with `{arch}.attention.sliding_window`, every layer but each `n`-th is local
-    /// (`n` from `attention.sliding_window_pattern`, else this default).
-    pub swa_pattern: Option<usize>,
-    /// The local layers' RoPE base unless `{arch}.rope.freq_base_swa` states one.
-    pub local_rope_theta: Option<f64>,
-}
-
-impl GgufRules {
-    /// llama.cpp's attention scale as `query_pre_attn_scalar` (`llama_model_gemma3::
-    /// load_arch_hparams`): `head_dim`, but `width / heads` for the 27B (62 layers).
-    pub fn query_pre_attn_scalar(&self, layers: usize, width: usize, heads: usize, head_dim: usize) -> Option<f64> {
-        let scalar = if layers == 62 { width / heads } else { head_dim };
-        self.scale_by_head_dim.then_some(scalar as f64)
-    }
-}
-
-impl TextFamily {
-    pub fn gguf_rules(self) -> GgufRules {
-        let c = self.class();
-        GgufRules {
-            hidden_act: c.hidden_act,
-            embed_scaled: c.gemma,
-            sandwich_norms: c.sandwich_norms,
-            scale_by_head_dim: c.query_pre_attn_scalar.is_some(),
-            swa_pattern: match c.sliding {
-                Sliding::AllButEvery(n) => Some(n),
-                _ => None,
-            },
-            local_rope_theta: c.local_rope_theta,
-        }
-    }
-}
-
-/// How llama.cpp's converter writes a text family's GGUF (`tessera quantize`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GgufText {
-    /// `general.architecture`.
-    pub arch: &'static str,
-    /// `LlamaModel` adds `{arch}.vocab_size`, `rope.dimension_count` and the head widths
-    /// (`attention.key_length` / `value_length`); `Qwen2Model` writes none of them.
-    pub llama_keys: bool,
-}
-
-impl TextFamily {
-    /// The GGUF architecture llama.cpp's converter writes this family's text model as, where
-    /// tessera writes it too (`None`: not yet). The q/k row order follows
-    /// [`gguf_rope_style`](Self::gguf_rope_style).
-    pub fn gguf_text(self) -> Option<GgufText> {
-        match self {
-            // The converter writes Mistral as a Llama (`MistralForCausalLM` is a `LlamaModel`).
-            Self::Llama | Self::Mistral => Some(GgufText { arch: "llama", llama_keys: true }),
-            Self::Qwen2 => Some(GgufText { arch: "qwen2", llama_keys: false }),
-            _ => None,
-        }
-    }
-
-    /// Whether llama.cpp's GGUF of this family lays the multimodal RoPE streams out
-    /// interleaved over the frequencies (Qwen3-VL, llama.cpp's `LLAMA_ROPE_TYPE_IMROPE`) rather
-    /// than in consecutive sections (Qwen2-VL, `LLAMA_ROPE_TYPE_MROPE`).
-    pub fn gguf_mrope_interleaved(self) -> bool {
-        self == Self::Qwen3Vl
     }
 }
 
