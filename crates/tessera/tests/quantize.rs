@@ -13,6 +13,7 @@ use anyhow::{ensure, Context, Result};
 use candle_core::quantized::gguf_file;
 use sha2::{Digest, Sha256};
 use tessera::{load_image, GenerateParams, LoadOptions, Model, QuantMix, DEFAULT_MAX_PIXELS};
+use tessera_decoder::gguf_write::permute_for_interleaved_rope;
 use tessera_decoder::quant::QuantPlan;
 use tessera_decoder::weights::{gguf_name, gguf_vision_name};
 use tessera_kernels::{quantize::quantize_rows, QType, ThreadPool};
@@ -109,20 +110,6 @@ fn stored_blocks(path: &Path, name: &str) -> Result<(QType, Vec<u8>)> {
     Ok((t, data))
 }
 
-/// llama.cpp's converter stores Llama's q/k rows permuted for interleaved rotation
-/// (`LlamaModel.permute`): row `h·d + 2i + j` of the file is row `h·d + j·d/2 + i` of the
-/// checkpoint, `d` the head dimension.
-fn permute_rows(x: &[f32], rows: usize, cols: usize, heads: usize) -> Vec<f32> {
-    let d = rows / heads;
-    let mut out = vec![0f32; x.len()];
-    for r in 0..rows {
-        let (h, i, j) = (r / d, (r % d) / 2, r % 2);
-        let from = h * d + j * d / 2 + i;
-        out[r * cols..(r + 1) * cols].copy_from_slice(&x[from * cols..(from + 1) * cols]);
-    }
-    out
-}
-
 /// The tiny SmolVLM folder's matrices, text and vision, under Q8_0, Q4_0 and Q4_K_M: the type
 /// and the blocks of every one are those of llama-quantize's pair from the folder's f32 GGUF.
 #[test]
@@ -153,9 +140,9 @@ fn smolvlm_blocks_are_llama_quantizes_text_and_mmproj() -> Result<()> {
             let Some(qt) = plan.type_for(hf, cols) else { continue };
             let mut x = t.flatten_all()?.to_vec1::<f32>()?;
             if stored.ends_with("attn_q.weight") && file == "model.gguf" {
-                x = permute_rows(&x, rows, cols, heads);
+                x = permute_for_interleaved_rope(&x, rows, cols, heads);
             } else if stored.ends_with("attn_k.weight") && file == "model.gguf" {
-                x = permute_rows(&x, rows, cols, kv_heads);
+                x = permute_for_interleaved_rope(&x, rows, cols, kv_heads);
             }
             let (their_type, theirs) = stored_blocks(&pair.join(file), &stored)?;
             assert_eq!(qt, their_type, "{mix}: {stored}'s type");

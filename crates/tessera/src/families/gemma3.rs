@@ -9,8 +9,8 @@
 use std::sync::Arc;
 
 use serde::Deserialize;
-use tessera_decoder::{Activation, NormStyle};
-use tessera_vision::{FeatureLayer, TowerKind, VisionTowerConfig};
+use tessera_decoder::NormStyle;
+use tessera_vision::{FeatureLayer, VisionTowerConfig};
 
 use super::llava::{PROJECTOR_ROOTS, TOWER_ROOTS};
 use super::mmproj::{MmprojInput, MmprojSide};
@@ -126,23 +126,8 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String>
             format!("projector type `gemma3` needs the text model's `{text}` token, which its vocabulary lacks")
         })
     };
-    let image_size = clip.usize("clip.vision.image_size")?;
-    let tower = VisionTowerConfig {
-        kind: TowerKind::Siglip,
-        hidden_size: clip.usize("clip.vision.embedding_length")?,
-        intermediate_size: clip.usize("clip.vision.feed_forward_length")?,
-        num_hidden_layers: clip.usize("clip.vision.block_count")?,
-        num_attention_heads: clip.usize("clip.vision.attention.head_count")?,
-        num_channels: 3,
-        image_size,
-        patch_size: clip.usize("clip.vision.patch_size")?,
-        layer_norm_eps: clip.f64("clip.vision.attention.layer_norm_epsilon")?.unwrap_or(1e-6),
-        hidden_act: match clip.bool("clip.use_gelu")? {
-            Some(false) => return Err("`clip.use_gelu` is false: a Gemma 3 tower uses GELU".into()),
-            _ => Activation::GeluTanh,
-        },
-    };
-    tower.validate().map_err(|e| e.to_string())?;
+    let tower = clip.siglip_tower("Gemma 3")?;
+    let image_size = tower.image_size;
     let patches = tower.patches_per_side();
     let merge = clip.usize_opt("clip.vision.projector.scale_factor")?.unwrap_or(4);
     if merge == 0 || !patches.is_multiple_of(merge) {

@@ -5,7 +5,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 use tessera_decoder::Activation;
-use tessera_vision::{FeatureLayer, Filter, PreprocessConfig, TilingConfig, TowerKind, VisionTowerConfig};
+use tessera_vision::{FeatureLayer, Filter, PreprocessConfig, TilingConfig, VisionTowerConfig};
 
 use super::mmproj::{MmprojInput, MmprojSide};
 use super::text::{TextFamily, TextSubConfig};
@@ -93,23 +93,8 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String>
     let image_token_id = input.tokenizer.token_to_id("<image>").ok_or_else(|| {
         "projector type `idefics3` needs the text model's `<image>` token, which its vocabulary lacks".to_string()
     })?;
-    let image_size = clip.usize("clip.vision.image_size")?;
-    let tower = VisionTowerConfig {
-        kind: TowerKind::Siglip,
-        hidden_size: clip.usize("clip.vision.embedding_length")?,
-        intermediate_size: clip.usize("clip.vision.feed_forward_length")?,
-        num_hidden_layers: clip.usize("clip.vision.block_count")?,
-        num_attention_heads: clip.usize("clip.vision.attention.head_count")?,
-        num_channels: 3,
-        image_size,
-        patch_size: clip.usize("clip.vision.patch_size")?,
-        layer_norm_eps: clip.f64("clip.vision.attention.layer_norm_epsilon")?.unwrap_or(1e-6),
-        hidden_act: match clip.bool("clip.use_gelu")? {
-            Some(false) => return Err("`clip.use_gelu` is false: an Idefics3 tower uses GELU".into()),
-            _ => Activation::GeluTanh,
-        },
-    };
-    tower.validate().map_err(|e| e.to_string())?;
+    let tower = clip.siglip_tower("Idefics3")?;
+    let image_size = tower.image_size;
     let scale_factor = clip.usize_opt("clip.vision.projector.scale_factor")?.unwrap_or(2);
     let spec = tower_spec(tower, scale_factor, image_token_id)?;
     let longest_edge = clip.usize_opt("clip.vision.preproc_image_size")?.unwrap_or(image_size);

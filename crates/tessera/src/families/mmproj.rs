@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use candle_core::quantized::gguf_file;
+use tessera_decoder::Activation;
 use tessera_text::Tokenizer;
+use tessera_vision::{TowerKind, VisionTowerConfig};
 
 use super::image::{ImageSpec, ProcessorSettings};
 use super::text::TextFamily;
@@ -148,6 +150,29 @@ impl ClipMetadata<'_> {
         settings["image_mean"] = self.floats("clip.vision.image_mean")?.into();
         settings["image_std"] = self.floats("clip.vision.image_std")?.into();
         Ok(settings)
+    }
+
+    /// A SigLIP tower's configuration from the `clip.vision.*` keys (Idefics3's and Gemma 3's
+    /// towers): sizes, patch, epsilon (1e-6 when absent) and the tanh GELU, which `clip.use_gelu`
+    /// false would contradict (`family` names the projector in that error).
+    pub(crate) fn siglip_tower(&self, family: &str) -> std::result::Result<VisionTowerConfig, String> {
+        if self.bool("clip.use_gelu")? == Some(false) {
+            return Err(format!("`clip.use_gelu` is false: a {family} tower uses GELU"));
+        }
+        let tower = VisionTowerConfig {
+            kind: TowerKind::Siglip,
+            hidden_size: self.usize("clip.vision.embedding_length")?,
+            intermediate_size: self.usize("clip.vision.feed_forward_length")?,
+            num_hidden_layers: self.usize("clip.vision.block_count")?,
+            num_attention_heads: self.usize("clip.vision.attention.head_count")?,
+            num_channels: 3,
+            image_size: self.usize("clip.vision.image_size")?,
+            patch_size: self.usize("clip.vision.patch_size")?,
+            layer_norm_eps: self.f64("clip.vision.attention.layer_norm_epsilon")?.unwrap_or(1e-6),
+            hidden_act: Activation::GeluTanh,
+        };
+        tower.validate().map_err(|e| e.to_string())?;
+        Ok(tower)
     }
 
     /// A list of numbers (`clip.vision.image_mean`).
