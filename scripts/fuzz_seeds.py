@@ -4,8 +4,11 @@
 
 gguf: small GGUF v3 files written here (a Llama header with a 5-token vocabulary, F32 and Q8_0 tensors);
 safetensors: the fixtures' files under 256 KiB and small hand-written ones; config_json: every config.json and
-preprocessor_config.json; chat_template: every chat template the fixtures ship; image: the test images.
+preprocessor_config.json; chat_template: every chat template the fixtures ship; image: the test images;
+mmproj: each tiny pair's mmproj after the byte that picks its text model (fuzz_targets/mmproj.rs's PAIRS);
+http_body: request bodies for each route after the byte that picks it (fuzz_targets/http_body.rs's ROUTES).
 """
+import base64
 import glob
 import json
 import os
@@ -87,9 +90,67 @@ def safetensors(tensors):
     return struct.pack("<Q", len(h)) + h + data
 
 
+# fuzz_targets/mmproj.rs's PAIRS, in its order.
+PAIRS = ["smolvlm-tiny", "llava-tiny", "llava-interleave-tiny", "qwen2-vl-tiny", "qwen2.5-vl-tiny", "qwen3-vl-tiny",
+         "gemma3-tiny"]
+# fuzz_targets/http_body.rs's ROUTES, in its order.
+ROUTES = ["chat", "completions", "embeddings", "messages", "count_tokens", "responses"]
+
+
+def http_bodies(image_url):
+    """A few requests of each route: text, an image, streaming, json_schema, tools, reasoning."""
+    user = {"role": "user", "content": "What is in the picture?"}
+    image = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": image_url}},
+                                         {"type": "text", "text": "Describe it."}]}
+    tool = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                                              "parameters": {"type": "object", "properties": {
+                                                  "city": {"type": "string"}}, "required": ["city"]}}}
+    schema = {"type": "json_schema", "json_schema": {"name": "a", "schema": {
+        "type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]}}}
+    b64 = image_url.split(",", 1)[1]
+    anthropic_image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64}}
+    return {
+        "chat": [
+            {"messages": [user], "max_tokens": 3},
+            {"messages": [image], "max_tokens": 2, "stream": True, "logprobs": True, "top_logprobs": 2},
+            {"messages": [user], "response_format": schema, "temperature": 0.7, "seed": 1},
+            {"messages": [user, {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
+                "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                          {"role": "tool", "tool_call_id": "c1", "content": "sunny"}],
+             "tools": [tool], "tool_choice": "auto", "stop": ["\n"], "n": 2},
+        ],
+        "completions": [{"prompt": "Once upon a time", "max_tokens": 3, "echo": True, "logprobs": 2},
+                        {"prompt": ["a", "b"], "stream": True}],
+        "embeddings": [{"input": "a red circle"}, {"input": ["one", "two"], "encoding_format": "base64"}],
+        "messages": [
+            {"max_tokens": 3, "system": "Be brief.", "messages": [{"role": "user", "content": "Hi"}]},
+            {"max_tokens": 3, "stream": True, "messages": [{"role": "user", "content": [
+                anthropic_image, {"type": "text", "text": "What shape?"}]}]},
+            {"max_tokens": 3, "tools": [{"name": "get_weather", "input_schema": tool["function"]["parameters"]}],
+             "messages": [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": [
+                 {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Oslo"}}]},
+                          {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                                        "content": "cold"}]}],
+             "thinking": {"type": "enabled", "budget_tokens": 1024}, "stop_sequences": ["."]},
+        ],
+        "count_tokens": [{"messages": [{"role": "user", "content": [anthropic_image,
+                                                                    {"type": "text", "text": "Hi"}]}]}],
+        "responses": [
+            {"input": "Say hi", "max_output_tokens": 3, "instructions": "Be brief."},
+            {"input": [{"role": "user", "content": [{"type": "input_text", "text": "What shape?"},
+                                                    {"type": "input_image", "image_url": image_url}]}],
+             "stream": True, "text": {"format": {"type": "json_schema", "name": "a",
+                                                 "schema": schema["json_schema"]["schema"]}}},
+            {"input": "Weather?", "tools": [{"type": "function", "name": "get_weather",
+                                             "parameters": tool["function"]["parameters"]}]},
+        ],
+    }
+
+
 def main():
     out = sys.argv[1]
-    seeds = {t: [] for t in ("gguf", "safetensors", "config_json", "chat_template", "image")}
+    targets = ("gguf", "safetensors", "config_json", "chat_template", "image", "mmproj", "http_body")
+    seeds = {t: [] for t in targets}
     seeds["gguf"] += [("llama_f32.gguf", llama_gguf(False)), ("llama_q8_0.gguf", llama_gguf(True))]
     seeds["safetensors"] += [
         ("small.safetensors", safetensors([("a", "F32", [2, 3], b"\0" * 24), ("b", "BF16", [4], b"\1" * 8)])),
@@ -117,6 +178,15 @@ def main():
         for p in glob.glob(os.path.join(ROOT, pattern)):
             if os.path.getsize(p) <= MAX:
                 seeds["image"].append((os.path.relpath(p, ROOT), open(p, "rb").read()))
+    for pick, name in enumerate(PAIRS):
+        for p in glob.glob(os.path.join(ROOT, f"tests/fixtures/vlm/{name}-gguf/mmproj-*.gguf")):
+            seeds["mmproj"].append((os.path.relpath(p, ROOT), bytes([pick]) + open(p, "rb").read()))
+    png = sorted(glob.glob(os.path.join(ROOT, "models/shapes-vlm/examples/*.png")))[0]
+    image_url = "data:image/png;base64," + base64.b64encode(open(png, "rb").read()).decode()
+    for pick, (route, bodies) in enumerate(http_bodies(image_url).items()):
+        assert route == ROUTES[pick]
+        for i, body in enumerate(bodies):
+            seeds["http_body"].append((f"{route}-{i}", bytes([pick]) + json.dumps(body).encode()))
     for target, files in seeds.items():
         d = os.path.join(out, target)
         os.makedirs(d, exist_ok=True)
