@@ -1,6 +1,7 @@
 //! Decoder-only transformer building blocks, written once and composed by every model:
 //! RMSNorm, rotary embeddings (and their variants), grouped-query attention, gated MLPs,
-//! attention masks, the KV cache, and a forward over embeddings returning hidden states.
+//! attention masks, the KV cache, Gated DeltaNet's linear attention with its per-sequence state,
+//! and a forward over embeddings returning hidden states.
 //! Also the weight sources (safetensors, GGUF) and the linear layer (dense or quantized)
 //! that vision towers share, and load-time quantization's choice of types (`quant`).
 
@@ -9,6 +10,7 @@ pub mod attention;
 mod cpu_op;
 pub mod decoder;
 pub mod error;
+pub mod gated_delta;
 pub mod gguf_layout;
 pub mod gguf_write;
 pub mod kv_cache;
@@ -29,6 +31,7 @@ pub use attention::{
 pub use cpu_op::kernels_run_on;
 pub use decoder::{Decoder, DecoderConfig, LocalRope, Trace};
 pub use error::{DecoderError, Result};
+pub use gated_delta::{DeltaState, GatedDeltaConfig, GatedDeltaNet};
 pub use kv_cache::KvCache;
 pub use linear::Linear;
 pub use mask::{AttentionMask, Blocks, MaskBiases, MaskPlan};
