@@ -14,8 +14,8 @@
 //! does. Tensors are ordered as llama-quantize orders them, so the tensor infos and the data
 //! section equal llama-quantize's byte for byte (tests/quantize_export.rs); the metadata differs
 //! only in `general.name` / `size_label` (the converter's guesses from the folder name and the
-//! parameter count, not written here) and in the pre-tokenizer's naming
-//! ([`vocab`]).
+//! parameter count, not written here); the pre-tokenizer is named from the tokenizer
+//! ([`vocab`]) where the converter hashes it.
 
 mod vocab;
 

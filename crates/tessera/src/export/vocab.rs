@@ -8,8 +8,7 @@
 //! the ids a published tokenizer gives a test text; here it is read off the tokenizer's
 //! pre-tokenizer: a lone byte-level split is `gpt-2`, digits split one by one before it (the
 //! SmolLM tokenizers) `smollm`, Llama 3's and Qwen2's regex splits `llama-bpe` and `qwen2`, the
-//! names `llama-vocab.cpp` accepts (it refuses `gpt2`, which
-//! the staging of scripts/peers/convert_hf.py writes into the committed pairs). Other
+//! names `llama-vocab.cpp` accepts (it refuses `gpt2`, the tokenizer model's name). Other
 //! pre-tokenizers are refused, naming the file.
 
 use std::collections::HashMap;
