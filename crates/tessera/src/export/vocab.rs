@@ -223,6 +223,11 @@ fn special_tokens(
                         adds.push(("bos", on));
                     }
                 }
+                let text = |kind: &str| tokenizer_config.and_then(|tc| token_text(&tc[format!("{kind}_token")]));
+                if let Some(on) = pair_separator(p, text("sep").as_deref(), text("eos").as_deref()) {
+                    adds.retain(|(k, _)| *k != "sep");
+                    adds.push(("sep", on));
+                }
             }
             _ => {}
         }
@@ -247,6 +252,37 @@ fn special_tokens(
         }
     }
     (ids, adds)
+}
+
+/// `SpecialVocab`'s reading of a `TemplateProcessing` pair template for `add_sep_token`: with
+/// the single template's leading and trailing special tokens cut from the pair's ends, a pair
+/// `A … B` whose middle starts (or, of two, ends) with the sep or EOS token adds a separator
+/// (the first only when the single template has no trailing special token); `None` where the
+/// pair template is not of that shape.
+fn pair_separator(p: &Value, sep: Option<&str>, eos: Option<&str>) -> Option<bool> {
+    let special = |v: &Value| v["SpecialToken"]["id"].as_str().map(str::to_string);
+    let single = p["single"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let (first, last) = match single {
+        [a, .., b] => (special(a), special(b)),
+        _ => (None, None),
+    };
+    let pair = p["pair"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let start = usize::from(first.is_some() && pair.first().and_then(special) == first);
+    let stop = pair.len() - usize::from(last.is_some() && pair.last().and_then(special) == last);
+    let pair = pair.get(start..stop.max(start))?;
+    fn sequence(v: Option<&Value>) -> Option<&str> {
+        v.and_then(|v| v["Sequence"]["id"].as_str())
+    }
+    if sequence(pair.first()) != Some("A") || sequence(pair.last()) != Some("B") || pair.len() < 3 {
+        return None;
+    }
+    let middle = &pair[1..pair.len() - 1];
+    let is_sep = |v: &Value| special(v).is_some_and(|id| Some(id.as_str()) == sep || Some(id.as_str()) == eos);
+    let mut on = is_sep(&middle[0]) && last.is_none();
+    if let [_, second] = middle {
+        on |= is_sep(second);
+    }
+    Some(on)
 }
 
 /// A special token as tokenizer_config states it: a string or `{"content": …}`.
