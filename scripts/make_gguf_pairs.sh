@@ -27,7 +27,7 @@
 #    `additional_special_tokens`;
 #  - the converter recognizes a BPE pre-tokenizer by hashing its output on a test text against a
 #    table of published tokenizers; the tiny 480-token vocabularies are in no table. Their
-#    pre-tokenizer is GPT-2's byte-level split, which llama.cpp calls `gpt2`: the converter runs
+#    pre-tokenizer is GPT-2's byte-level split, which llama.cpp calls `gpt-2`: the converter runs
 #    with `get_vocab_base_pre` answering that (scripts/peers/convert_hf.py).
 set -euo pipefail
 

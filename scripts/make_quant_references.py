@@ -7,10 +7,11 @@
    4, all exact in f32). It is converted by llama.cpp's converter to an f32 GGUF and quantized by
    llama-quantize to each type; the JSON holds, per type, every quantized tensor's GGUF name,
    type and the SHA-256 of its blocks. The checkpoint itself (10 MB) is not committed.
-2. The tiny SmolVLM pair (tests/fixtures/vlm/smolvlm-tiny-gguf) and the tiny Qwen2 checkpoint
-   (tests/fixtures/tiny/qwen2-bias, converted here) quantized by llama-quantize to Q8_0, Q4_0 and
-   Q4_K_M: <name>-<type>/{model.gguf, mmproj.gguf}, small enough to commit, for the end-to-end
-   comparison with `--quantize` on the folders.
+2. The tiny SmolVLM, LLaVA, LLaVA-interleave, Qwen2-VL and Qwen2.5-VL pairs
+   (tests/fixtures/vlm/<name>-gguf) and the tiny Qwen2 checkpoint (tests/fixtures/tiny/qwen2-bias,
+   converted here) quantized by llama-quantize to Q8_0, Q4_0 (SmolVLM and Qwen2 only) and Q4_K_M:
+   <name>-<type>/{model.gguf, mmproj.gguf}, small enough to commit, for the end-to-end comparison
+   with `--quantize` and `tessera quantize` on the folders.
 
 Run by scripts/make_quant_references.sh (the converter's venv, llama-quantize's build).
 Usage: python make_quant_references.py LLAMA_CPP_DIR LLAMA_QUANTIZE
@@ -32,6 +33,10 @@ sys.path.insert(0, os.path.join(LLAMA, "gguf-py"))
 import gguf  # noqa: E402
 
 M64 = (1 << 64) - 1
+# The tiny pairs of tests/fixtures/vlm/<name>-gguf (scripts/make_gguf_pairs.sh) quantized whole
+# (Q4_0: the first only; the others' files differ from it in the splitting and naming, not in
+# the quantizers).
+PAIRS = ["smolvlm-tiny", "llava-tiny", "llava-interleave-tiny", "qwen2-vl-tiny", "qwen2.5-vl-tiny"]
 MIXES = ["Q4_0", "Q8_0", "Q4_K_M", "Q5_K_M", "Q6_K"]
 CONFIG_256 = {
     "architectures": ["Qwen2ForCausalLM"],
@@ -158,12 +163,13 @@ def main():
         # 2. The tiny pairs for the end-to-end comparison.
         qwen2_f32 = os.path.join(stage, "qwen2-bias-f32.gguf")
         convert(tiny, qwen2_f32)
-        pair = os.path.join(ROOT, "tests", "fixtures", "vlm", "smolvlm-tiny-gguf")
         for mix in ["Q8_0", "Q4_0", "Q4_K_M"]:
-            d = os.path.join(OUT, f"smolvlm-tiny-{mix}")
-            os.makedirs(d, exist_ok=True)
-            quantize(os.path.join(pair, "smolvlm-tiny-f32.gguf"), os.path.join(d, "model.gguf"), mix)
-            quantize(os.path.join(pair, "mmproj-smolvlm-tiny-f32.gguf"), os.path.join(d, "mmproj.gguf"), mix)
+            for name in PAIRS if mix != "Q4_0" else PAIRS[:1]:
+                pair = os.path.join(ROOT, "tests", "fixtures", "vlm", f"{name}-gguf")
+                d = os.path.join(OUT, f"{name}-{mix}")
+                os.makedirs(d, exist_ok=True)
+                quantize(os.path.join(pair, f"{name}-f32.gguf"), os.path.join(d, "model.gguf"), mix)
+                quantize(os.path.join(pair, f"mmproj-{name}-f32.gguf"), os.path.join(d, "mmproj.gguf"), mix)
             d = os.path.join(OUT, f"qwen2-bias-{mix}")
             os.makedirs(d, exist_ok=True)
             quantize(qwen2_f32, os.path.join(d, "model.gguf"), mix)

@@ -14,11 +14,12 @@ use tessera::{QuantMix, QuantizeJob};
 pub struct QuantizeArgs {
     /// The checkpoint: a model folder (safetensors) or a Hugging Face Hub id `org/name[@revision]`.
     model: String,
-    /// The text model's GGUF to write (llama.cpp's `llama` or `qwen2` architecture).
+    /// The text model's GGUF to write (llama.cpp's `llama`, `qwen2` or `qwen2vl` architecture).
     out: PathBuf,
-    /// For a vision-language model (SmolVLM / Idefics3), required: the mmproj GGUF to write,
-    /// holding the vision tower and projector as llama.cpp's converter writes them
-    /// (`convert_hf_to_gguf.py --mmproj`), quantized as llama-quantize quantizes an mmproj.
+    /// For a vision-language model (SmolVLM / Idefics3, LLaVA, Qwen2-VL, Qwen2.5-VL), required:
+    /// the mmproj GGUF to write, holding the vision tower and projector as llama.cpp's converter
+    /// writes them (`convert_hf_to_gguf.py --mmproj`; LLaVA's legacy script), quantized as
+    /// llama-quantize quantizes an mmproj.
     #[arg(long)]
     mmproj_out: Option<PathBuf>,
     /// Q4_0, Q4_K_M, Q5_K_M, Q6_K or Q8_0: each matrix gets the type llama-quantize gives it for

@@ -14,8 +14,8 @@
 //! does. Tensors are ordered as llama-quantize orders them, so the tensor infos and the data
 //! section equal llama-quantize's byte for byte (tests/quantize_export.rs); the metadata differs
 //! only in `general.name` / `size_label` (the converter's guesses from the folder name and the
-//! parameter count, not written here) and in the pre-tokenizer's naming
-//! ([`vocab`]).
+//! parameter count, not written here); the pre-tokenizer is named from the tokenizer
+//! ([`vocab`]) where the converter hashes it.
 
 mod vocab;
 
@@ -29,7 +29,7 @@ use tessera_decoder::{QuantMix, QuantPlan, RopeScaling, RopeStyle, Weights};
 
 use crate::config::ModelConfig;
 use crate::error::{Result, TesseraError};
-use crate::families::image::{processor_files, ProcessorSettings};
+use crate::families::image::{processor_files, Part, ProcessorSettings};
 use crate::source::{self, ModelSource};
 
 /// What to quantize, and where the files go.
@@ -70,6 +70,8 @@ struct Planned {
     stored: String,
     /// Heads whose rows are permuted for interleaved RoPE (Llama's q/k), if any.
     permute_heads: Option<usize>,
+    /// The part of the stored tensor it holds (a tensor the converter splits), if not all.
+    part: Option<Part>,
 }
 
 /// A file to write: its metadata, tensors and target.
@@ -108,12 +110,12 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
     let err = |reason: String| TesseraError::Config { path: config_path.clone(), reason };
     let text = config.text_family.gguf_text().ok_or_else(|| {
         err(format!(
-            "tessera quantize writes llama and qwen2 text models; this checkpoint's text model is {}",
+            "tessera quantize writes llama, qwen2 and qwen2vl text models; this checkpoint's text model is {}",
             config.text_family.name()
         ))
     })?;
     let d = &config.decoder;
-    if d.rope.scaling != RopeScaling::Default || d.rope.mrope.is_some() {
+    if d.rope.scaling != RopeScaling::Default || d.rope.mrope.is_some_and(|m| m.interleaved) {
         return Err(err(format!("its RoPE ({:?}) is not written to GGUF by tessera yet", d.rope.scaling)));
     }
     if config.layer_windows.iter().any(Option::is_some) {
@@ -188,6 +190,7 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
             entry: TensorEntry { name: gguf, dims, ty },
             stored: stored.clone(),
             permute_heads: heads,
+            part: None,
         });
     }
     finish(&mut text_file, job.mix);
@@ -199,30 +202,37 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
         }
         let (image, processor, origin) = processor_files(dir)?;
         let settings = ProcessorSettings { image, processor, origin };
+        let config_json = crate::model::read_json(&config_path)?;
         let metadata = spec
-            .mmproj_metadata(&settings, d.hidden_size)
+            .mmproj_metadata(&settings, &config_json, d.hidden_size)
             .ok_or_else(|| {
                 TesseraError::InvalidInput(format!(
-                    "tessera quantize does not write {}'s mmproj yet (it writes idefics3's)",
+                    "tessera quantize does not write {}'s mmproj yet (it writes idefics3's, llava's, qwen2vl's and qwen2.5vl's)",
                     config.family
                 ))
             })?
             .map_err(|reason| TesseraError::Config { path: settings.origin.clone(), reason })?;
-        let vision_plan = QuantPlan::vision(job.mix, image_names.iter().map(String::as_str));
+        let mut pieces = Vec::new();
+        for stored in &image_names {
+            for piece in spec.mmproj_tensors(stored, &shape(&vb, dir, stored)?) {
+                pieces.push((stored, piece));
+            }
+        }
+        let vision_plan = QuantPlan::vision(job.mix, pieces.iter().map(|(_, p)| p.name.as_str()));
         let mut gguf = GgufFile::new();
         for (k, v) in metadata {
             gguf.set(k, v);
         }
         finish(&mut gguf, job.mix);
         let mut tensors = Vec::new();
-        for stored in &image_names {
-            let name = gguf_vision_name(stored).ok_or_else(|| unmapped(dir, stored, "clip"))?;
-            let dims = shape(&vb, dir, stored)?;
-            let ty = storage_type(&vision_plan, stored, &dims);
+        for (stored, piece) in pieces {
+            let name = gguf_vision_name(&piece.name).ok_or_else(|| unmapped(dir, stored, "clip"))?;
+            let ty = storage_type(&vision_plan, &piece.name, &piece.dims);
             tensors.push(Planned {
-                entry: TensorEntry { name, dims, ty },
+                entry: TensorEntry { name, dims: piece.dims, ty },
                 stored: stored.clone(),
                 permute_heads: None,
+                part: piece.part,
             });
         }
         files.push(PlannedFile { path: mmproj_out.clone(), gguf, tensors });
@@ -258,9 +268,14 @@ fn text_metadata(config: &ModelConfig, arch: &str, llama_keys: bool, name: &str)
         (format!("{arch}.feed_forward_length"), u(d.intermediate_size)?),
         (format!("{arch}.attention.head_count"), u(d.num_attention_heads)?),
         (format!("{arch}.attention.head_count_kv"), u(d.num_key_value_heads)?),
-        (format!("{arch}.rope.freq_base"), MetaValue::F32(d.rope.theta as f32)),
-        (format!("{arch}.attention.layer_norm_rms_epsilon"), MetaValue::F32(d.rms_norm_eps as f32)),
     ];
+    if let Some(m) = d.rope.mrope {
+        // Qwen2-VL's `mrope_section` (time, height, width), padded to llama.cpp's four.
+        let sections = [m.section[0], m.section[1], m.section[2], 0].map(|v| i32::try_from(v).unwrap_or(i32::MAX));
+        md.push((format!("{arch}.rope.dimension_sections"), MetaValue::I32s(sections.to_vec())));
+    }
+    md.push((format!("{arch}.rope.freq_base"), MetaValue::F32(d.rope.theta as f32)));
+    md.push((format!("{arch}.attention.layer_norm_rms_epsilon"), MetaValue::F32(d.rms_norm_eps as f32)));
     if llama_keys {
         md.push((format!("{arch}.attention.key_length"), u(d.head_dim)?));
         md.push((format!("{arch}.attention.value_length"), u(d.head_dim)?));
@@ -310,8 +325,12 @@ fn write(file: &PlannedFile, dir: &Path, progress: &mut dyn FnMut(Progress<'_>))
     progress(Progress::File { path: &file.path, tensors: file.tensors.len(), values: total });
     let bytes = file.gguf.write(&file.path, &mut |i, entry| {
         let t = &file.tensors[i];
-        let tensor = vb.get_with_dtype(&entry.dims, &t.stored, DType::F32)?;
+        let whole = vb.stored_shape(&t.stored).unwrap_or_else(|| entry.dims.clone());
+        let tensor = vb.get_with_dtype(&whole, &t.stored, DType::F32)?;
         let mut x = tensor.flatten_all()?.to_vec1::<f32>()?;
+        if let Some(part) = t.part {
+            x = part.take(&x);
+        }
         if let Some(heads) = t.permute_heads {
             let rows = entry.dims[0];
             x = gguf_write::permute_for_interleaved_rope(&x, rows, x.len() / rows.max(1), heads);

@@ -8,8 +8,7 @@
 //! the ids a published tokenizer gives a test text; here it is read off the tokenizer's
 //! pre-tokenizer: a lone byte-level split is `gpt-2`, digits split one by one before it (the
 //! SmolLM tokenizers) `smollm`, Llama 3's and Qwen2's regex splits `llama-bpe` and `qwen2`, the
-//! names `llama-vocab.cpp` accepts (it refuses `gpt2`, which
-//! the staging of scripts/peers/convert_hf.py writes into the committed pairs). Other
+//! names `llama-vocab.cpp` accepts (it refuses `gpt2`, the tokenizer model's name). Other
 //! pre-tokenizers are refused, naming the file.
 
 use std::collections::HashMap;
@@ -224,6 +223,11 @@ fn special_tokens(
                         adds.push(("bos", on));
                     }
                 }
+                let text = |kind: &str| tokenizer_config.and_then(|tc| token_text(&tc[format!("{kind}_token")]));
+                if let Some(on) = pair_separator(p, text("sep").as_deref(), text("eos").as_deref()) {
+                    adds.retain(|(k, _)| *k != "sep");
+                    adds.push(("sep", on));
+                }
             }
             _ => {}
         }
@@ -248,6 +252,37 @@ fn special_tokens(
         }
     }
     (ids, adds)
+}
+
+/// `SpecialVocab`'s reading of a `TemplateProcessing` pair template for `add_sep_token`: with
+/// the single template's leading and trailing special tokens cut from the pair's ends, a pair
+/// `A … B` whose middle starts (or, of two, ends) with the sep or EOS token adds a separator
+/// (the first only when the single template has no trailing special token); `None` where the
+/// pair template is not of that shape.
+fn pair_separator(p: &Value, sep: Option<&str>, eos: Option<&str>) -> Option<bool> {
+    let special = |v: &Value| v["SpecialToken"]["id"].as_str().map(str::to_string);
+    let single = p["single"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let (first, last) = match single {
+        [a, .., b] => (special(a), special(b)),
+        _ => (None, None),
+    };
+    let pair = p["pair"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let start = usize::from(first.is_some() && pair.first().and_then(special) == first);
+    let stop = pair.len() - usize::from(last.is_some() && pair.last().and_then(special) == last);
+    let pair = pair.get(start..stop.max(start))?;
+    fn sequence(v: Option<&Value>) -> Option<&str> {
+        v.and_then(|v| v["Sequence"]["id"].as_str())
+    }
+    if sequence(pair.first()) != Some("A") || sequence(pair.last()) != Some("B") || pair.len() < 3 {
+        return None;
+    }
+    let middle = &pair[1..pair.len() - 1];
+    let is_sep = |v: &Value| special(v).is_some_and(|id| Some(id.as_str()) == sep || Some(id.as_str()) == eos);
+    let mut on = is_sep(&middle[0]) && last.is_none();
+    if let [_, second] = middle {
+        on |= is_sep(second);
+    }
+    Some(on)
 }
 
 /// A special token as tokenizer_config states it: a string or `{"content": …}`.

@@ -129,16 +129,7 @@ pub(crate) fn mmproj_metadata(
 ) -> super::image::MmprojMetadata {
     use tessera_decoder::gguf_write::MetaValue::{Bool, F32s, Str, F32, U32};
     let u = |v: usize| u32::try_from(v).map(U32).map_err(|_| format!("{v} does not fit a GGUF u32"));
-    let stats = |key: &str| -> Result<Vec<f32>, String> {
-        match settings.image.get(key) {
-            None | Some(Value::Null) => Ok(vec![0.5; 3]),
-            Some(Value::Array(items)) if items.len() == 3 => items
-                .iter()
-                .map(|x| x.as_f64().map(|f| f as f32).ok_or_else(|| format!("`{key}` holds a non-number")))
-                .collect(),
-            Some(other) => Err(format!("`{key}` is {other}, not three numbers")),
-        }
-    };
+    let stats = |key: &str| super::image::processor_stats(settings, key, [0.5; 3]);
     if tower.hidden_act != Activation::GeluTanh {
         return Err(format!("llama.cpp's idefics3 projector runs a tanh-GELU tower, not {:?}", tower.hidden_act));
     }

@@ -70,12 +70,82 @@ pub trait ImageSpec: fmt::Debug + Send + Sync + Any {
     fn load(&self, at: &ImageLoad<'_>) -> Result<Box<dyn ImageSide>>;
 
     /// The `clip.*` metadata llama.cpp's converter writes into this image side's `mmproj` GGUF
-    /// (`convert_hf_to_gguf.py --mmproj`), from the folder's processor settings and the
-    /// decoder's width `text_hidden`; `None` where tessera does not write this family's mmproj.
+    /// (`convert_hf_to_gguf.py --mmproj`), from the folder's processor settings, its
+    /// `config.json` and the decoder's width `text_hidden`; `None` where tessera does not write
+    /// this family's mmproj.
     /// The tensors are the checkpoint's under their mmproj names
     /// ([`gguf_vision_name`](tessera_decoder::weights::gguf_vision_name)).
-    fn mmproj_metadata(&self, _settings: &ProcessorSettings, _text_hidden: usize) -> Option<MmprojMetadata> {
+    fn mmproj_metadata(
+        &self,
+        _settings: &ProcessorSettings,
+        _config: &Value,
+        _text_hidden: usize,
+    ) -> Option<MmprojMetadata> {
         None
+    }
+
+    /// The mmproj tensors the converter writes from the checkpoint tensor `stored` of shape
+    /// `dims`: by default the tensor itself; a family whose converter splits tensors (Qwen2-VL's
+    /// fused `qkv`, its Conv3d patch kernel) answers the parts.
+    fn mmproj_tensors(&self, stored: &str, dims: &[usize]) -> Vec<MmprojTensor> {
+        MmprojTensor::whole(stored, dims)
+    }
+}
+
+/// One tensor of an mmproj, from a checkpoint tensor ([`ImageSpec::mmproj_tensors`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MmprojTensor {
+    /// Its name as [`gguf_vision_name`](tessera_decoder::weights::gguf_vision_name) and the
+    /// quantization rules read it (a Hugging Face name, or the converter's name for a part).
+    pub name: String,
+    pub dims: Vec<usize>,
+    /// The part of the checkpoint tensor it holds; `None`: all of it.
+    pub part: Option<Part>,
+}
+
+/// Part `index` of `parts` equal parts along one axis of a tensor, viewed as
+/// `(outer, parts, inner)` (`outer`: the product of the dims before the axis): the rows of
+/// `q`, `k` or `v` in a fused `qkv` (`outer` 1), one frame of a Conv3d kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Part {
+    pub outer: usize,
+    pub parts: usize,
+    pub index: usize,
+}
+
+impl MmprojTensor {
+    /// The checkpoint tensor `stored` as it is.
+    pub fn whole(stored: &str, dims: &[usize]) -> Vec<Self> {
+        vec![Self { name: stored.to_string(), dims: dims.to_vec(), part: None }]
+    }
+}
+
+impl Part {
+    /// The part's values of the row-major values `x` of the whole tensor.
+    pub fn take(&self, x: &[f32]) -> Vec<f32> {
+        let inner = x.len() / (self.outer * self.parts).max(1);
+        (0..self.outer)
+            .flat_map(|o| {
+                let start = (o * self.parts + self.index) * inner;
+                x[start..start + inner].iter().copied()
+            })
+            .collect()
+    }
+}
+
+/// The processor's `key` (`image_mean`, `image_std`): three numbers, else `default`.
+pub(crate) fn processor_stats(
+    settings: &ProcessorSettings,
+    key: &str,
+    default: [f32; 3],
+) -> std::result::Result<Vec<f32>, String> {
+    match settings.image.get(key) {
+        None | Some(Value::Null) => Ok(default.to_vec()),
+        Some(Value::Array(items)) if items.len() == 3 => items
+            .iter()
+            .map(|x| x.as_f64().map(|f| f as f32).ok_or_else(|| format!("`{key}` holds a non-number")))
+            .collect(),
+        Some(other) => Err(format!("`{key}` is {other}, not three numbers")),
     }
 }
 

@@ -19,7 +19,10 @@ use tessera_decoder::MRope;
 use tessera_vision::qwen2_vl::{Qwen3Vision, VisionMlp, VisionNorm, Windows};
 use tessera_vision::{Filter, PreprocessConfig, Qwen2VisionConfig, Qwen2VisionTower, RgbImage};
 
-use super::image::{first_prefix, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec, ProcessorSettings};
+use super::image::{
+    first_prefix, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec, MmprojMetadata, MmprojTensor,
+    ProcessorSettings,
+};
 use super::mmproj::{MmprojInput, MmprojSide};
 use super::text::{TextFamily, TextFields, TextSubConfig};
 use super::{text_config, ModelConfig, PromptStyle, TokenIds};
@@ -356,8 +359,7 @@ impl Qwen2VlEncoder {
                 return Err(err(format!("{name} {stated} differs from the vision tower's {model}")));
             }
         }
-        let min_pixels = field(&["size.shortest_edge", "min_pixels"], 56 * 56) as usize;
-        let max_pixels = field(&["size.longest_edge", "max_pixels"], 28 * 28 * 1280) as usize;
+        let (min_pixels, max_pixels) = pixel_budget(&image);
         if min_pixels == 0 || min_pixels > max_pixels || max_pixels > tessera_vision::preprocess::MAX_SIDE.pow(2) {
             return Err(err(format!("pixel budget {min_pixels}..={max_pixels} is empty or too large")));
         }
@@ -411,6 +413,31 @@ impl ImageSpec for Qwen2VlSpec {
         }
         Ok(Box::new(Qwen2VlEncoder::load(self, at)?))
     }
+
+    fn mmproj_metadata(
+        &self,
+        settings: &ProcessorSettings,
+        config: &Value,
+        text_hidden: usize,
+    ) -> Option<MmprojMetadata> {
+        super::qwen_vl_mmproj::metadata(self, settings, config, text_hidden)
+    }
+
+    fn mmproj_tensors(&self, stored: &str, dims: &[usize]) -> Vec<MmprojTensor> {
+        super::qwen_vl_mmproj::tensors(stored, dims)
+    }
+}
+
+/// The processor's pixel budget `(min, max)`: `size.shortest_edge` / `longest_edge` (older
+/// processors: `min_pixels` / `max_pixels`), else Qwen2VLImageProcessor's defaults.
+pub(super) fn pixel_budget(image: &Value) -> (usize, usize) {
+    let field = |keys: [&str; 2], default: u64| -> usize {
+        let [a, b] = keys;
+        let (outer, inner) = a.split_once('.').unwrap_or((a, ""));
+        let v = image.get(outer).and_then(|v| v.get(inner)).and_then(Value::as_u64);
+        v.or_else(|| image.get(b).and_then(Value::as_u64)).unwrap_or(default) as usize
+    };
+    (field(["size.shortest_edge", "min_pixels"], 56 * 56), field(["size.longest_edge", "max_pixels"], 28 * 28 * 1280))
 }
 
 impl ImageSide for Qwen2VlEncoder {

@@ -14,7 +14,7 @@ use tessera_vision::{
 
 use super::image::{
     first_prefix, processor_files, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec, MmprojMetadata,
-    ProcessorSettings,
+    MmprojTensor, ProcessorSettings,
 };
 use crate::error::{Result, TesseraError};
 
@@ -410,13 +410,26 @@ impl ImageSpec for TowerSpec {
         Ok(Box::new(TowerImages::load(self, at)?))
     }
 
-    /// The projector llama.cpp names for the connector: Idefics3's pixel shuffle.
-    fn mmproj_metadata(&self, settings: &ProcessorSettings, text_hidden: usize) -> Option<MmprojMetadata> {
+    /// The projector llama.cpp names for the connector: Idefics3's pixel shuffle, LLaVA's MLP.
+    fn mmproj_metadata(
+        &self,
+        settings: &ProcessorSettings,
+        config: &Value,
+        text_hidden: usize,
+    ) -> Option<MmprojMetadata> {
         match self.connector {
             ConnectorConfig::PixelShuffle { scale_factor } => {
                 Some(super::idefics3::mmproj_metadata(&self.tower, scale_factor, settings, text_hidden))
             }
+            ConnectorConfig::Mlp { .. } => Some(super::llava_mmproj::metadata(self, settings, config)),
             _ => None,
+        }
+    }
+
+    fn mmproj_tensors(&self, stored: &str, dims: &[usize]) -> Vec<MmprojTensor> {
+        match self.connector {
+            ConnectorConfig::Mlp { .. } => super::llava_mmproj::tensors(self, stored, dims),
+            _ => MmprojTensor::whole(stored, dims),
         }
     }
 }

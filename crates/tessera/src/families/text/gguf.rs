@@ -73,6 +73,8 @@ impl TextFamily {
             // The converter writes Mistral as a Llama (`MistralForCausalLM` is a `LlamaModel`).
             Self::Llama | Self::Mistral => Some(GgufText { arch: "llama", llama_keys: true }),
             Self::Qwen2 => Some(GgufText { arch: "qwen2", llama_keys: false }),
+            // Qwen2VLModel: Qwen2's keys and `rope.dimension_sections` (the M-RoPE sections).
+            Self::Qwen2Vl | Self::Qwen25Vl => Some(GgufText { arch: "qwen2vl", llama_keys: false }),
             _ => None,
         }
     }

@@ -1,0 +1,139 @@
+//! Qwen2-VL's and Qwen2.5-VL's image side as llama.cpp's converter writes it into an mmproj
+//! (`tessera quantize`; `conversion/qwenvl.py`'s `Qwen2VLVisionModel` over `MmprojModel`,
+//! llama.cpp 0c1e57098): its `clip.*` metadata, and its tensors, two of which the converter
+//! splits — the fused `attn.qkv` into `attn.q`, `attn.k`, `attn.v` (rows), the Conv3d patch
+//! kernel `(d, C, 2, P, P)` into one Conv2d kernel per frame. What
+//! [`from_mmproj`](super::qwen2_vl::from_mmproj) reads back.
+
+use serde_json::Value;
+use tessera_decoder::gguf_write::MetaValue::{Bool, F32s, Str, F32, U32};
+use tessera_decoder::Activation;
+use tessera_vision::qwen2_vl::VisionMlp;
+
+use super::image::{processor_stats, MmprojMetadata, MmprojTensor, Part, ProcessorSettings};
+use super::qwen2_vl::{pixel_budget, Qwen2VlSpec};
+
+/// The converter's `image_size` when the vision config has none (the tower takes any size).
+const IMAGE_SIZE: usize = 560;
+/// `Qwen2VLImageProcessor`'s mean and std (OpenAI CLIP's), when the processor states none.
+const CLIP_MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
+const CLIP_STD: [f32; 3] = [0.268_629_54, 0.261_302_6, 0.275_777_1];
+
+/// The `clip.*` metadata in the converter's order; `None` for Qwen3-VL (not written yet).
+/// Written beyond the converter: `clip.vision.image_min_pixels` / `image_max_pixels` (the
+/// processor's pixel budget) and Qwen2.5-VL's `clip.vision.window_size`, keys of llama.cpp's
+/// format its Qwen converter leaves out; without them a reader falls back to its own defaults
+/// rather than this checkpoint's processor (llama.cpp: 8–4096 tokens, 112-px windows).
+pub(super) fn metadata(
+    spec: &Qwen2VlSpec,
+    settings: &ProcessorSettings,
+    config: &Value,
+    text_hidden: usize,
+) -> Option<MmprojMetadata> {
+    let t = &spec.tower;
+    if t.qwen3.is_some() {
+        return None;
+    }
+    Some((|| {
+        let u = |v: usize| u32::try_from(v).map(U32).map_err(|_| format!("{v} does not fit a GGUF u32"));
+        let (projector, ffn, act) = match (&t.windows, t.mlp) {
+            (None, VisionMlp::Plain { .. }) => ("qwen2vl_merger", t.hidden_size, Activation::QuickGelu),
+            (Some(_), VisionMlp::Gated { intermediate }) => ("qwen2.5vl_merger", intermediate, Activation::Silu),
+            _ => return Err("its vision blocks are neither Qwen2-VL's nor Qwen2.5-VL's".to_string()),
+        };
+        if t.hidden_act != act {
+            return Err(format!("llama.cpp's {projector} runs a {act:?} tower, not {:?}", t.hidden_act));
+        }
+        let (min_pixels, max_pixels) = pixel_budget(&settings.image);
+        let mut md = vec![
+            ("general.architecture".to_string(), Str("clip".into())),
+            ("general.type".into(), Str("mmproj".into())),
+            ("clip.has_vision_encoder".into(), Bool(true)),
+            ("clip.vision.projection_dim".into(), u(text_hidden)?),
+            ("clip.vision.image_size".into(), u(IMAGE_SIZE)?),
+            ("clip.vision.patch_size".into(), u(t.patch_size)?),
+            ("clip.vision.embedding_length".into(), u(t.embed_dim)?),
+            // Qwen2-VL's `vision_config.hidden_size` (the merger's output), as the converter has it.
+            ("clip.vision.feed_forward_length".into(), u(ffn)?),
+            ("clip.vision.block_count".into(), u(t.depth)?),
+            ("clip.vision.attention.head_count".into(), u(t.num_heads)?),
+            ("clip.vision.image_mean".into(), F32s(processor_stats(settings, "image_mean", CLIP_MEAN)?)),
+            ("clip.vision.image_std".into(), F32s(processor_stats(settings, "image_std", CLIP_STD)?)),
+            ("clip.projector_type".into(), Str(projector.into())),
+        ];
+        if let Some(w) = &t.windows {
+            // `fullatt_block_indexes` as the converter checks it: every n-th block, from n-1.
+            let n = w.full_blocks.first().map_or(0, |b| b + 1);
+            if n == 0 || w.full_blocks.iter().enumerate().any(|(i, b)| *b != (i + 1) * n - 1) {
+                return Err(format!(
+                    "fullatt_block_indexes {:?} are not every n-th block, which llama.cpp's n_wa_pattern needs",
+                    w.full_blocks
+                ));
+            }
+            md.push(("clip.use_silu".into(), Bool(true)));
+            md.push(("clip.vision.n_wa_pattern".into(), u(n)?));
+        }
+        // The converter writes the config's top-level `rms_norm_eps` (transformers 4 kept the
+        // text model's fields there), else 1e-6, the towers' own.
+        let eps = config["rms_norm_eps"].as_f64().unwrap_or(1e-6);
+        md.push(("clip.vision.attention.layer_norm_epsilon".into(), F32(eps as f32)));
+        md.push(("clip.vision.image_min_pixels".into(), u(min_pixels)?));
+        md.push(("clip.vision.image_max_pixels".into(), u(max_pixels)?));
+        if let Some(w) = &t.windows {
+            md.push(("clip.vision.window_size".into(), u(w.size)?));
+        }
+        Ok(md)
+    })())
+}
+
+/// The mmproj tensors of the checkpoint tensor `stored` (under `visual.` or `model.visual.`).
+pub(super) fn tensors(stored: &str, dims: &[usize]) -> Vec<MmprojTensor> {
+    let name = stored.strip_prefix("model.").filter(|r| r.starts_with("visual.")).unwrap_or(stored);
+    let whole = || vec![MmprojTensor { name: name.to_string(), dims: dims.to_vec(), part: None }];
+    if name.contains(".attn.qkv.") && dims.first().is_some_and(|r| r % 3 == 0) {
+        return ["q", "k", "v"]
+            .iter()
+            .enumerate()
+            .map(|(index, p)| {
+                let mut d = dims.to_vec();
+                d[0] /= 3;
+                let part = Some(Part { outer: 1, parts: 3, index });
+                MmprojTensor { name: name.replace(".attn.qkv.", &format!(".attn.{p}.")), dims: d, part }
+            })
+            .collect();
+    }
+    match dims {
+        [d, c, 2, p, q] if name == "visual.patch_embed.proj.weight" => (0..2)
+            .map(|index| MmprojTensor {
+                name: if index == 0 { name.to_string() } else { format!("{name}.1") },
+                dims: vec![*d, *c, *p, *q],
+                part: Some(Part { outer: d * c, parts: 2, index }),
+            })
+            .collect(),
+        _ => whole(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fused_and_3d_tensors_split_as_the_converter_splits_them() {
+        let qkv = tensors("model.visual.blocks.1.attn.qkv.weight", &[6, 4]);
+        let names: Vec<_> = qkv.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["visual.blocks.1.attn.q.weight", "visual.blocks.1.attn.k.weight", "visual.blocks.1.attn.v.weight"]
+        );
+        let x: Vec<f32> = (0..24).map(|i| i as f32).collect();
+        assert_eq!(qkv[1].part.map(|p| p.take(&x)), Some((8..16).map(|i| i as f32).collect()));
+        // (d=2, C=1, T=2, 1, 2): frame 1 of each output channel.
+        let patch = tensors("visual.patch_embed.proj.weight", &[2, 1, 2, 1, 2]);
+        assert_eq!(patch[1].name, "visual.patch_embed.proj.weight.1");
+        assert_eq!(patch[1].dims, [2, 1, 1, 2]);
+        let y: Vec<f32> = (0..8).map(|i| i as f32).collect();
+        assert_eq!(patch[1].part.map(|p| p.take(&y)), Some(vec![2.0, 3.0, 6.0, 7.0]));
+        assert_eq!(tensors("visual.merger.mlp.0.weight", &[4, 4])[0].part, None);
+    }
+}
