@@ -164,7 +164,7 @@ impl PixtralVision {
     pub fn forward(&self, pixels: &Tensor) -> Result<Tensor> {
         let (b, c, h, w) = pixels.dims4()?;
         let p = self.cfg.patch_size;
-        if b != 1 || c != self.cfg.num_channels || h % p != 0 || w % p != 0 || h == 0 || w == 0 {
+        if b != 1 || c != self.cfg.num_channels || !h.is_multiple_of(p) || !w.is_multiple_of(p) || h == 0 || w == 0 {
             return Err(VisionError::Config(format!(
                 "pixel values are {b}×{c}×{h}×{w}; the Pixtral tower takes one image of {} channels with sides a \
                  multiple of {p}",
@@ -231,7 +231,7 @@ impl PixtralProjector {
     pub fn forward(&self, features: &Tensor, rows: usize, cols: usize) -> Result<Tensor> {
         let (n, d) = features.dims2()?;
         let m = self.merge;
-        if n != rows * cols || rows % m != 0 || cols % m != 0 {
+        if n != rows * cols || !rows.is_multiple_of(m) || !cols.is_multiple_of(m) {
             return Err(VisionError::Config(format!(
                 "{n} patch features do not form a {rows}×{cols} grid of whole {m}×{m} blocks"
             )));

@@ -370,3 +370,52 @@ impl ImageSide for Mistral3Images {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::json;
+    use tessera_vision::RgbImage;
+
+    use super::Mistral3Spec;
+    use crate::families::{ModelConfig, ProcessorSettings};
+
+    fn resolve(top: serde_json::Value) -> Result<ModelConfig, String> {
+        let mut config = json!({
+            "model_type": "mistral3",
+            "text_config": {"model_type": "mistral", "vocab_size": 100, "hidden_size": 64, "intermediate_size": 128,
+                            "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32},
+            "vision_config": {"hidden_size": 32, "num_attention_heads": 4, "patch_size": 7},
+        });
+        if let (Some(c), Some(t)) = (config.as_object_mut(), top.as_object()) {
+            c.extend(t.clone());
+        }
+        ModelConfig::from_config_json(&config, Path::new("config.json")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn what_pixtral_does_not_run_is_refused_by_name() -> Result<(), String> {
+        let cfg = resolve(json!({}))?;
+        let spec = cfg.vision_spec::<Mistral3Spec>().ok_or("a Mistral 3 image side")?;
+        // transformers' defaults: GELU vision MLP, θ 1e4, merge 2, [IMG] = 10; head_dim as stated.
+        assert_eq!((spec.tower.rope_theta, spec.merge, spec.image_token_id, cfg.decoder.head_dim), (1e4, 2, 10, 32));
+        let e = resolve(json!({"vision_feature_layer": [-1, -2]})).unwrap_err();
+        assert!(e.contains("vision_feature_layer"), "{e}");
+        let e = resolve(json!({"vision_config": {"hidden_size": 24, "num_attention_heads": 4}})).unwrap_err();
+        assert!(e.contains("multiple of 4"), "{e}");
+        // The processor's token unit must be the tower's patch × merge.
+        let settings = |processor: serde_json::Value| ProcessorSettings {
+            image: json!({"size": {"longest_edge": 112}, "do_center_crop": null}),
+            processor,
+            origin: "processor_config.json".into(),
+        };
+        let rule =
+            spec.processor(&settings(json!({"patch_size": 7, "spatial_merge_size": 2}))).map_err(|e| e.to_string())?;
+        let img = RgbImage::new(451, 300, vec![0; 451 * 300 * 3]);
+        assert_eq!((rule.resized(&img), rule.grid(&img), rule.prompt_tokens(&img)), ((84, 112), (6, 8), 54));
+        let e = spec.processor(&settings(json!({"patch_size": 7}))).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains("spatial_merge_size 1") && e.contains("processor_config.json"), "{e}");
+        Ok(())
+    }
+}
