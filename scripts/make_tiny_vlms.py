@@ -29,6 +29,9 @@ Writes tests/fixtures/vlm/<name>/ for
   internvl-tiny          InternVLForConditionalGeneration (layer-scaled InternViT with a CLS token, pixel shuffle 0.5,
                          LayerNorm + MLP projector, Qwen2 text) + InternVLProcessor (GotOcr2 crop_to_patches: aspect-ratio
                          tile grid + thumbnail; <img><IMG_CONTEXT>...</img>); built in scripts/tiny_vlms/internvl.py
+  mistral3-tiny          Mistral3ForConditionalGeneration (Pixtral tower: 2-D RoPE, RMSNorm + SiLU-gated MLP, images
+                         attending only to themselves; RMSNorm + 2x2 patch merger + MLP projector, Mistral text) +
+                         PixtralProcessor ([IMG] rows closed by [IMG_BREAK], [IMG_END]); scripts/tiny_vlms/mistral3.py
   gemma3-tiny            Gemma3ForConditionalGeneration (SigLIP vision, 2x2 average pooling, mm_soft_emb_norm, a
                          Gemma 3 text model: q/k norms, 5 local : 1 global layers with their own RoPE bases and linear
                          scaling on the global one, a window of 8 under 16 image tokens, images attending to themselves
@@ -623,7 +626,7 @@ def with_paths(messages, images):
 
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "pixel_values", "pixel_attention_mask", "token_type_ids", "image_grid_thw",
-                "mm_token_type_ids")
+                "mm_token_type_ids", "image_sizes")
 
 
 def prepare(processor, case, family):
@@ -955,6 +958,7 @@ def folder_size(path):
 def main():
     import sys
     from tiny_vlms.internvl import internvl_spec  # imports this module's helpers, so not at the top
+    from tiny_vlms.mistral3 import mistral3_spec
     wanted = set(sys.argv[1:])
     torch.set_num_threads(2)
     os.makedirs(OUT, exist_ok=True)
@@ -962,7 +966,7 @@ def main():
     specs = {"smolvlm-tiny": smolvlm_spec, "llava-tiny": llava_spec, "llava-interleave-tiny": llava_interleave_spec,
              "paligemma-tiny": paligemma_spec, "paligemma2-tiny": paligemma2_spec, "gemma3-tiny": gemma3_spec,
              "qwen2-vl-tiny": qwen2_vl_spec, "qwen2.5-vl-tiny": qwen2_5_vl_spec, "qwen3-vl-tiny": qwen3_vl_spec,
-             "internvl-tiny": internvl_spec}
+             "internvl-tiny": internvl_spec, "mistral3-tiny": mistral3_spec}
     for name, make in specs.items():
         if wanted and name not in wanted:
             continue

@@ -31,6 +31,7 @@ fn vision_language_checkpoints_answer_and_describe_themselves() -> Result<()> {
         ("qwen2.5-vl-tiny", 54),
         ("qwen3-vl-tiny", 54),
         ("internvl-tiny", 28),
+        ("mistral3-tiny", 48),
     ] {
         let o = tessera(&[
             "generate",
@@ -80,6 +81,10 @@ fn vision_language_checkpoints_answer_and_describe_themselves() -> Result<()> {
     let info = stdout(&o);
     assert!(info.contains("internvl (qwen2 decoder)") && info.contains("InternViT tower"), "{info}");
     assert!(info.contains("4 image tokens per tile") && info.contains("at most 28 image tokens an image"), "{info}");
+    let o = tessera(&["info", "--model", &vlm("mistral3-tiny")]);
+    let info = stdout(&o);
+    assert!(info.contains("mistral3 (mistral decoder)") && info.contains("Pixtral tower"), "{info}");
+    assert!(info.contains("[IMG_BREAK]") && info.contains("at most 64 image tokens an image"), "{info}");
     let o = tessera(&["info", "--model", &vlm("gemma3-tiny")]);
     let info = stdout(&o);
     assert!(info.contains("gemma3 (gemma3_text decoder)") && info.contains("2×2 average pooling to 4×4"), "{info}");

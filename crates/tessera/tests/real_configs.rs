@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use tessera::config::{ConnectorConfig, ProcessorRule, PromptStyle, TextFamily, TowerSpec};
-use tessera::families::{InternVlSpec, Qwen2VlSpec};
+use tessera::families::{InternVlSpec, Mistral3Spec, Qwen2VlSpec};
 use tessera::{load_image, ChatTemplate, ContentPart, ImageProcessor, Message, ModelConfig, DEFAULT_MAX_PIXELS};
 use tessera_decoder::{Activation, NormStyle};
 use tessera_vision::{FeatureLayer, TowerKind};
@@ -294,5 +294,42 @@ fn internvl3_1b_hf() -> Result<()> {
         template.render(&image_question("Describe this image."), true)?,
         "<|im_start|>user\n<IMG_CONTEXT>\nDescribe this image.<|im_end|>\n<|im_start|>assistant\n"
     );
+    Ok(())
+}
+
+/// mistralai/Mistral-Small-3.1-24B-Instruct-2503 (files from copies in other projects' tests;
+/// SOURCES.md): a Mistral text model whose head_dim 128 is not hidden / heads (5120 / 32), RoPE
+/// base 1e9, no sliding window; Pixtral (24 layers, width 1024, SiLU, 14-px patches), a 2×2
+/// merger. A 451×300 photo fits within 1540 px unscaled and rounds up to 308×476: an 11×17
+/// grid, 187 [IMG] + 10 [IMG_BREAK] + [IMG_END] = 198 placeholder tokens (transformers'
+/// PixtralProcessor from the same files: scripts/tiny_vlms/mistral3_real.py).
+#[test]
+fn mistral_small_3_1() -> Result<()> {
+    let cfg = config("mistral-small-3.1-24b-instruct-2503")?;
+    assert_eq!((cfg.family, cfg.text_family), ("mistral3", TextFamily::Mistral));
+    let d = &cfg.decoder;
+    assert_eq!((d.hidden_size, d.intermediate_size, d.num_hidden_layers), (5120, 32768, 40));
+    assert_eq!((d.num_attention_heads, d.num_key_value_heads, d.head_dim, d.qkv_bias), (32, 8, 128, false));
+    assert_eq!((d.rope.theta, d.max_position_embeddings, cfg.vocab_size), (1e9, 131_072, 131_072));
+    assert_eq!((d.rms_norm_eps, d.hidden_act), (1e-5, Activation::Silu));
+    assert!(cfg.layer_windows.iter().all(Option::is_none), "sliding_window null: global attention");
+    let Some(v) = cfg.vision_spec::<Mistral3Spec>() else { anyhow::bail!("a Mistral 3 image side") };
+    let t = &v.tower;
+    assert_eq!((t.hidden_size, t.intermediate_size, t.num_hidden_layers, t.num_attention_heads), (1024, 4096, 24, 16));
+    assert_eq!((t.patch_size, t.hidden_act, t.rope_theta, t.head_dim()), (14, Activation::Silu, 10_000.0, 64));
+    assert_eq!((v.merge, v.projector_act, v.projector_bias, v.projector_eps), (2, Activation::Gelu, false, 1e-5));
+    assert_eq!(v.image_token_id, 10);
+    let rule = v.processor_in(&real("mistral-small-3.1-24b-instruct-2503"))?;
+    assert_eq!((rule.max_size, rule.unit), ((1540, 1540), 28));
+    let img = chelsea()?;
+    assert_eq!(rule.resized(&img), (308, 476));
+    assert_eq!(rule.grid(&img), (11, 17));
+    assert_eq!((rule.grid(&img).0 * rule.grid(&img).1, rule.prompt_tokens(&img)), (187, 198));
+    let template = ChatTemplate::from_model_dir(&real("mistral-small-3.1-24b-instruct-2503"))?.context("template")?;
+    let mut chat = vec![Message::parts("system", vec![ContentPart::Text { text: "Be brief.".into() }])];
+    chat.extend(image_question("Describe this image."));
+    assert!(template
+        .render(&chat, true)?
+        .ends_with("[SYSTEM_PROMPT]Be brief.[/SYSTEM_PROMPT][INST][IMG]Describe this image.[/INST]"));
     Ok(())
 }

@@ -11,7 +11,9 @@
 //! - [`connector`]: from tower features to language-model tokens (pixel shuffle, MLP, linear);
 //! - [`tiling`]: Idefics3/SmolVLM's image splitting into tiles plus a global view;
 //! - [`crop_to_patches`]: InternVL's aspect-ratio tile grid plus a thumbnail;
-//! - [`intern_vit`]: InternVL's vision tower (CLS token, layer scale).
+//! - [`intern_vit`]: InternVL's vision tower (CLS token, layer scale);
+//! - [`pixtral`]: Mistral 3's Pixtral tower (native resolution, 2-D RoPE) and its patch-merger projector;
+//! - [`rope2d`]: the axial 2-D RoPE angles Qwen2-VL's and Pixtral's towers share.
 
 pub mod connector;
 pub mod crop_to_patches;
@@ -22,9 +24,11 @@ pub mod intern_vit;
 pub mod native;
 pub mod pan_and_scan;
 pub mod patchify;
+pub mod pixtral;
 pub mod preprocess;
 pub mod qwen2_vl;
 pub mod resize;
+pub mod rope2d;
 pub mod tiling;
 pub mod tower;
 
@@ -37,6 +41,7 @@ pub use intern_vit::{InternVit, InternVitConfig};
 pub use native::{NativePatchEncoder, NativeVisionConfig};
 pub use pan_and_scan::PanAndScan;
 pub use patchify::{patchify, PatchEmbedding};
+pub use pixtral::{PixtralProjector, PixtralVision, PixtralVisionConfig};
 pub use preprocess::{preprocess, PreprocessConfig, Size};
 pub use qwen2_vl::{Qwen2VisionConfig, Qwen2VisionTower};
 pub use resize::Filter;

@@ -16,6 +16,7 @@ pub mod image;
 mod internvl;
 mod llava;
 mod llava_mmproj;
+mod mistral3;
 pub mod mmproj;
 mod native;
 mod paligemma;
@@ -36,6 +37,7 @@ use tessera_decoder::DecoderConfig;
 use crate::error::{Result, TesseraError};
 pub use image::{ImageFeatures, ImageLoad, ImageSide, ImageSpec, ProcessorSettings};
 pub use internvl::InternVlSpec;
+pub use mistral3::{Mistral3Spec, PixtralProcessorRule};
 pub use native::NativeSpec;
 pub use qwen2_vl::Qwen2VlSpec;
 pub use text::{TextFamily, TextFields, TextModel};
@@ -73,6 +75,8 @@ pub const REGISTRY: &[(&str, Resolve)] = &[
     ("qwen3_vl", |j| parse::<qwen2_vl::Qwen2VlConfig>(j)?.resolve(qwen2_vl::Generation::Qwen3Vl)),
     // InternVL3: InternViT tiles (CLS, layer scale), pixel shuffle + LayerNorm/MLP, a Qwen2 decoder.
     ("internvl", |j| parse::<internvl::InternVlConfig>(j)?.resolve()),
+    // Mistral 3: a Pixtral tower (native resolution, 2-D RoPE), patch merger + MLP, a Mistral decoder.
+    ("mistral3", |j| parse::<mistral3::Mistral3Config>(j)?.resolve()),
 ];
 
 /// What `tessera` reads, for error messages: the registry's `model_type`s and the GGUF

@@ -21,6 +21,7 @@ pub const FAMILIES: &[&str] = &[
     "qwen2.5-vl-tiny",
     "qwen3-vl-tiny",
     "internvl-tiny",
+    "mistral3-tiny",
 ];
 
 pub fn vlm_dir(name: &str) -> PathBuf {

@@ -27,7 +27,7 @@ use candle_core::{DType, Tensor};
 use tessera_decoder::weights::MatrixWeight;
 use tessera_decoder::{
     Activation, Attention, AttentionConfig, AttentionInput, AttentionMask, Blocks, GatedMlp, LayerNorm, Linear, Mlp,
-    NormStyle, RmsNorm, RopeAngles, RopeStyle, Weights,
+    NormStyle, RmsNorm, Weights,
 };
 
 use crate::error::{Result, VisionError};
@@ -254,9 +254,7 @@ impl Qwen2VisionTower {
             .collect::<Result<Vec<_>>>()?;
         let m = vb.pp("merger");
         let merged = e * cfg.spatial_merge_size * cfg.spatial_merge_size;
-        let spatial = head_dim / 2;
-        let inv_freq =
-            (0..spatial).step_by(2).map(|i| 1.0 / (cfg.rope_theta as f32).powf(i as f32 / spatial as f32)).collect();
+        let inv_freq = crate::rope2d::inv_freq(cfg.rope_theta, head_dim / 2);
         Ok(Self {
             cfg: cfg.clone(),
             patch_embed,
@@ -383,15 +381,9 @@ impl Qwen2VisionTower {
             None => x,
         };
         let positions = patch_positions(rows, cols, self.cfg.spatial_merge_size);
-        let half = self.inv_freq.len();
-        let mut angles = Vec::with_capacity(n * 2 * half);
-        for &p in &patch_order {
-            let (r, c) = positions[p as usize];
-            angles.extend(self.inv_freq.iter().map(|f| r as f32 * f));
-            angles.extend(self.inv_freq.iter().map(|f| c as f32 * f));
-        }
-        let angles = Tensor::from_vec(angles, (n, 2 * half), x.device())?;
-        let rope = RopeAngles::from_angles(&angles, RopeStyle::Half, self.cfg.head_dim(), dtype)?;
+        // Rows and columns on the same frequencies.
+        let ordered = patch_order.iter().map(|&p| positions[p as usize]);
+        let rope = crate::rope2d::axial_angles(ordered, &self.inv_freq, &self.inv_freq, dtype, x.device())?;
         let windowed = match windows {
             Some(lengths) => {
                 let mut at = 0;
