@@ -152,7 +152,7 @@ mod tests {
         assert!(hermes.contains("head[lazy]: TEXT \"<tool_call>\""), "{hermes}");
         let special = |m: &str| (m == "[TOOL_CALLS]").then_some(5);
         let mistral = lazy_call_grammar(Some(ToolFormat::Mistral), &tools(), false, &special).unwrap();
-        assert!(mistral.starts_with("start: TEXT | TEXT <[5]> WS %json {\"items\""), "{mistral}");
+        assert!(mistral.starts_with("start: TEXT | TEXT <[5]> WS %json {\"type\":\"array\""), "{mistral}");
         let args = lazy_call_grammar(Some(ToolFormat::Mistral), &tools(), true, &special).unwrap();
         assert!(args.contains("(\"add\" \"[ARGS]\" %json"), "{args}");
         let generic = lazy_call_grammar(None, &tools(), false, &none).unwrap();
