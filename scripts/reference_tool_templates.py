@@ -1,5 +1,5 @@
 """Chat templates with tools, rendered by transformers: the reference for tessera's rendering of `tools`,
-assistant `tool_calls`, `role: tool` results and `chat_template_kwargs` (`enable_thinking`).
+assistant `tool_calls`, `role: tool` results and `chat_template_kwargs` (`enable_thinking`), and an assistant prefill (`continue_final_message=True`).
 
 For each template in tests/fixtures/chat_templates/ and each case below, transformers'
 `render_jinja_template(conversations=[messages], tools=…, chat_template=…, add_generation_prompt=True, **kwargs)`
@@ -65,7 +65,13 @@ def cases():
         "no_tools": ([system, ask], None, {}),
         "thinking_off": ([ask], TOOLS, {"enable_thinking": False}),
         "thinking_on": ([ask], None, {"enable_thinking": True}),
+        # The last (assistant) message is continued: rendered without the generation prompt, cut where it ends.
+        "prefill": ([ask, {"role": "assistant", "content": "The weather in Paris is"}], TOOLS, PREFILL),
     }
+
+
+# Not a template variable: `continue_final_message=True` instead of `add_generation_prompt=True`.
+PREFILL = {"continue_final_message": True}
 
 
 def for_template(messages):
@@ -86,15 +92,19 @@ def main():
         for case, (messages, tools, kwargs) in cases().items():
             # Llama 3.x writes today's date unless given one.
             extra = {"date_string": "26 Jul 2024"} if name.startswith("llama") else {}
+            kwargs = dict(kwargs)
+            prefill = kwargs.pop("continue_final_message", False)
             try:
                 out, _ = render_jinja_template(conversations=[for_template(messages)], tools=tools,
-                                               chat_template=template, add_generation_prompt=True,
-                                               **tokens, **extra, **kwargs)
+                                               chat_template=template, add_generation_prompt=not prefill,
+                                               continue_final_message=prefill, **tokens, **extra, **kwargs)
                 expected = out[0]
             except Exception as e:  # a template that refuses the conversation
                 expected, error = None, str(e)
             entry = {"template": name, "case": case, "messages": messages, "tools": tools,
                      "kwargs": {**tokens, **extra, **kwargs}, "rendered": expected}
+            if prefill:
+                entry["continue_final"] = True
             if expected is None:
                 entry["error"] = error
             rendered.append(entry)

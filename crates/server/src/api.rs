@@ -77,6 +77,9 @@ pub struct ChatRequest {
     pub reasoning_effort: Option<String>,
     /// More template variables (`enable_thinking`, …), as vLLM and llama.cpp take them.
     pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The last (assistant) message is continued, not answered: a prefill (vLLM's field).
+    #[serde(default)]
+    pub continue_final_message: bool,
 }
 
 /// `prompt`: one string, or a list holding one.

@@ -2,7 +2,8 @@
 //! endpoint's, as the same conversation through `/v1/chat/completions` gives them (one pipeline,
 //! two front-ends): greedy text with SmolLM2-135M-Instruct (system prompt, stop sequences,
 //! usage, `count_tokens`), an image block on the shapes VLM, a call forced by `tool_choice` and
-//! its result sent back, thinking on a template that opens a thinking block when asked; an
+//! its result sent back, thinking on a template that opens a thinking block when asked (and
+//! capped by `budget_tokens`), an assistant prefill continued, `cache_control` ignored; an
 //! `output_config` JSON schema is enforced. Streams
 //! follow Anthropic's event grammar (each event's `event:` line naming its `type`) and join to
 //! the whole response's blocks. Bad requests get 400s in Anthropic's error shape.
@@ -13,14 +14,9 @@ use std::io::{BufRead, BufReader};
 
 use anyhow::{Context, Result};
 use base64::Engine as _;
-use http_common::{post, start_with, Server};
+use http_common::{post, smollm2, start_with, Server};
 use serde_json::{json, Value};
 use tessera_server::ServerConfig;
-
-fn smollm2() -> Result<Server> {
-    let path = http_common::root().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
-    start_with(&path, ServerConfig { model_name: "smollm2".into(), ..Default::default() })
-}
 
 /// The events of a streamed `/v1/messages` response to `body`, checked against Anthropic's
 /// grammar: `message_start`, pings, content blocks (`content_block_start`, deltas of that
@@ -305,7 +301,7 @@ fn thinking_is_a_thinking_block_when_enabled() -> Result<()> {
     };
     // Enabled: the output starts inside the block (no `</think>` follows in 12 tokens of a
     // random model), all of it thinking — the chat endpoint's `reasoning_content`.
-    let res = answer(&server, &body(json!({"type": "enabled", "budget_tokens": 1024})))?;
+    let res = answer(&server, &body(json!({"type": "enabled"})))?;
     let (s, expected) = post(&server, "/v1/chat/completions", &chat(true))?;
     anyhow::ensure!(s == 200, "{expected}");
     let reasoning = expected["choices"][0]["message"]["reasoning_content"].as_str().context("reasoning")?;
@@ -318,6 +314,82 @@ fn thinking_is_a_thinking_block_when_enabled() -> Result<()> {
     anyhow::ensure!(s == 200, "{expected}");
     assert_eq!(Some(text(&res)), expected["choices"][0]["message"]["content"].as_str(), "{res}");
     std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
+
+#[test]
+fn budget_tokens_cap_the_thinking_block() -> Result<()> {
+    let dir = http_common::thinking_model("enable_thinking", "budget")?;
+    let server = start_with(&dir, ServerConfig { model_name: "tiny".into(), ..Default::default() })?;
+    let body = |thinking: Value| {
+        json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 24, "temperature": 0,
+               "thinking": thinking})
+    };
+    // Unbounded, a random model thinks for all 24 tokens.
+    let free = answer(&server, &body(json!({"type": "enabled"})))?;
+    let blocks = free["content"].as_array().context("content")?;
+    assert_eq!((blocks.len(), &blocks[0]["type"]), (1, &json!("thinking")), "{free}");
+    let all = blocks[0]["thinking"].as_str().context("thinking")?;
+    // Capped at 6 tokens: the same first 6 tokens of thinking, then `</think>` forced, then
+    // an answer (a text block) in the tokens left.
+    let capped = answer(&server, &body(json!({"type": "enabled", "budget_tokens": 6})))?;
+    let blocks = capped["content"].as_array().context("content")?;
+    assert_eq!(blocks.len(), 2, "{capped}");
+    assert_eq!((&blocks[0]["type"], &blocks[1]["type"]), (&json!("thinking"), &json!("text")), "{capped}");
+    let thought = blocks[0]["thinking"].as_str().context("thinking")?;
+    assert!(!thought.is_empty() && all.starts_with(thought) && thought.len() < all.len(), "{thought:?} vs {all:?}");
+    let n = tokens(&dir, thought)?.len();
+    assert!((1..=6).contains(&n), "{thought:?} is {n} tokens");
+    assert_eq!(capped["usage"]["output_tokens"], 24, "{capped}");
+    // The budget must be under max_tokens, as Anthropic's API asks.
+    let (s, res) = post(&server, "/v1/messages", &body(json!({"type": "enabled", "budget_tokens": 24})))?;
+    assert_anthropic_error(s, &res, 400, "budget_tokens");
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
+
+/// `text`'s token ids under the tokenizer in `dir`.
+fn tokens(dir: &std::path::Path, text: &str) -> Result<Vec<u32>> {
+    let tokenizer = tessera::Tokenizer::from_file(&dir.join("tokenizer.json"))?;
+    Ok(tokenizer.encode(text, false)?)
+}
+
+#[test]
+fn a_last_assistant_message_is_continued() -> Result<()> {
+    let server = smollm2()?;
+    let (system, question, prefill) = ("Answer briefly.", "What is the capital of France?", "The capital of France is");
+    let body = json!({"system": system, "max_tokens": 12, "temperature": 0, "messages": [
+        {"role": "user", "content": question}, {"role": "assistant", "content": prefill}]});
+    let res = answer(&server, &body)?;
+    // The continuation of the prompt cut after the prefill (SmolLM2's ChatML template): what a
+    // raw completion of that text gives.
+    let raw = format!(
+        "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n{prefill}"
+    );
+    let (s, expected) = post(&server, "/v1/completions", &json!({"prompt": raw, "max_tokens": 12, "temperature": 0}))?;
+    anyhow::ensure!(s == 200, "{expected}");
+    assert_eq!(Some(text(&res)), expected["choices"][0]["text"].as_str(), "{res}");
+    assert_eq!(res["usage"]["input_tokens"], expected["usage"]["prompt_tokens"]);
+    let (s, count) = post(&server, "/v1/messages/count_tokens", &body)?;
+    assert_eq!((s, &count["input_tokens"]), (200, &res["usage"]["input_tokens"]), "{count}");
+    // The chat endpoint continues it too, with `continue_final_message`.
+    let chat = json!({"messages": [{"role": "system", "content": system}, {"role": "user", "content": question},
+        {"role": "assistant", "content": prefill}], "continue_final_message": true, "max_tokens": 12, "temperature": 0});
+    let (s, chat) = post(&server, "/v1/chat/completions", &chat)?;
+    anyhow::ensure!(s == 200, "{chat}");
+    assert_eq!(Some(text(&res)), chat["choices"][0]["message"]["content"].as_str());
+
+    // `cache_control` on the system prompt, a block and a tool is accepted and changes nothing.
+    let cache = json!({"type": "ephemeral"});
+    let marked = json!({"max_tokens": 12, "temperature": 0, "tool_choice": {"type": "none"},
+        "system": [{"type": "text", "text": system, "cache_control": cache}],
+        "tools": [{"name": "f", "input_schema": {"type": "object"}, "cache_control": cache}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": question, "cache_control": cache}]}]});
+    let mut plain = marked.clone();
+    plain["system"] = json!(system);
+    plain["tools"][0].as_object_mut().context("tool")?.remove("cache_control");
+    plain["messages"][0]["content"] = json!(question);
+    assert_eq!(comparable(&answer(&server, &marked)?), comparable(&answer(&server, &plain)?));
     Ok(())
 }
 

@@ -12,14 +12,9 @@ mod http_common;
 use std::io::{BufRead, BufReader};
 
 use anyhow::{Context, Result};
-use http_common::{post, start_with, Server};
+use http_common::{post, smollm2, start_with, Server};
 use serde_json::{json, Value};
 use tessera_server::ServerConfig;
-
-fn smollm2() -> Result<Server> {
-    let path = http_common::root().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
-    start_with(&path, ServerConfig { model_name: "smollm2".into(), ..Default::default() })
-}
 
 /// The events of the streamed response to `body`: each `event:` name equal to its `type`,
 /// `sequence_number`s 0, 1, 2, …, `response.created` first and `response.completed` /

@@ -8,15 +8,8 @@
 mod http_common;
 
 use anyhow::{Context, Result};
-use http_common::{start_with, stream_chunks, Server};
+use http_common::{smollm2 as start, stream_chunks, Server};
 use serde_json::{json, Value};
-use tessera_server::ServerConfig;
-
-/// The server over SmolLM2-135M-Instruct.
-fn start() -> Result<Server> {
-    let path = http_common::root().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
-    start_with(&path, ServerConfig { model_name: "smollm2".into(), ..Default::default() })
-}
 
 fn post(server: &Server, body: &Value) -> Result<(u16, Value)> {
     http_common::post(server, "/v1/chat/completions", body)

@@ -50,6 +50,7 @@ pub mod prompt;
 pub mod sampling;
 pub mod source;
 pub mod structured;
+mod thinking_budget;
 mod vision;
 
 pub use candle_core::{DType, Device, Tensor};
@@ -70,7 +71,7 @@ pub use source::{resolve, ModelSource};
 pub use structured::{ConstraintFactory, OutputFormat, TokenConstraint};
 pub use tessera_decoder::QuantMix;
 pub use tessera_decoder::{flash_attention_enabled, AttentionMask, Decoder, KvCache, MaskPlan, Trace};
-pub use tessera_text::tool_calls;
+pub use tessera_text::{tool_calls, tool_grammar};
 pub use tessera_text::{
     ChatTemplate, Content, ContentPart, Conversation, Message, ParsedOutput, ReasoningSplitter, RenderOptions, Split,
     ThinkingMarkers, Tokenizer, ToolCall, ToolFormat,

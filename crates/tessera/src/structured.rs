@@ -34,6 +34,9 @@ pub enum OutputFormat {
     JsonObject,
     /// JSON valid under this schema (OpenAI's `json_schema`).
     JsonSchema(serde_json::Value),
+    /// Text in this grammar (llguidance's Lark syntax; a tool-call grammar,
+    /// [`tessera_text::tool_grammar`]).
+    Lark(String),
 }
 
 /// The per-model part: the token trie and llguidance's parser factory (built once, shared).
@@ -66,11 +69,11 @@ impl Grammars {
 
     /// A factory of constraints for `format`, checked (a bad schema is an error here).
     pub(crate) fn constraint(&self, format: &OutputFormat) -> Result<Arc<dyn ConstraintFactory>> {
-        let schema = match format {
-            OutputFormat::JsonObject => serde_json::json!({"type": "object"}),
-            OutputFormat::JsonSchema(s) => s.clone(),
+        let grammar = match format {
+            OutputFormat::JsonObject => TopLevelGrammar::from_json_schema(serde_json::json!({"type": "object"})),
+            OutputFormat::JsonSchema(s) => TopLevelGrammar::from_json_schema(s.clone()),
+            OutputFormat::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
         };
-        let grammar = TopLevelGrammar::from_json_schema(schema);
         // Build the first parser now, so an unsupported schema fails the request, not its first
         // step; the first generation then uses it.
         let first = self.factory.create_parser(grammar.clone()).map_err(grammar_err)?;

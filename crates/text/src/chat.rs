@@ -25,7 +25,14 @@ pub struct RenderOptions {
     /// More variables (a request's `chat_template_kwargs`: `enable_thinking`, …). They may
     /// override `bos_token` / `eos_token`, not `messages`, `tools` or `add_generation_prompt`.
     pub kwargs: serde_json::Map<String, serde_json::Value>,
+    /// The last message is continued, not answered (an assistant prefill: transformers'
+    /// `continue_final_message=True`): rendered without the generation prompt and cut where its
+    /// text ends, so the output goes on from it.
+    pub continue_final: bool,
 }
+
+/// Marks the end of the continued message's text (transformers' tag, and its way of finding it).
+const CONTINUE_TAG: &str = "CONTINUE_FINAL_MESSAGE_TAG ";
 
 pub struct ChatTemplate {
     env: Arc<Environment<'static>>,
@@ -168,6 +175,17 @@ impl ChatTemplate {
         vars.insert("bos_token".into(), self.bos_token.clone().unwrap_or_default().into());
         vars.insert("eos_token".into(), self.eos_token.clone().unwrap_or_default().into());
         vars.extend(opts.kwargs.clone());
+        let tagged;
+        let (messages, add_generation_prompt) = match opts.continue_final {
+            false => (messages, add_generation_prompt),
+            true => {
+                tagged = tag_final(messages).ok_or_else(|| TextError::Template {
+                    origin: self.origin.clone(),
+                    reason: "the final message has no text to continue".into(),
+                })?;
+                (&tagged[..], false)
+            }
+        };
         let fixed = minijinja::context! {
             messages => messages,
             tools => opts.tools.clone(),
@@ -176,6 +194,7 @@ impl ChatTemplate {
         let ctx = minijinja::context! { ..fixed, ..minijinja::Value::from_serialize(&vars) };
         let origin = self.origin.clone();
         match tessera_kernels::with_memory_budget(TEMPLATE_MEMORY, move || render_in(&env, ctx, &origin)) {
+            Ok(Ok(out)) if opts.continue_final => self.cut_at_tag(out),
             Ok(out) => out,
             Err(tessera_kernels::BudgetError::Exhausted) => {
                 self.exhausted.store(true, Ordering::Relaxed);
@@ -187,6 +206,43 @@ impl ChatTemplate {
             }),
         }
     }
+}
+
+impl ChatTemplate {
+    /// The render of a tagged conversation cut where the final message's text ends: at the tag
+    /// when the template kept it whole, else before it with the trailing whitespace the
+    /// template trimmed.
+    fn cut_at_tag(&self, out: String) -> Result<String> {
+        let at = out.rfind(CONTINUE_TAG.trim_end()).ok_or_else(|| TextError::Template {
+            origin: self.origin.clone(),
+            reason: "the final message to continue does not appear in the rendered chat (the template drops it)".into(),
+        })?;
+        Ok(match out[at..].starts_with(CONTINUE_TAG) {
+            true => out[..at].to_string(),
+            false => out[..at].trim_end().to_string(),
+        })
+    }
+}
+
+/// `messages` with the tag after the final message's text (its last text part); `None` when it
+/// has no text.
+fn tag_final(messages: &[Message]) -> Option<Vec<Message>> {
+    let (last, rest) = messages.split_last()?;
+    let content = match &last.content {
+        Content::Text(t) => Content::Text(format!("{t}{CONTINUE_TAG}")),
+        Content::Parts(parts) => {
+            let i = parts.iter().rposition(|p| matches!(p, ContentPart::Text { .. }))?;
+            let mut parts = parts.clone();
+            if let ContentPart::Text { text } = &mut parts[i] {
+                text.push_str(CONTINUE_TAG);
+            }
+            Content::Parts(parts)
+        }
+        Content::Null => return None,
+    };
+    let mut out = rest.to_vec();
+    out.push(last.with_content(content));
+    Some(out)
 }
 
 /// Renders the template `NAME` of `env` with `ctx`, at most [`MAX_RENDERED_BYTES`] of output

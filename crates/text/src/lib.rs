@@ -10,6 +10,7 @@ mod pyjson;
 pub mod reasoning;
 pub mod tokenizer;
 pub mod tool_calls;
+pub mod tool_grammar;
 
 pub use chat::{ChatTemplate, RenderOptions};
 pub use conversation::{Content, ContentPart, Conversation, Message};

@@ -30,6 +30,13 @@ impl ThinkingMarkers {
             None
         }
     }
+
+    /// Whether `prompt` (a rendered prompt) ends by opening the thinking block, so that the
+    /// output starts inside it.
+    pub fn opened_by(&self, prompt: &str) -> bool {
+        let tail = prompt.trim_end();
+        tail.ends_with(&self.open) || tail.ends_with(&format!("{}{}", self.open, self.label))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,9 +69,7 @@ impl ReasoningSplitter {
     /// A splitter for an output that follows `prompt` (the rendered prompt: when it ends with
     /// the opening marker, the output starts inside the thinking block).
     pub fn new(markers: ThinkingMarkers, prompt: &str) -> Self {
-        let tail = prompt.trim_end();
-        let inside = tail.ends_with(&markers.open) || tail.ends_with(&format!("{}{}", markers.open, markers.label));
-        let state = if inside { State::Thinking { started: false } } else { State::Start };
+        let state = if markers.opened_by(prompt) { State::Thinking { started: false } } else { State::Start };
         Self { markers, state, pending: String::new() }
     }
 

@@ -244,6 +244,13 @@ impl Tokenizer {
         self.inner.token_to_id(token)
     }
 
+    /// The id of `token` where it is one special token (which decoding may drop and no text
+    /// holds), as a grammar names it.
+    pub fn special_id(&self, token: &str) -> Option<u32> {
+        let added = self.inner.get_added_tokens_decoder();
+        added.into_iter().find(|(_, t)| t.special && t.content == token).map(|(id, _)| id)
+    }
+
     pub fn id_to_token(&self, id: u32) -> Option<String> {
         self.inner.id_to_token(id)
     }

@@ -1,7 +1,8 @@
 //! Real chat templates with tools (tests/fixtures/chat_templates/, sources in SOURCES.md)
 //! render exactly what transformers' `apply_chat_template(tools=…, **kwargs)` renders
 //! (`rendered.json`, written by scripts/reference_tool_templates.py): tool definitions,
-//! assistant `tool_calls`, `role: tool` results and `enable_thinking`. A conversation
+//! assistant `tool_calls`, `role: tool` results, `enable_thinking` and an assistant prefill
+//! (`continue_final_message`). A conversation
 //! transformers refuses (Qwen3's template on a null `content`) is refused here too.
 //! Each template's tool-call and thinking formats are detected from its text.
 
@@ -31,7 +32,9 @@ fn renders_equal_transformers() -> Result<()> {
         let kwargs = case["kwargs"].as_object().cloned().unwrap_or_default();
         let t = template(case["template"].as_str().context("template")?, &kwargs)?;
         let conv = Conversation::from_json(&case["messages"]).with_context(|| what.clone())?;
-        let opts = RenderOptions { tools: Some(case["tools"].clone()).filter(|t| !t.is_null()), kwargs };
+        let continue_final = case["continue_final"].as_bool().unwrap_or(false);
+        let opts =
+            RenderOptions { tools: Some(case["tools"].clone()).filter(|t| !t.is_null()), kwargs, continue_final };
         let ours = t.render_with(&conv.messages, true, &opts);
         match case["rendered"].as_str() {
             Some(expected) => assert_eq!(ours.with_context(|| what.clone())?, expected, "{what}"),

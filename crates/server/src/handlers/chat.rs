@@ -68,7 +68,9 @@ pub async fn chat_completions(State(state): Shared, body: Body) -> Result<Respon
     }
     let params = params(&state, &sampling, top)?;
     let seed = sampling.seed.unwrap_or(0);
-    let job = ChatJob { messages: req.messages, tools, format, kwargs, params, seed };
+    let continue_final = req.continue_final_message;
+    let job =
+        ChatJob { messages: req.messages, tools, format, kwargs, continue_final, thinking_budget: None, params, seed };
     let run = pipeline::start(&state, job).await?;
     let (id, created, model) = (state.id("chatcmpl-"), state.created, state.config.model_name.clone());
     if sampling.stream {

@@ -20,12 +20,11 @@ use axum::Json;
 use serde_json::{json, Value};
 use tessera::{FinishReason, GenerationOutput};
 
+use super::front::{self, FrontEnd};
 use super::messages_request::MessagesRequest;
-use super::pipeline::{self, ChatJob, ChatRun};
-use super::request::{check_model, params, read_body};
+use super::pipeline::{self, ChatRun};
 use super::response::{sse, Framing};
 use super::segments::{Kind, Segmented, Segments, Step};
-use super::tools::Tools;
 use super::Shared;
 use crate::error::ApiError;
 use crate::AppState;
@@ -36,32 +35,18 @@ pub async fn messages(State(state): Shared, body: Body) -> Response {
 
 pub async fn count_tokens(State(state): Shared, body: Body) -> Response {
     let count = async {
-        let req: MessagesRequest = read_body(&state, body).await?;
-        check_model(&state, &req.model)?;
-        let (tools, choice) = req.tools()?;
-        let tools = Tools::read(tools.as_ref(), choice.as_ref())?;
-        let (prompt, _) = pipeline::render(&state, req.chat_messages()?, &tools, req.kwargs()?).await?;
+        let req: MessagesRequest = front::read(&state, body).await?;
+        let (tools, continue_final) = (front::tools(&req)?, req.continue_final());
+        let (prompt, _) = pipeline::render(&state, req.chat_messages()?, &tools, req.kwargs()?, continue_final).await?;
         Ok::<_, ApiError>(Json(json!({"input_tokens": prompt.len()})).into_response())
     };
     count.await.unwrap_or_else(ApiError::anthropic)
 }
 
 async fn answer(state: Arc<AppState>, body: Body) -> Result<Response, ApiError> {
-    let req: MessagesRequest = read_body(&state, body).await?;
-    check_model(&state, &req.model)?;
-    let sampling = req.sampling()?;
-    let (tools, choice) = req.tools()?;
-    let tools = Tools::read(tools.as_ref(), choice.as_ref())?;
-    let params = params(&state, &sampling, None)?;
-    let stops = params.stop_strings.clone();
-    let job = ChatJob {
-        messages: req.chat_messages()?,
-        tools,
-        format: req.format()?,
-        kwargs: req.kwargs()?,
-        params,
-        seed: 0,
-    };
+    let req: MessagesRequest = front::read(&state, body).await?;
+    let job = front::job(&state, &req)?;
+    let stops = job.params.stop_strings.clone();
     let run = pipeline::start(&state, job).await?;
     let (id, model) = (state.id("msg_"), state.config.model_name.clone());
     let stop = {

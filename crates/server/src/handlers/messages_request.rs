@@ -12,15 +12,23 @@
 //!   `thinking` (assistant) → the turn's `reasoning_content`; `redacted_thinking` is dropped.
 //! - `tools[]` `{name, description, input_schema}` → functions; `tool_choice` `auto`, `any`
 //!   (OpenAI's `required`), `tool` (a named function), `none`.
+//! - `tools[].strict` → the function's `strict` (its arguments follow its schema when called).
 //! - `thinking` `{type: enabled}` / `{type: disabled}` → the template variable
-//!   `enable_thinking` (`budget_tokens` is not enforced; `adaptive` and `between_tools` leave the
-//!   template's default); `output_config` `effort` → `reasoning_effort`, `format` (a JSON
-//!   schema) → the output's constraint, as chat's `response_format`.
+//!   `enable_thinking`; `budget_tokens` caps the thinking block (after that many tokens in it,
+//!   the template's closing marker is forced and the answer follows); `adaptive` and
+//!   `between_tools` leave the template's default. `output_config` `effort` →
+//!   `reasoning_effort`, `format` (a JSON schema) → the output's constraint, as chat's
+//!   `response_format`.
+//! - A last `assistant` message is a prefill: the answer continues its text (the template
+//!   rendered as transformers' `continue_final_message=True` does) and holds only the new text.
+//! - `cache_control` (on blocks, tools and the system prompt) is accepted and ignored: the
+//!   server's prefix cache reuses a shared prompt start by itself.
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tessera::OutputFormat;
 
+use super::front::{self, bad, FrontEnd};
 use crate::api::{Sampling, Stop};
 use crate::error::ApiError;
 
@@ -45,13 +53,13 @@ pub struct MessagesRequest {
     pub stream: bool,
 }
 
-fn bad(param: &str, message: String) -> ApiError {
-    ApiError::bad_request(message).param(param)
-}
+impl FrontEnd for MessagesRequest {
+    fn model(&self) -> &Option<String> {
+        &self.model
+    }
 
-impl MessagesRequest {
     /// The sampling fields, checked as Anthropic's API states them.
-    pub fn sampling(&self) -> Result<Sampling, ApiError> {
+    fn sampling(&self) -> Result<Sampling, ApiError> {
         let max_tokens = self.max_tokens.ok_or_else(|| bad("max_tokens", "`max_tokens` is required".into()))?;
         if let Some(t) = self.temperature.filter(|t| !(0.0..=1.0).contains(t)) {
             return Err(bad("temperature", format!("`temperature` must be in [0, 1], got {t}")));
@@ -72,22 +80,14 @@ impl MessagesRequest {
     }
 
     /// The template variables `thinking` and `output_config.effort` ask for.
-    pub fn kwargs(&self) -> Result<Map<String, Value>, ApiError> {
+    fn kwargs(&self) -> Result<Map<String, Value>, ApiError> {
         let mut kwargs = Map::new();
-        match self.output_config.as_ref().and_then(|c| c.get("effort")) {
-            None | Some(Value::Null) => {}
-            Some(e @ Value::String(_)) => {
-                kwargs.insert("reasoning_effort".into(), e.clone());
-            }
-            Some(_) => return Err(bad("output_config", "`output_config.effort` must be a string".into())),
-        }
+        let effort = self.output_config.as_ref().and_then(|c| c.get("effort"));
+        front::effort(effort, "output_config", "output_config.effort", &mut kwargs)?;
         match &self.thinking {
             None | Some(Value::Null) => {}
             Some(t) => match t.get("type").and_then(Value::as_str) {
                 Some("enabled") => {
-                    if t.get("budget_tokens").is_some_and(|b| !b.is_u64()) {
-                        return Err(bad("thinking", "`thinking.budget_tokens` must be a positive integer".into()));
-                    }
                     kwargs.insert("enable_thinking".into(), json!(true));
                 }
                 Some("disabled") => {
@@ -106,8 +106,34 @@ impl MessagesRequest {
         Ok(kwargs)
     }
 
+    /// `thinking.budget_tokens` (with `type: enabled`): at least 1 and under `max_tokens`, as
+    /// Anthropic's API asks (its floor of 1024 is not kept: small models think in fewer).
+    fn thinking_budget(&self) -> Result<Option<usize>, ApiError> {
+        let Some(t) = self.thinking.as_ref().filter(|t| t.get("type").and_then(Value::as_str) == Some("enabled"))
+        else {
+            return Ok(None);
+        };
+        match t.get("budget_tokens") {
+            None | Some(Value::Null) => Ok(None),
+            Some(b) => match b.as_u64().filter(|&b| b >= 1) {
+                Some(b) if self.max_tokens.is_none_or(|m| b < m) => Ok(Some(b as usize)),
+                Some(b) => Err(bad(
+                    "thinking",
+                    format!("`thinking.budget_tokens` ({b}) must be less than `max_tokens` ({:?})", self.max_tokens),
+                )),
+                None => Err(bad("thinking", "`thinking.budget_tokens` must be a positive integer".into())),
+            },
+        }
+    }
+
+    /// A last assistant message is a prefill: the answer continues it.
+    fn continue_final(&self) -> bool {
+        let last = self.messages.as_array().and_then(|l| l.last());
+        last.and_then(|m| m.get("role")).and_then(Value::as_str) == Some("assistant")
+    }
+
     /// `output_config.format` as the output's constraint.
-    pub fn format(&self) -> Result<Option<OutputFormat>, ApiError> {
+    fn format(&self) -> Result<Option<OutputFormat>, ApiError> {
         let Some(format) = self.output_config.as_ref().and_then(|c| c.get("format")).filter(|f| !f.is_null()) else {
             return Ok(None);
         };
@@ -123,7 +149,7 @@ impl MessagesRequest {
     }
 
     /// `tools` and `tool_choice` as OpenAI's, for [`super::tools::Tools::read`].
-    pub fn tools(&self) -> Result<(Option<Value>, Option<Value>), ApiError> {
+    fn tools(&self) -> Result<(Option<Value>, Option<Value>), ApiError> {
         let tools = match &self.tools {
             None | Some(Value::Null) => None,
             Some(Value::Array(list)) => {
@@ -147,6 +173,11 @@ impl MessagesRequest {
                         None | Some(Value::Null) => {}
                         Some(d @ Value::String(_)) => function["description"] = d.clone(),
                         Some(_) => return Err(at("`description` must be a string")),
+                    }
+                    match t.get("strict") {
+                        None | Some(Value::Null) => {}
+                        Some(s @ Value::Bool(_)) => function["strict"] = s.clone(),
+                        Some(_) => return Err(at("`strict` must be a boolean")),
                     }
                     out.push(json!({"type": "function", "function": function}));
                 }
@@ -174,7 +205,7 @@ impl MessagesRequest {
     }
 
     /// `system` and `messages` as OpenAI's list of messages.
-    pub fn chat_messages(&self) -> Result<Value, ApiError> {
+    fn chat_messages(&self) -> Result<Value, ApiError> {
         let mut out = Vec::new();
         match &self.system {
             None | Some(Value::Null) => {}

@@ -10,6 +10,7 @@ mod chat;
 mod chat_output;
 mod completions;
 mod embeddings;
+mod front;
 mod media;
 mod messages;
 mod messages_request;

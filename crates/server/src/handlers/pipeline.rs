@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use super::chat_output::{Calls, ChatOutput};
 use super::media::load_image;
 use super::request::{blocking, collect, submit};
-use super::tools::{calls_as_text, describe_in_system, output_format, Choice, Tools};
+use super::tools::{calls_as_text, describe_in_system, output_format, strict_grammar, Choice, Tools};
 use crate::error::ApiError;
 use crate::AppState;
 
@@ -31,6 +31,10 @@ pub(super) struct ChatJob {
     pub format: Option<OutputFormat>,
     /// More template variables (`enable_thinking`, `reasoning_effort`, …).
     pub kwargs: Map<String, Value>,
+    /// The last message is an assistant prefill the answer continues.
+    pub continue_final: bool,
+    /// The most tokens the reasoning may take: then the template's closing marker is forced.
+    pub thinking_budget: Option<usize>,
     pub params: GenerateParams,
     /// Seeds the calls' ids (with the server's start time and the prompt's length).
     pub seed: u64,
@@ -75,7 +79,7 @@ impl Template {
 /// Renders the prompt, submits it and returns the run. 400s name the request field at fault
 /// (`messages`, `tools`, `response_format`).
 pub(super) async fn start(state: &Arc<AppState>, job: ChatJob) -> Result<ChatRun, ApiError> {
-    let ChatJob { messages, tools, format, kwargs, mut params, seed } = job;
+    let ChatJob { messages, tools, format, kwargs, continue_final, thinking_budget, mut params, seed } = job;
     let format = match (format, tools.forced_schema()) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_request(
@@ -94,23 +98,38 @@ pub(super) async fn start(state: &Arc<AppState>, job: ChatJob) -> Result<ChatRun
         Choice::Auto => Calls::Auto(output_format(template_format.filter(|_| native))),
         Choice::Forced(_) => Calls::Forced,
     };
+    // `auto` with a strict function: the model's calls are held to the schemas (unless a
+    // response format constrains the whole output).
+    let tokenizer = state.model().tokenizer();
+    let lazy = format
+        .is_none()
+        .then(|| strict_grammar(&tools, native.then_some(template_format).flatten(), &template.source, tokenizer))
+        .flatten();
+    let held = lazy.is_some() || matches!(calls, Calls::Forced);
+    let format = format.or(lazy);
     let thinking = ThinkingMarkers::detect(&template.source);
     if !matches!(calls, Calls::Off) || thinking.is_some() {
         // The markers that are special tokens (Mistral's, Gemma 4's) stay in the text.
-        let tokenizer = state.model().tokenizer();
         params.keep_tokens = tessera::tool_calls::MARKERS.iter().filter_map(|m| tokenizer.token_to_id(m)).collect();
     }
+    let (prompt, rendered) = render(state, messages, &tools, kwargs, continue_final).await?;
     if let Some(format) = format {
-        let (st, forced) = (state.clone(), matches!(calls, Calls::Forced));
+        let st = state.clone();
         params.constraint = Some(
             blocking(move || {
-                let param = if forced { "tools" } else { "response_format" };
+                let param = if held { "tools" } else { "response_format" };
                 st.model().output_constraint(&format).map_err(|e| ApiError::from(e).param(param))
             })
             .await?,
         );
     }
-    let (prompt, rendered) = render(state, messages, &tools, kwargs).await?;
+    // A budget caps a thinking block the template has; the format (if any) constrains the
+    // answer after it.
+    if let (Some(budget), Some(markers)) = (thinking_budget, &thinking) {
+        let inside = markers.opened_by(&rendered);
+        let then = params.constraint.take();
+        params.constraint = Some(state.model().thinking_budget(markers, budget, inside, then)?);
+    }
     let prompt_positions = prompt.len();
     let rx = submit(state, prompt, params)?;
     let reasoning = thinking.map(|m| ReasoningSplitter::new(m, &rendered));
@@ -119,13 +138,15 @@ pub(super) async fn start(state: &Arc<AppState>, job: ChatJob) -> Result<ChatRun
     Ok(ChatRun { rx, output, prompt_positions })
 }
 
-/// The prompt of `messages` (OpenAI's list) with `tools` and the template variables `kwargs`,
-/// and its rendered text. Images are fetched under [`super::media`]'s rules.
+/// The prompt of `messages` (OpenAI's list) with `tools` and the template variables `kwargs`
+/// (the last message continued with `continue_final`), and its rendered text. Images are
+/// fetched under [`super::media`]'s rules.
 pub(super) async fn render(
     state: &Arc<AppState>,
     messages: Value,
     tools: &Tools,
     kwargs: Map<String, Value>,
+    continue_final: bool,
 ) -> Result<(Prompt, String), ApiError> {
     let tool_template = Template::of(state).tools;
     let native = !tools.list.is_empty() && tool_template;
@@ -150,7 +171,10 @@ pub(super) async fn render(
             (false, true) => describe_in_system(&conv.messages, &tool_list),
             (false, false) => conv.messages.iter().map(calls_as_text).collect(),
         };
-        let opts = RenderOptions { tools: native.then(|| json!(tool_list)), kwargs };
+        if continue_final && messages.last().is_none_or(|m| m.role != "assistant") {
+            return Err(ApiError::bad_request("only a final assistant message can be continued").param("messages"));
+        }
+        let opts = RenderOptions { tools: native.then(|| json!(tool_list)), kwargs, continue_final };
         Ok(st.model().encode_chat_with(&messages, &images, &opts)?)
     })
     .await

@@ -21,30 +21,17 @@ use axum::Json;
 use serde_json::{json, Value};
 use tessera::{FinishReason, GenerationOutput};
 
-use super::pipeline::{self, ChatJob, ChatRun};
-use super::request::{check_model, params, read_body};
+use super::front;
+use super::pipeline::{self, ChatRun};
 use super::response::{sse, Framing};
 use super::responses_request::ResponsesRequest;
 use super::segments::{Kind, Segmented, Segments, Step};
-use super::tools::Tools;
 use super::Shared;
 use crate::error::ApiError;
 
 pub async fn responses(State(state): Shared, body: Body) -> Result<Response, ApiError> {
-    let req: ResponsesRequest = read_body(&state, body).await?;
-    check_model(&state, &req.model)?;
-    let sampling = req.sampling()?;
-    let (tools, choice) = req.tools()?;
-    let tools = Tools::read(tools.as_ref(), choice.as_ref())?;
-    let params = params(&state, &sampling, None)?;
-    let job = ChatJob {
-        messages: req.chat_messages()?,
-        tools,
-        format: req.format()?,
-        kwargs: req.kwargs()?,
-        params,
-        seed: 0,
-    };
+    let req: ResponsesRequest = front::read(&state, body).await?;
+    let job = front::job(&state, &req)?;
     let run = pipeline::start(&state, job).await?;
     let id = state.id("resp_");
     let shape = Shape {

@@ -17,6 +17,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tessera::OutputFormat;
 
+use super::front::{self, bad, FrontEnd};
 use crate::api::Sampling;
 use crate::error::ApiError;
 
@@ -37,12 +38,12 @@ pub struct ResponsesRequest {
     pub stream: bool,
 }
 
-fn bad(param: &str, message: String) -> ApiError {
-    ApiError::bad_request(message).param(param)
-}
+impl FrontEnd for ResponsesRequest {
+    fn model(&self) -> &Option<String> {
+        &self.model
+    }
 
-impl ResponsesRequest {
-    pub fn sampling(&self) -> Result<Sampling, ApiError> {
+    fn sampling(&self) -> Result<Sampling, ApiError> {
         if self.previous_response_id.is_some() {
             return Err(bad(
                 "previous_response_id",
@@ -59,20 +60,19 @@ impl ResponsesRequest {
     }
 
     /// `reasoning.effort` as a template variable.
-    pub fn kwargs(&self) -> Result<Map<String, Value>, ApiError> {
+    fn kwargs(&self) -> Result<Map<String, Value>, ApiError> {
         let mut kwargs = Map::new();
-        match self.reasoning.as_ref().and_then(|r| r.get("effort")) {
-            None | Some(Value::Null) => {}
-            Some(e @ Value::String(_)) => {
-                kwargs.insert("reasoning_effort".into(), e.clone());
-            }
-            Some(_) => return Err(bad("reasoning", "`reasoning.effort` must be a string".into())),
-        }
+        front::effort(
+            self.reasoning.as_ref().and_then(|r| r.get("effort")),
+            "reasoning",
+            "reasoning.effort",
+            &mut kwargs,
+        )?;
         Ok(kwargs)
     }
 
     /// `text.format` as the output's constraint.
-    pub fn format(&self) -> Result<Option<OutputFormat>, ApiError> {
+    fn format(&self) -> Result<Option<OutputFormat>, ApiError> {
         let Some(format) = self.text.as_ref().and_then(|t| t.get("format")) else { return Ok(None) };
         match format.get("type").and_then(Value::as_str) {
             Some("text") => Ok(None),
@@ -86,7 +86,7 @@ impl ResponsesRequest {
     }
 
     /// `tools` and `tool_choice` as chat's.
-    pub fn tools(&self) -> Result<(Option<Value>, Option<Value>), ApiError> {
+    fn tools(&self) -> Result<(Option<Value>, Option<Value>), ApiError> {
         let tools = match &self.tools {
             None | Some(Value::Null) => None,
             Some(Value::Array(list)) => {
@@ -121,7 +121,7 @@ impl ResponsesRequest {
     }
 
     /// `instructions` and `input` as chat's messages.
-    pub fn chat_messages(&self) -> Result<Value, ApiError> {
+    fn chat_messages(&self) -> Result<Value, ApiError> {
         let mut out = Vec::new();
         if let Some(i) = &self.instructions {
             out.push(json!({"role": "system", "content": i}));

@@ -10,10 +10,12 @@
 //!   that JSON object for a template without one;
 //! - `tool_choice: "required"` or a named function constrains the output to a call of those
 //!   tools, valid under the function's parameter schema (llguidance, as `response_format`);
-//!   `auto` leaves the model free; `none` parses nothing (the tools still reach the template).
+//!   `auto` leaves the model free, but for the calls of a `strict` function, held to its schema
+//!   once the model starts a call ([`strict_grammar`]); `none` parses nothing (the tools still
+//!   reach the template).
 
 use serde_json::{json, Value};
-use tessera::{Content, Message, ToolFormat};
+use tessera::{tool_grammar, Content, Message, OutputFormat, ToolFormat};
 
 use crate::error::ApiError;
 
@@ -110,6 +112,24 @@ impl Tools {
             _ => None,
         }
     }
+}
+
+/// Under `tool_choice: auto` with a `strict` function: the grammar that holds the model's own
+/// calls (in `format`, the template's; `None`: the generic JSON object) to the functions'
+/// schemas once it starts one ([`tessera::tool_grammar`]). `None` where no tool is strict or
+/// the format's calls are not JSON (Gemma 4).
+pub fn strict_grammar(
+    tools: &Tools,
+    format: Option<ToolFormat>,
+    template: &str,
+    tokenizer: &tessera::Tokenizer,
+) -> Option<OutputFormat> {
+    if tools.choice != Choice::Auto || !tool_grammar::any_strict(&tools.list) {
+        return None;
+    }
+    let args_form = template.contains("[ARGS]");
+    let special = |m: &str| tokenizer.special_id(m);
+    tool_grammar::lazy_call_grammar(format, &tools.list, args_form, &special).map(OutputFormat::Lark)
 }
 
 /// The messages and `tools` for a template that shows no tools: the tools described in the

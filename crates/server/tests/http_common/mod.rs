@@ -42,6 +42,12 @@ pub fn start_with(model: &std::path::Path, config: ServerConfig) -> Result<Serve
     Ok(Server { base, _runtime: runtime })
 }
 
+/// The server over SmolLM2-135M-Instruct (a real instruct model, its Q4_1 GGUF).
+pub fn smollm2() -> Result<Server> {
+    let path = root().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+    start_with(&path, ServerConfig { model_name: "smollm2".into(), ..Default::default() })
+}
+
 pub fn config() -> ServerConfig {
     ServerConfig { model_name: "shapes".into(), ..Default::default() }
 }
