@@ -39,8 +39,15 @@ fn harness() -> &'static Harness {
         let model = tessera::Model::load(dir, &Default::default()).expect("the shipped shapes model loads");
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build();
         let runtime = runtime.expect("a tokio runtime");
-        let config =
-            tessera_server::ServerConfig { model_name: "shapes".into(), default_max_tokens: 4, ..Default::default() };
+        // Small caches: a long run then stays far below libFuzzer's memory limit.
+        let engine =
+            tessera::EngineConfig { kv_cache_bytes: 64 << 20, image_cache_bytes: 16 << 20, ..Default::default() };
+        let config = tessera_server::ServerConfig {
+            model_name: "shapes".into(),
+            default_max_tokens: 4,
+            engine,
+            ..Default::default()
+        };
         let state = runtime.block_on(async { tessera_server::AppState::new(Arc::new(model), config) });
         let router = tessera_server::router(state.expect("the server's state"));
         Harness { runtime, router }
