@@ -132,7 +132,7 @@ ADD = {"type": "function", "function": {"name": "add", "description": "Adds two 
 
 def thinking_model(dest):
     """The tiny Llama fixture with a template that opens `<think>` when `enable_thinking` is set
-    (as crates/server/tests/http_common's `thinking_model`)."""
+    (as crates/server/tests/http_common's `thinking_model`), and room for a tool's definition."""
     shutil.copytree(TINY, dest)
     path = Path(dest) / "tokenizer_config.json"
     config = json.loads(path.read_text())
@@ -142,6 +142,12 @@ def thinking_model(dest):
     if opened == template:
         raise TestFailure(f"the fixture's template changed: {template!r}")
     config["chat_template"] = opened + "{# </think> #}"
+    path.write_text(json.dumps(config))
+    # A tool's definition in the system prompt takes ~430 positions; the fixture's context is 128.
+    # (Plain RoPE: the context setting changes no output, only what the server admits.)
+    path = Path(dest) / "config.json"
+    config = json.loads(path.read_text())
+    config["max_position_embeddings"] = 1024
     path.write_text(json.dumps(config))
 
 
@@ -190,6 +196,7 @@ def run_agent_page(base, chromium):
             check(shown == (want.get("reasoning_content") or "").strip(),
                   f"the page shows reasoning {shown!r}, the API {want.get('reasoning_content')!r}")
             check(shown, "the reasoning is empty")
+            reasoning = shown
             text = bot.locator(".text").text_content()
             check(text == (want.get("content") or "").strip(), f"content {text!r} vs {want.get('content')!r}")
             dim = details.evaluate("d => getComputedStyle(d).color") != bot.evaluate("b => getComputedStyle(b).color")
@@ -210,7 +217,7 @@ def run_agent_page(base, chromium):
             check(isinstance(shown.get("a"), int) and isinstance(shown.get("b"), int), f"arguments {shown}")
             check("called a tool" in bot.inner_text(), "no note that the model called a tool")
             check(not console_errors, "errors in the browser console:\n  " + "\n  ".join(console_errors))
-            print(f"reasoning {len(details.locator('.reasoning-text').text_content())} chars; call add({shown})")
+            print(f"reasoning {len(reasoning)} chars; call add({shown})")
         finally:
             browser.close()
 
