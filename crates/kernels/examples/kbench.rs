@@ -1,8 +1,8 @@
 //! Micro-benchmark of one quantized matmul: `cargo run --release -p tessera-kernels --example
-//! kbench -- [TYPE] [ROWS] [COLS] [TOKENS] [THREADS]` prints GMAC/s and GB/s of weights read
+//! kbench -- [TYPE] [ROWS] [COLS] [TOKENS] [THREADS] [rows|panels]` prints GMAC/s and GB/s of weights read
 //! for each instruction set this CPU has.
 use std::time::Instant;
-use tessera_kernels::{Isa, QMatrix, QType, ThreadPool};
+use tessera_kernels::{Isa, Layout, QMatrix, QType, ThreadPool};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -32,7 +32,13 @@ fn main() {
         let at = if t == QType::Q6K { 208 } else { 0 };
         blk[at..at + 2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
     }
-    let w = QMatrix::new(t, rows, cols, data).expect("matrix");
+    // The layout this CPU prefers, or the one named.
+    let w = match args.get(6).map(|s| s.as_str()) {
+        Some("rows") => QMatrix::with_layout(t, rows, cols, data, Layout::Rows),
+        Some("panels") => QMatrix::with_layout(t, rows, cols, data, Layout::Panels),
+        _ => QMatrix::new(t, rows, cols, data),
+    }
+    .expect("matrix");
     let x: Vec<f32> = (0..m * cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
     let mut out = vec![0f32; m * rows];
     let pool = ThreadPool::new(threads);
@@ -51,7 +57,8 @@ fn main() {
             _ => String::new(),
         };
         println!(
-            "{t} {rows}x{cols} m={m} threads={threads} {:>12}: {:8.1} µs  {:6.1} GMAC/s  {:5.1} GB/s{cpu}",
+            "{t} {:?} {rows}x{cols} m={m} threads={threads} {:>12}: {:8.1} µs  {:6.1} GMAC/s  {:5.1} GB/s{cpu}",
+            w.layout(),
             isa.name(),
             s * 1e6,
             (rows * cols * m) as f64 / s / 1e9,

@@ -54,6 +54,7 @@ mod error;
 #[cfg(target_arch = "x86_64")]
 mod igemm;
 mod invariant;
+mod kpanels;
 mod matmul;
 #[cfg(target_arch = "aarch64")]
 mod neon;

@@ -21,19 +21,31 @@
 
 use half::f16;
 
-use crate::blocks::{unpack32, unsigned_bias, QType};
+use crate::blocks::{dequantize, unpack32, unsigned_bias, QType};
+use crate::kpanels;
+
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    /// A k-quant panel's rows, for the int8 GEMM's packing.
+    static KROWS: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// Weight rows per panel: the 16 int32 lanes of a 512-bit register.
 pub(crate) const PANEL_ROWS: usize = 16;
 
-/// Whether `t` has a panel layout (the 32-value types).
+/// Whether `t` has a panel layout (the 32-value types, and `Q4_K` in `kpanels.rs`).
 pub(crate) const fn has_panels(t: QType) -> bool {
-    matches!(t, QType::Q4_0 | QType::Q4_1 | QType::Q5_0 | QType::Q5_1 | QType::Q8_0)
+    matches!(t, QType::Q4_0 | QType::Q4_1 | QType::Q5_0 | QType::Q5_1 | QType::Q8_0) || kpanels::is_kpanel(t)
 }
 
 /// Bytes of one panel's chunk for one block (the 16 rows' GGUF blocks).
 pub(crate) const fn chunk_bytes(t: QType) -> usize {
-    PANEL_ROWS * t.block_bytes()
+    if kpanels::is_kpanel(t) {
+        // `Q6_K`'s 16 × 210 bytes padded to whole cache lines, so that every chunk starts on one.
+        (PANEL_ROWS * t.block_bytes()).next_multiple_of(64)
+    } else {
+        PANEL_ROWS * t.block_bytes()
+    }
 }
 
 /// Whether `t`'s blocks carry a min (`Q4_1`, `Q5_1`).
@@ -62,11 +74,23 @@ pub(crate) const fn fifth_bits_at(t: QType) -> usize {
 
 /// Bytes a `(rows, cols)` matrix of `t` takes in panels.
 pub(crate) fn byte_len(t: QType, rows: usize, cols: usize) -> usize {
-    rows.div_ceil(PANEL_ROWS) * (cols / 32) * chunk_bytes(t)
+    rows.div_ceil(PANEL_ROWS) * (cols / t.block_elems()) * chunk_bytes(t)
 }
 
 /// Repacks GGUF rows (`data`, `rows × cols` of `t`) into panels.
 pub(crate) fn repack(t: QType, rows: usize, cols: usize, data: &[u8]) -> Vec<u8> {
+    if kpanels::is_kpanel(t) {
+        let (nb, bb) = (cols / t.block_elems(), t.block_bytes());
+        let mut out = vec![0u8; byte_len(t, rows, cols)];
+        for r in 0..rows {
+            let (p, lane) = (r / PANEL_ROWS, r % PANEL_ROWS);
+            for b in 0..nb {
+                let chunk = &mut out[(p * nb + b) * chunk_bytes(t)..][..chunk_bytes(t)];
+                kpanels::put_block(t, chunk, lane, &data[(r * nb + b) * bb..][..bb]);
+            }
+        }
+        return out;
+    }
     let (nb, bb, cb, hdr) = (cols / 32, t.block_bytes(), chunk_bytes(t), header_bytes(t));
     let mut out = vec![0u8; byte_len(t, rows, cols)];
     for r in 0..rows {
@@ -121,6 +145,18 @@ fn chunk_scale_min(t: QType, chunk: &[u8], lane: usize) -> (f32, f32) {
 
 /// Rows `r0..r1` as f32 into `out`, from panels.
 pub(crate) fn dequantize_rows(t: QType, cols: usize, data: &[u8], r0: usize, r1: usize, out: &mut [f32]) {
+    if kpanels::is_kpanel(t) {
+        let (be, nb, cb) = (t.block_elems(), cols / t.block_elems(), chunk_bytes(t));
+        let mut block = vec![0u8; t.block_bytes()];
+        for (r, y) in (r0..r1).zip(out.chunks_exact_mut(cols)) {
+            let (p, lane) = (r / PANEL_ROWS, r % PANEL_ROWS);
+            for (b, y) in y.chunks_exact_mut(be).enumerate() {
+                kpanels::get_block(t, &data[(p * nb + b) * cb..][..cb], lane, &mut block);
+                dequantize(t, &block, y);
+            }
+        }
+        return;
+    }
     let (nb, cb) = (cols / 32, chunk_bytes(t));
     for (r, y) in (r0..r1).zip(out.chunks_exact_mut(cols)) {
         let (p, lane) = (r / PANEL_ROWS, r % PANEL_ROWS);
@@ -137,6 +173,15 @@ pub(crate) fn dequantize_rows(t: QType, cols: usize, data: &[u8], r0: usize, r1:
 /// Loads one panel (its `nb` chunks) into the int8 GEMM's `Panel`.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn load(t: QType, panel: &[u8], nb: usize, into: &mut crate::igemm::Panel) {
+    if kpanels::is_kpanel(t) {
+        // The GEMM packs k-quant rows itself: give it the panel's rows back.
+        KROWS.with(|rows| {
+            let mut rows = rows.borrow_mut();
+            kpanels::unpack_panel(t, panel, nb, &mut rows);
+            into.pack(t, &rows, PANEL_ROWS, nb * t.block_elems());
+        });
+        return;
+    }
     let (cb, hdr) = (chunk_bytes(t), header_bytes(t));
     into.u.resize(nb * 32 * PANEL_ROWS, 0);
     into.dw.resize(nb * PANEL_ROWS, 0.0);

@@ -127,28 +127,24 @@ impl QMatrix {
         acts: &QuantizedActs<'_>,
         dst: &SendPtr<f32>,
     ) -> std::ops::Range<usize> {
-        let (rows, t, m) = (self.rows, self.qtype, acts.m);
+        let (rows, t) = (self.rows, self.qtype);
         let nb = self.cols / t.block_elems();
         #[cfg(target_arch = "x86_64")]
         if self.layout == Layout::Panels {
             let np = rows.div_ceil(PANEL_ROWS);
             let (cb, per) = (panels::chunk_bytes(t), np.div_ceil(n));
-            let kernel = crate::x86::panel_dots_fn(t);
             let share = (part * per).min(np)..((part + 1) * per).min(np);
             for p in share.clone() {
                 let r0 = p * PANEL_ROWS;
+                let (m, nvalid) = (acts.m, (rows - r0).min(PANEL_ROWS));
                 // SAFETY: panel p holds nb chunks; the writes are tokens 0..m × rows
                 // r0..r0+nvalid of the output, in this part's share.
                 unsafe {
-                    kernel(
-                        self.data.as_ptr().add(p * nb * cb),
-                        nb,
-                        acts.q8,
-                        m,
-                        dst.0.add(r0),
-                        rows,
-                        (rows - r0).min(PANEL_ROWS),
-                    )
+                    let (panel, out) = (self.data.as_ptr().add(p * nb * cb), dst.0.add(r0));
+                    match t.activation() {
+                        ActKind::Q8 => crate::x86::panel_dots_fn(t)(panel, nb, acts.q8, m, out, rows, nvalid),
+                        ActKind::Q8K => crate::x86::kpanel_dots_fn(t)(panel, nb, acts.q8k, m, out, rows, nvalid),
+                    }
                 };
             }
             return (share.start * PANEL_ROWS).min(rows)..(share.end * PANEL_ROWS).min(rows);

@@ -56,15 +56,19 @@ fn add_into(out: &mut [f32], add: &[f32]) {
 pub enum Layout {
     /// Row after row of blocks, as stored in GGUF.
     Rows,
-    /// 16 rows interleaved per block (the 32-value types; see `panels.rs`): the layout the
-    /// AVX-512 VNNI kernels read fastest.
+    /// 16 rows interleaved per block (see `panels.rs`, and `kpanels.rs` for the k-quants): the
+    /// layout the AVX-512 VNNI kernels read fastest.
     Panels,
 }
 
 impl Layout {
-    /// The layout a matrix of `t` gets on this CPU: panels where its kernels use them.
+    /// The layout a matrix of `t` gets on this CPU: panels where its kernels use them. The
+    /// k-quants' panels (`kpanels.rs`) are chosen only by name for now: their decode kernels
+    /// cost 2.0–2.5× less CPU per block than the row kernels (`kbench`, one thread, weights in
+    /// cache), but a whole 1B decode at 2 threads did not get faster on the development VM,
+    /// and the prefill GEMM unpacks them back to rows (−40% at 64 tokens).
     pub fn preferred(t: QType) -> Layout {
-        if Isa::best() == Isa::Avx512Vnni && panels::has_panels(t) {
+        if Isa::best() == Isa::Avx512Vnni && panels::has_panels(t) && !crate::kpanels::is_kpanel(t) {
             Layout::Panels
         } else {
             Layout::Rows

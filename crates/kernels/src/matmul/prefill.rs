@@ -64,8 +64,9 @@ impl QMatrix {
                         match self.layout {
                             Layout::Rows => panel.pack(t, &self.data[r0 * rb..r1 * rb], r1 - r0, cols),
                             Layout::Panels => {
-                                let pb = (cols / 32) * panels::chunk_bytes(t);
-                                panels::load(t, &self.data[i * pb..(i + 1) * pb], cols / 32, &mut panel)
+                                let nb = cols / t.block_elems();
+                                let pb = nb * panels::chunk_bytes(t);
+                                panels::load(t, &self.data[i * pb..(i + 1) * pb], nb, &mut panel)
                             }
                         }
                         let mut t0 = 0;

@@ -6,6 +6,7 @@
 //! - [`kquants`]: the same for the k-quants (`Q4_K`, `Q5_K`, `Q6_K`) with `Q8_K` activations (AVX2);
 //! - [`kquants512`]: those k-quant rows on 512-bit registers (AVX-512 BW + VNNI);
 //! - [`panel_dots`]: decode over the 16-row panel layout (`panels.rs`), 512-bit VNNI;
+//! - [`kpanel_dots`]: the same over `Q4_K`'s panels (`kpanels.rs`);
 //! - [`igemm`]: the int8 prefill GEMM's micro-kernel (`igemm.rs` packs its panels), 512-bit VNNI;
 //! - [`activations`]: passes over f32 activation rows: `Q8` quantization and RMSNorm of eight rows (AVX2).
 //!
@@ -24,6 +25,7 @@
 
 mod activations;
 mod igemm;
+mod kpanel_dots;
 mod kquants;
 mod kquants512;
 mod panel_dots;
@@ -36,6 +38,7 @@ use crate::panels::PANEL_ROWS;
 
 pub(crate) use activations::{quantize_q8_avx2, rms_norm_rows8};
 pub(crate) use igemm::{igemm_tile, IGEMM_MR};
+pub(crate) use kpanel_dots::kpanel_dots_fn;
 pub(crate) use kquants::row_k_fn;
 pub(crate) use panel_dots::panel_dots_fn;
 pub(crate) use rows::{row_fn, rows4_fn};
