@@ -32,6 +32,9 @@ Writes tests/fixtures/vlm/<name>/ for
   mistral3-tiny          Mistral3ForConditionalGeneration (Pixtral tower: 2-D RoPE, RMSNorm + SiLU-gated MLP, images
                          attending only to themselves; RMSNorm + 2x2 patch merger + MLP projector, Mistral text) +
                          PixtralProcessor ([IMG] rows closed by [IMG_BREAK], [IMG_END]); scripts/tiny_vlms/mistral3.py
+  qwen3.5-tiny           Qwen3_5ForConditionalGeneration (Qwen3-VL's tower without DeepStack; Gated DeltaNet layers
+                         x3 then a gated attention layer, partial rotary, (1 + w) norms) + Qwen3VLProcessor and the
+                         real Qwen3.5 chat template; scripts/tiny_vlms/qwen3_5.py
   gemma3-tiny            Gemma3ForConditionalGeneration (SigLIP vision, 2x2 average pooling, mm_soft_emb_norm, a
                          Gemma 3 text model: q/k norms, 5 local : 1 global layers with their own RoPE bases and linear
                          scaling on the global one, a window of 8 under 16 image tokens, images attending to themselves
@@ -175,7 +178,8 @@ def randomize(model, seed, std=0.3):
         cls = type(m).__name__
         if isinstance(m, torch.nn.LayerNorm) or "RMSNorm" in cls:
             for pname, _ in m.named_parameters(recurse=False):
-                norm[f"{mname}.{pname}" if mname else pname] = "Gemma" in cls
+                # (1 + w) norms: Gemma's, and Qwen3.5's (not its DeltaNet's gated norm).
+                norm[f"{mname}.{pname}" if mname else pname] = "Gemma" in cls or cls == "Qwen3_5RMSNorm"
     with torch.no_grad():
         for name, p in model.named_parameters():
             r = torch.randn(p.shape, generator=g)
@@ -559,6 +563,7 @@ def main():
                                     qwen2_5_vl_spec, qwen2_vl_spec, qwen3_vl_spec, smolvlm_spec)
     from tiny_vlms.internvl import internvl_spec
     from tiny_vlms.mistral3 import mistral3_spec
+    from tiny_vlms.qwen3_5 import qwen3_5_spec
     wanted = set(sys.argv[1:])
     torch.set_num_threads(2)
     os.makedirs(OUT, exist_ok=True)
@@ -566,7 +571,7 @@ def main():
     specs = {"smolvlm-tiny": smolvlm_spec, "llava-tiny": llava_spec, "llava-interleave-tiny": llava_interleave_spec,
              "paligemma-tiny": paligemma_spec, "paligemma2-tiny": paligemma2_spec, "gemma3-tiny": gemma3_spec,
              "qwen2-vl-tiny": qwen2_vl_spec, "qwen2.5-vl-tiny": qwen2_5_vl_spec, "qwen3-vl-tiny": qwen3_vl_spec,
-             "internvl-tiny": internvl_spec, "mistral3-tiny": mistral3_spec}
+             "internvl-tiny": internvl_spec, "mistral3-tiny": mistral3_spec, "qwen3.5-tiny": qwen3_5_spec}
     for name, make in specs.items():
         if wanted and name not in wanted:
             continue

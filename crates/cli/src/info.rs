@@ -32,6 +32,26 @@ pub fn run(args: ModelArgs) -> Result<()> {
         d.head_dim
     );
     out!("rope:           theta {}, scaling {:?}, layout {:?}", d.rope.theta, d.rope.scaling, d.rope.style);
+    if let Some(rd) = d.rotary_dim.filter(|&rd| rd < d.head_dim) {
+        out!("partial rope:   the first {rd} of {} dims of each head", d.head_dim);
+    }
+    if let Some(linear) = &d.linear {
+        let g = &linear.delta;
+        out!(
+            "linear layers:  {} of {} Gated DeltaNet ({} key heads of {}, {} value heads of {}, conv {}); a \
+             fixed-size state per sequence, no prefix cache",
+            linear.layers.iter().filter(|&&l| l).count(),
+            d.num_hidden_layers,
+            g.key_heads,
+            g.key_head_dim,
+            g.value_heads,
+            g.value_head_dim,
+            g.conv_kernel
+        );
+    }
+    if d.attn_output_gate {
+        out!("attention:      sigmoid output gate per head");
+    }
     if let Some(m) = &d.rope.mrope {
         out!(
             "m-rope:         sections {:?} (temporal, height, width){}",

@@ -85,6 +85,11 @@ fn vision_language_checkpoints_answer_and_describe_themselves() -> Result<()> {
     let info = stdout(&o);
     assert!(info.contains("mistral3 (mistral decoder)") && info.contains("Pixtral tower"), "{info}");
     assert!(info.contains("[IMG_BREAK]") && info.contains("at most 64 image tokens an image"), "{info}");
+    let o = tessera(&["info", "--model", &vlm("qwen3.5-tiny")]);
+    let info = stdout(&o);
+    assert!(info.contains("qwen3_5 (qwen3_5_text decoder)") && info.contains("within 256..=4096 pixels"), "{info}");
+    assert!(info.contains("3 of 4 Gated DeltaNet") && info.contains("the first 8 of 32 dims"), "{info}");
+    assert!(info.contains("sigmoid output gate") && info.contains("no prefix cache"), "{info}");
     let o = tessera(&["info", "--model", &vlm("gemma3-tiny")]);
     let info = stdout(&o);
     assert!(info.contains("gemma3 (gemma3_text decoder)") && info.contains("2×2 average pooling to 4×4"), "{info}");

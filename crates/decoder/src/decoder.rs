@@ -9,14 +9,15 @@
 use candle_core::Tensor;
 
 use crate::activation::Activation;
-use crate::attention::{Attention, AttentionConfig, AttentionInput};
+use crate::attention::{AttentionConfig, AttentionInput};
 use crate::error::{DecoderError, Result};
+use crate::gated_delta::GatedDeltaConfig;
 use crate::kv_cache::KvCache;
+use crate::layer::DecoderLayer;
 use crate::mask::{AttentionMask, MaskBiases, MaskPlan};
 
 /// The largest `queries × keys` bias a forward builds once and shares across layers (64 MiB of f32).
 const MAX_SHARED_BIAS: usize = 16 << 20;
-use crate::mlp::GatedMlp;
 use crate::norm::{NormStyle, RmsNorm};
 use crate::rope::{RopeConfig, RopeScaling, RotaryEmbedding};
 use crate::weights::Weights;
@@ -52,6 +53,21 @@ pub struct DecoderConfig {
     pub qk_norm: bool,
     /// A second rotary embedding for some layers (Gemma 3's local, sliding-window layers).
     pub local_rope: Option<LocalRope>,
+    /// The dimensions of each head that RoPE rotates, the first ones (`partial_rotary_factor ×
+    /// head_dim`: Qwen3.5 rotates a quarter); `None`: all of them.
+    pub rotary_dim: Option<usize>,
+    /// Qwen3.5's sigmoid output gate on the attention layers (see [`AttentionConfig::output_gate`]).
+    pub attn_output_gate: bool,
+    /// Linear-attention layers in place of attention (Qwen3.5's `layer_types`).
+    pub linear: Option<LinearLayers>,
+}
+
+/// The Gated DeltaNet layers of a hybrid stack: their sizes, and which layers they are (the
+/// others attend).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinearLayers {
+    pub delta: GatedDeltaConfig,
+    pub layers: Vec<bool>,
 }
 
 /// The rotary embedding of the layers marked in `layers` (the others use [`DecoderConfig::rope`]).
@@ -137,6 +153,16 @@ impl DecoderConfig {
                 ));
             }
         }
+        if let Some(rd) = self.rotary_dim.filter(|&rd| rd == 0 || !rd.is_multiple_of(2) || rd > self.head_dim) {
+            return bad(format!("the rotary dimension ({rd}) must be even, positive and at most head_dim"));
+        }
+        if let Some(linear) = self.linear.as_ref().filter(|l| l.layers.len() != self.num_hidden_layers) {
+            return bad(format!(
+                "`layer_types` names {} layers, the decoder has {}",
+                linear.layers.len(),
+                self.num_hidden_layers
+            ));
+        }
         if let Some(local) = &self.local_rope {
             if local.layers.len() != self.num_hidden_layers {
                 return bad(format!(
@@ -165,7 +191,13 @@ impl DecoderConfig {
             out_name: "o_proj",
             softcap: self.attn_logit_softcapping,
             qk_norm: self.qk_norm.then_some((self.rms_norm_eps, self.norm_style)),
+            output_gate: self.attn_output_gate,
         }
+    }
+
+    /// Layer `index`'s Gated DeltaNet sizes when it is a linear-attention layer.
+    pub fn linear_layer(&self, index: usize) -> Option<&GatedDeltaConfig> {
+        self.linear.as_ref().filter(|l| l.layers.get(index).copied().unwrap_or(false)).map(|l| &l.delta)
     }
 }
 
@@ -183,49 +215,6 @@ pub struct Trace {
 }
 
 #[derive(Clone, Debug)]
-struct DecoderLayer {
-    input_layernorm: RmsNorm,
-    self_attn: Attention,
-    /// Llama: the MLP's input norm. With sandwich norms: the attention output's norm.
-    post_attention_layernorm: RmsNorm,
-    mlp: GatedMlp,
-    /// Sandwich norms: `pre_feedforward_layernorm` and `post_feedforward_layernorm`.
-    feedforward_norms: Option<(RmsNorm, RmsNorm)>,
-}
-
-impl DecoderLayer {
-    fn new(cfg: &DecoderConfig, vb: &Weights) -> Result<Self> {
-        let (h, eps, style) = (cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_style);
-        let norm = |name: &str| RmsNorm::load(h, eps, style, &vb.pp(name));
-        Ok(Self {
-            input_layernorm: norm("input_layernorm")?,
-            self_attn: Attention::new(&cfg.attention(), &vb.pp("self_attn"))?,
-            post_attention_layernorm: norm("post_attention_layernorm")?,
-            mlp: GatedMlp::new(h, cfg.intermediate_size, cfg.hidden_act, false, &vb.pp("mlp"))?,
-            feedforward_norms: match cfg.sandwich_norms {
-                true => Some((norm("pre_feedforward_layernorm")?, norm("post_feedforward_layernorm")?)),
-                false => None,
-            },
-        })
-    }
-
-    fn forward(&self, x: &Tensor, input: AttentionInput<'_>) -> Result<(Tensor, Option<Tensor>)> {
-        let Some((pre_ff, post_ff)) = &self.feedforward_norms else {
-            // The residual adds run inside the output projections' passes.
-            let input = AttentionInput { residual: Some(x), ..input };
-            let (x, weights) = self.self_attn.forward(&self.input_layernorm.forward(x)?, input)?;
-            let x = self.mlp.forward_add(&self.post_attention_layernorm.forward(&x)?, Some(&x))?;
-            return Ok((x, weights));
-        };
-        let (a, weights) = self.self_attn.forward(&self.input_layernorm.forward(x)?, input)?;
-        let x = (x + self.post_attention_layernorm.forward(&a)?)?;
-        let m = self.mlp.forward_add(&pre_ff.forward(&x)?, None)?;
-        let x = (&x + post_ff.forward(&m)?)?;
-        Ok((x, weights))
-    }
-}
-
-#[derive(Clone, Debug)]
 pub struct Decoder {
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
@@ -240,12 +229,13 @@ impl Decoder {
     pub fn new(cfg: &DecoderConfig, vb: &Weights) -> Result<Self> {
         cfg.validate()?;
         let layers = (0..cfg.num_hidden_layers)
-            .map(|i| DecoderLayer::new(cfg, &vb.pp("layers").pp(i)))
+            .map(|i| DecoderLayer::new(cfg, i, &vb.pp("layers").pp(i)))
             .collect::<Result<Vec<_>>>()?;
         let norm = RmsNorm::load(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_style, &vb.pp("norm"))?;
-        let rope = RotaryEmbedding::new(&cfg.rope, cfg.head_dim, vb.dtype(), vb.device())?;
+        let (hd, rd) = (cfg.head_dim, cfg.rotary_dim.unwrap_or(cfg.head_dim));
+        let rope = RotaryEmbedding::partial(&cfg.rope, hd, rd, vb.dtype(), vb.device())?;
         let local_rope = match &cfg.local_rope {
-            Some(l) => Some((RotaryEmbedding::new(&l.rope, cfg.head_dim, vb.dtype(), vb.device())?, l.layers.clone())),
+            Some(l) => Some((RotaryEmbedding::partial(&l.rope, hd, rd, vb.dtype(), vb.device())?, l.layers.clone())),
             None => None,
         };
         Ok(Self { layers, norm, rope, local_rope, cfg: cfg.clone() })

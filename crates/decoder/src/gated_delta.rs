@@ -143,39 +143,63 @@ impl GatedDeltaNet {
     /// `x`: `(1, t, hidden)`, the next `t` positions of the sequence whose state is `state`
     /// (advanced past them) → `(1, t, hidden)`.
     pub fn forward(&self, x: &Tensor, state: &mut DeltaState) -> Result<Tensor> {
+        self.forward_sequences(x, &mut [state])
+    }
+
+    /// `x`: `(1, t, hidden)` → `(1, t, hidden)`. With one state, the rows are the next `t`
+    /// positions of its sequence; with `n > 1`, `t == n` and row `i` is the next token of the
+    /// sequence whose state is `states[i]` (a batched decode step). The projections run over
+    /// every row at once; the recurrence runs per sequence on its own state, each advanced past
+    /// its rows.
+    pub fn forward_sequences(&self, x: &Tensor, states: &mut [&mut DeltaState]) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
-        if b != 1 {
-            return Err(DecoderError::Config(format!("a Gated DeltaNet layer runs one sequence at a time, not {b}")));
+        let n = states.len();
+        if b != 1 || n == 0 || (n > 1 && n != t) {
+            return Err(DecoderError::Config(format!(
+                "a Gated DeltaNet layer takes (1, t, hidden) rows of one sequence, or one row for each of \
+                 several: got ({b}, {t}) rows for {n} states"
+            )));
         }
         let c = &self.cfg;
         let rows = |y: Tensor| -> Result<Vec<f32>> { Ok(y.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?) };
         let [qkv, z, beta, a] =
             Linear::forward_shared([&self.in_proj_qkv, &self.in_proj_z, &self.in_proj_b, &self.in_proj_a], x)?;
-        let mixed = self.convolve(&rows(qkv)?, t, state);
-        let (z, beta, a) = (rows(z)?, rows(beta)?, rows(a)?);
-        let (kd, vd, vh) = (c.key_head_dim, c.value_head_dim, c.value_heads);
-        let group = c.value_heads / c.key_heads;
-        let scale = 1.0 / (kd as f32).sqrt();
+        let (qkv, z, beta, a) = (rows(qkv)?, rows(z)?, rows(beta)?, rows(a)?);
+        let (cd, vh, vd) = (c.conv_dim(), c.value_heads, c.value_head_dim);
+        let per = t / n;
         let mut out = vec![0f32; t * c.value_dim()];
-        let (mut q, mut k) = (vec![0f32; kd], vec![0f32; kd]);
-        for i in 0..t {
-            let row = &mixed[i * c.conv_dim()..(i + 1) * c.conv_dim()];
-            for h in 0..vh {
-                let kh = h / group;
-                l2_normalized(&row[kh * kd..(kh + 1) * kd], &mut q, scale);
-                l2_normalized(&row[c.key_dim() + kh * kd..c.key_dim() + (kh + 1) * kd], &mut k, 1.0);
-                let v = &row[2 * c.key_dim() + h * vd..2 * c.key_dim() + (h + 1) * vd];
-                let beta = sigmoid(beta[i * vh + h]);
-                let decay = (self.neg_a[h] * softplus(a[i * vh + h] + self.dt_bias[h])).exp();
-                let s = &mut state.recurrent[h * kd * vd..(h + 1) * kd * vd];
-                let o = &mut out[(i * vh + h) * vd..(i * vh + h + 1) * vd];
-                delta_step(s, &q, &k, v, beta, decay, o);
-                let gate = &z[(i * vh + h) * vd..(i * vh + h + 1) * vd];
-                gated_rms_norm(o, gate, &self.norm, c.eps as f32);
+        for (s, state) in states.iter_mut().enumerate() {
+            let r = s * per..(s + 1) * per;
+            let mixed = self.convolve(&qkv[r.start * cd..r.end * cd], per, state);
+            for (i, row) in r.clone().zip(mixed.chunks_exact(cd)) {
+                let heads = i * vh..(i + 1) * vh;
+                let o = &mut out[i * vh * vd..(i + 1) * vh * vd];
+                self.recur(row, &z[i * vh * vd..(i + 1) * vh * vd], &beta[heads.clone()], &a[heads], state, o);
             }
         }
         let o = Tensor::from_vec(out, (1, t, c.value_dim()), x.device())?.to_dtype(x.dtype())?;
         self.out_proj.forward(&o)
+    }
+
+    /// One token: its convolved `row` `(conv_dim,)`, gate `z` `(value_heads·v_dim,)` and `b`, `a`
+    /// `(value_heads,)` advance `state` and give the gated, normed output `o` `(value_heads·v_dim,)`.
+    fn recur(&self, row: &[f32], z: &[f32], beta: &[f32], a: &[f32], state: &mut DeltaState, o: &mut [f32]) {
+        let c = &self.cfg;
+        let (kd, vd, key_dim) = (c.key_head_dim, c.value_head_dim, c.key_dim());
+        let group = c.value_heads / c.key_heads;
+        let scale = 1.0 / (kd as f32).sqrt();
+        let (mut q, mut k) = (vec![0f32; kd], vec![0f32; kd]);
+        for h in 0..c.value_heads {
+            let kh = h / group;
+            l2_normalized(&row[kh * kd..(kh + 1) * kd], &mut q, scale);
+            l2_normalized(&row[key_dim + kh * kd..key_dim + (kh + 1) * kd], &mut k, 1.0);
+            let v = &row[2 * key_dim + h * vd..2 * key_dim + (h + 1) * vd];
+            let decay = (self.neg_a[h] * softplus(a[h] + self.dt_bias[h])).exp();
+            let s = &mut state.recurrent[h * kd * vd..(h + 1) * kd * vd];
+            let o = &mut o[h * vd..(h + 1) * vd];
+            delta_step(s, &q, &k, v, sigmoid(beta[h]), decay, o);
+            gated_rms_norm(o, &z[h * vd..(h + 1) * vd], &self.norm, c.eps as f32);
+        }
     }
 
     /// The causal depthwise convolution of `t` rows of `qkv` `(t, conv_dim)` after the state's

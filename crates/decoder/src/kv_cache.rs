@@ -11,10 +11,17 @@
 //! The buffers hold the keys and values in the dtype they come in, or in the one the cache was
 //! made with ([`KvCache::with_dtype`]): an f16 cache under f32 activations (llama.cpp's default)
 //! halves the memory and what a decode step reads; the attention kernels convert on load.
+//!
+//! A linear-attention layer (Gated DeltaNet) keeps no keys or values: its slot holds the
+//! sequence's fixed-size recurrent state ([`DeltaState`]) instead, counted in
+//! [`KvCache::bytes`]. Such a state sums every position it has seen, so it cannot be cut back to
+//! a shorter prefix: [`KvCache::copy_prefix`] of a cache that holds one copies it whole or not at
+//! all.
 
 use candle_core::{DType, Tensor};
 
 use crate::error::{DecoderError, Result};
+use crate::gated_delta::DeltaState;
 
 const INITIAL_CAPACITY: usize = 256;
 
@@ -23,6 +30,8 @@ pub struct LayerKv {
     k: Option<Tensor>,
     v: Option<Tensor>,
     len: usize,
+    /// A linear-attention layer's recurrent state (then `k` and `v` stay empty).
+    delta: Option<DeltaState>,
 }
 
 impl LayerKv {
@@ -284,6 +293,7 @@ impl KvCache {
     pub fn clear(&mut self) {
         for l in &mut self.layers {
             l.len = 0;
+            l.delta = None;
         }
         self.position_delta = 0;
     }
@@ -309,6 +319,13 @@ impl KvCache {
                 self.len()
             )));
         }
+        if len < self.len() && self.is_recurrent() {
+            return Err(DecoderError::Config(format!(
+                "cannot copy the first {len} of {} positions: a linear-attention layer's state holds \
+                 every position it has seen and cannot be cut",
+                self.len()
+            )));
+        }
         let layers = self
             .layers
             .iter()
@@ -319,7 +336,7 @@ impl KvCache {
                     }
                     _ => Ok(None),
                 };
-                Ok(LayerKv { k: copy(&l.k)?, v: copy(&l.v)?, len })
+                Ok(LayerKv { k: copy(&l.k)?, v: copy(&l.v)?, len, delta: l.delta.clone() })
             })
             .collect::<Result<Vec<_>>>()?;
         // The reserve belongs to the sequence that set it, not to the one continuing from here.
@@ -330,7 +347,32 @@ impl KvCache {
     /// Bytes the buffers take (their capacity, not only the filled part).
     pub fn bytes(&self) -> usize {
         let size = |b: &Option<Tensor>| b.as_ref().map(|t| t.elem_count() * t.dtype().size_in_bytes()).unwrap_or(0);
-        self.layers.iter().map(|l| size(&l.k) + size(&l.v)).sum()
+        let delta = |d: &Option<DeltaState>| d.as_ref().map(DeltaState::bytes).unwrap_or(0);
+        self.layers.iter().map(|l| size(&l.k) + size(&l.v) + delta(&l.delta)).sum()
+    }
+
+    /// Whether a layer holds a linear-attention state (which [`copy_prefix`](Self::copy_prefix)
+    /// copies only whole).
+    pub fn is_recurrent(&self) -> bool {
+        self.layers.iter().any(|l| l.delta.is_some())
+    }
+
+    /// Layer `layer`'s linear-attention state (`new()` for a sequence that has none yet), its
+    /// position count advanced by the `t` positions the caller is about to run through it.
+    pub fn delta_state(&mut self, layer: usize, t: usize, new: impl FnOnce() -> DeltaState) -> Result<&mut DeltaState> {
+        let max_len = self.max_len;
+        let l = self.layer_mut(layer)?;
+        if l.k.is_some() {
+            return Err(DecoderError::Config(format!(
+                "KV cache layer {layer} holds keys, not a linear-attention state"
+            )));
+        }
+        let needed = l.len + t;
+        if needed > max_len {
+            return Err(DecoderError::ContextOverflow { requested: needed, max: max_len });
+        }
+        l.len = needed;
+        Ok(l.delta.get_or_insert_with(new))
     }
 
     /// Appends position `row` of `k`, `v` `(b, kv_heads, t, head_dim)` to layer `layer` (a

@@ -14,6 +14,7 @@ pub mod gated_delta;
 pub mod gguf_layout;
 pub mod gguf_write;
 pub mod kv_cache;
+mod layer;
 pub mod linear;
 pub mod mask;
 pub mod mlp;
@@ -29,7 +30,7 @@ pub use attention::{
     flash_attention_enabled, scaled_dot_product_attention, Attention, AttentionConfig, AttentionInput,
 };
 pub use cpu_op::kernels_run_on;
-pub use decoder::{Decoder, DecoderConfig, LocalRope, Trace};
+pub use decoder::{Decoder, DecoderConfig, LinearLayers, LocalRope, Trace};
 pub use error::{DecoderError, Result};
 pub use gated_delta::{DeltaState, GatedDeltaConfig, GatedDeltaNet};
 pub use kv_cache::KvCache;

@@ -123,15 +123,35 @@ pub struct RotaryEmbedding {
     /// frequency reads.
     streams: Option<Tensor>,
     style: RopeStyle,
+    /// The dimensions rotated: the first of each head.
     head_dim: usize,
+    /// The dimensions after them, passed through unrotated (partial rotary).
+    pass: usize,
     dtype: DType,
 }
 
 impl RotaryEmbedding {
     pub fn new(cfg: &RopeConfig, head_dim: usize, dtype: DType, device: &Device) -> Result<Self> {
-        if !head_dim.is_multiple_of(2) || head_dim == 0 {
-            return Err(DecoderError::Config(format!("RoPE needs an even head_dim, got {head_dim}")));
+        Self::partial(cfg, head_dim, head_dim, dtype, device)
+    }
+
+    /// A rotary embedding that rotates the first `rotary_dim` dimensions of each `head_dim`-wide
+    /// head and passes the rest through (transformers' `partial_rotary_factor`: Qwen3.5 rotates
+    /// a quarter); its frequencies are those of a `rotary_dim`-wide head.
+    pub fn partial(
+        cfg: &RopeConfig,
+        head_dim: usize,
+        rotary_dim: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
+        if !rotary_dim.is_multiple_of(2) || rotary_dim == 0 || rotary_dim > head_dim {
+            return Err(DecoderError::Config(format!(
+                "RoPE needs an even rotary dimension of at most head_dim {head_dim}, got {rotary_dim}"
+            )));
         }
+        let pass = head_dim - rotary_dim;
+        let head_dim = rotary_dim;
         let inv_freq = cfg.inv_freq(head_dim);
         let half = inv_freq.len();
         let streams = match cfg.mrope {
@@ -148,6 +168,7 @@ impl RotaryEmbedding {
             streams,
             style: cfg.style,
             head_dim,
+            pass,
             dtype,
         })
     }
@@ -184,6 +205,7 @@ impl RotaryEmbedding {
             sin: angles.sin()?.to_dtype(self.dtype)?,
             style: self.style,
             head_dim: self.head_dim,
+            pass: self.pass,
         })
     }
 
@@ -282,7 +304,10 @@ pub struct RopeAngles {
     cos: Tensor,
     sin: Tensor,
     style: RopeStyle,
+    /// The dimensions rotated, the first of each head.
     head_dim: usize,
+    /// The head's dimensions after them, left as they are (partial rotary).
+    pass: usize,
 }
 
 impl RopeAngles {
@@ -293,7 +318,7 @@ impl RopeAngles {
         if half * 2 != head_dim {
             return Err(DecoderError::Config(format!("{half} angles per position for head_dim {head_dim}")));
         }
-        Ok(Self { cos: angles.cos()?.to_dtype(dtype)?, sin: angles.sin()?.to_dtype(dtype)?, style, head_dim })
+        Ok(Self { cos: angles.cos()?.to_dtype(dtype)?, sin: angles.sin()?.to_dtype(dtype)?, style, head_dim, pass: 0 })
     }
 
     /// How many positions these angles rotate.
@@ -305,8 +330,23 @@ impl RopeAngles {
         self.len() == 0
     }
 
+    /// `rotate` applied to the first `head_dim` dimensions of `x` (last axis), the rest
+    /// appended unrotated (partial rotary); `rotate` itself when every dimension rotates.
+    fn partially(&self, x: &Tensor, rotate: impl Fn(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
+        if self.pass == 0 {
+            return rotate(x);
+        }
+        let last = x.rank() - 1;
+        let rotated = rotate(&x.narrow(last, 0, self.head_dim)?.contiguous()?)?;
+        Ok(Tensor::cat(&[&rotated, &x.narrow(last, self.head_dim, self.pass)?.contiguous()?], last)?)
+    }
+
     /// Rotates `x`: `(b, heads, t, head_dim)`, row `i` at the `i`-th position.
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        self.partially(x, |x| self.apply_whole(x))
+    }
+
+    fn apply_whole(&self, x: &Tensor) -> Result<Tensor> {
         let (cos, sin) = self.check(x)?;
         let x = x.contiguous()?;
         if crate::cpu_op::kernels_take(&x) && x.dims()[2] <= SERIAL_MAX_ROWS {
@@ -322,20 +362,26 @@ impl RopeAngles {
     /// layout, one token after another), → the same layout, contiguous; each value the bits
     /// `apply` gives it.
     pub fn apply_token_major(&self, x: &Tensor) -> Result<Tensor> {
+        self.partially(x, |x| self.apply_token_major_whole(x))
+    }
+
+    fn apply_token_major_whole(&self, x: &Tensor) -> Result<Tensor> {
         if crate::cpu_op::kernels_take(x) && x.dims().get(1).is_some_and(|&t| t <= SERIAL_MAX_ROWS) {
             let (cos, sin) = self.check(&x.transpose(1, 2)?)?;
             let op = SerialRope { style: self.style, token_major: true };
             return Ok(x.contiguous()?.apply_op3_no_bwd(&cos, &sin, &op)?);
         }
-        Ok(self.apply(&x.transpose(1, 2)?)?.transpose(1, 2)?.contiguous()?)
+        Ok(self.apply_whole(&x.transpose(1, 2)?)?.transpose(1, 2)?.contiguous()?)
     }
 
     /// The obviously-correct twin of [`apply`](Self::apply), for tests.
     pub fn apply_slow(&self, x: &Tensor) -> Result<Tensor> {
-        let (cos, sin) = self.check(x)?;
-        Ok(match self.style {
-            RopeStyle::Half => candle_nn::rotary_emb::rope_slow(x, &cos, &sin)?,
-            RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i_slow(x, &cos, &sin)?,
+        self.partially(x, |x| {
+            let (cos, sin) = self.check(x)?;
+            Ok(match self.style {
+                RopeStyle::Half => candle_nn::rotary_emb::rope_slow(x, &cos, &sin)?,
+                RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i_slow(x, &cos, &sin)?,
+            })
         })
     }
 

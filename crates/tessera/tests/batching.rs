@@ -14,7 +14,7 @@ mod common;
 
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use tessera::{load_image, Engine, EngineConfig, GenerateParams, Model, Prompt, DEFAULT_MAX_PIXELS};
 
 fn shapes() -> Result<Model> {
@@ -138,6 +138,31 @@ fn batched_decode_rows_equal_each_sequence_alone_in_every_tiny_family() -> Resul
         batched_rows_equal_solo(&model, &prompts, 4).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
     }
     Ok(())
+}
+
+/// The tiny Qwen3.5 checkpoint (tests/fixtures/vlm/qwen3.5-tiny) and chats with and without an image.
+fn qwen3_5_with_prompts(n: usize) -> Result<(Model, Vec<Prompt>)> {
+    let dir = common::fixtures().join("vlm/qwen3.5-tiny");
+    let model = Model::load(dir.to_str().context("utf-8 path")?, &common::load_options()?)?;
+    let chelsea = load_image(&common::fixtures().join("images/chelsea.png"), DEFAULT_MAX_PIXELS)?;
+    let questions = ["Describe this image.", "Hello, who are you?", "What is in this photo?", "Count to three."];
+    let prompts = (0..n)
+        .map(|i| {
+            let images = if i % 2 == 0 { vec![chelsea.clone()] } else { vec![] };
+            Ok(model.encode_prompt(questions[i % questions.len()], None, false, &images)?)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((model, prompts))
+}
+
+/// Qwen3.5's hybrid stack: in a batched step each row carries its own Gated DeltaNet states (and
+/// its attention layers' keys), and gets the bits it gets alone; so does every request the engine
+/// batches.
+#[test]
+fn batched_decode_rows_equal_each_sequence_alone_on_qwen3_5_linear_layers() -> Result<()> {
+    let (model, prompts) = qwen3_5_with_prompts(6)?;
+    batched_rows_equal_solo(&model, &prompts, 4)?;
+    engine_matches_solo(model, prompts, 8)
 }
 
 #[test]

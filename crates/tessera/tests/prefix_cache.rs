@@ -160,3 +160,23 @@ fn a_resent_image_is_not_encoded_or_prefilled_again_on_qwen2_vl() -> Result<()> 
     assert!(reused > last_image, "the reused prefix ({reused}) stops before the image ends ({last_image})");
     Ok(())
 }
+
+/// Qwen3.5's Gated DeltaNet layers keep a state that sums the whole sequence and cannot be cut
+/// back to a prefix: the engine keeps no prefix cache for it, and a chat's second turn runs whole
+/// and answers as alone.
+#[test]
+fn a_model_with_linear_attention_layers_keeps_no_prefix_cache() -> Result<()> {
+    let dir = common::fixtures().join("vlm/qwen3.5-tiny");
+    let model = Arc::new(Model::load(dir.to_str().context("utf-8 path")?, &common::load_options()?)?);
+    let engine = Engine::start(model.clone(), EngineConfig::default())?;
+    let stats = engine.stats();
+    let turn1 = first_turn("Name three fruits.");
+    let p1 = model.encode_chat(&turn1, &[])?;
+    let out1 = ask(&engine, &p1, &params(12))?;
+    let p2 = model.encode_chat(&second_turn(turn1, &out1.text, "Which of them is yellow?"), &[])?;
+    ask(&engine, &p2, &params(12))?;
+    assert_eq!((stats.prefix_cache_hits.load(Relaxed), stats.prefix_cache_entries.load(Relaxed)), (0, 0));
+    assert_eq!(stats.prefix_cache_bytes.load(Relaxed), 0);
+    assert_eq!(stats.prefilled_positions.load(Relaxed), (p1.len() + p2.len()) as u64);
+    Ok(())
+}

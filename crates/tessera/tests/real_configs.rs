@@ -333,3 +333,49 @@ fn mistral_small_3_1() -> Result<()> {
         .ends_with("[SYSTEM_PROMPT]Be brief.[/SYSTEM_PROMPT][INST][IMG]Describe this image.[/INST]"));
     Ok(())
 }
+
+/// Qwen/Qwen3.5-0.8B (SOURCES.md: the config.json and the family's chat template, copied from
+/// other projects' verbatim copies): 24 layers, three Gated DeltaNet layers to one gated
+/// attention layer, partial rotary, (1+w) norms, Qwen3-VL's tower without DeepStack.
+#[test]
+fn qwen3_5_0_8b() -> Result<()> {
+    let cfg = config("qwen3.5-0.8b")?;
+    assert_eq!((cfg.family, cfg.text_family), ("qwen3_5", TextFamily::Qwen35));
+    let d = &cfg.decoder;
+    assert_eq!((d.hidden_size, d.intermediate_size, d.num_hidden_layers), (1024, 3584, 24));
+    assert_eq!((d.num_attention_heads, d.num_key_value_heads, d.head_dim), (8, 2, 256));
+    assert_eq!((d.rope.theta, d.max_position_embeddings, cfg.vocab_size), (10_000_000.0, 262_144, 248_320));
+    assert_eq!((d.rotary_dim, d.attn_output_gate, d.norm_style), (Some(64), true, NormStyle::OnePlusWeight));
+    assert!(d.qk_norm && !d.qkv_bias);
+    let mrope = d.rope.mrope.context("M-RoPE")?;
+    assert_eq!((mrope.section, mrope.interleaved), ([11, 11, 10], true));
+    let linear = d.linear.as_ref().context("Gated DeltaNet layers")?;
+    let full: Vec<usize> = (0..24).filter(|&i| !linear.layers[i]).collect();
+    assert_eq!(full, [3, 7, 11, 15, 19, 23]);
+    let g = &linear.delta;
+    assert_eq!((g.key_heads, g.value_heads, g.key_head_dim, g.value_head_dim, g.conv_kernel), (16, 16, 128, 128, 4));
+    assert_eq!((cfg.tie_word_embeddings, cfg.eos_token_ids.clone()), (true, vec![248_044]));
+    let Some(v) = cfg.vision_spec::<Qwen2VlSpec>() else { anyhow::bail!("a Qwen3-VL-style image side") };
+    let t = &v.tower;
+    assert_eq!((t.depth, t.embed_dim, t.hidden_size, t.num_heads, t.patch_size), (12, 768, 1024, 12, 16));
+    let q = t.qwen3.as_ref().context("learned positions")?;
+    assert_eq!((q.num_position_embeddings, q.deepstack.len()), (2304, 0));
+    assert_eq!(v.image_token_id, 248_056);
+    // No 0.8B preprocessor_config.json was found (SOURCES.md): with Qwen3-VL's budget and this
+    // config's 16-px patches merged 2×2, a 451×300 photo is 448×288 → 14×9 = 126 tokens, as
+    // transformers counts it; the budget does not bind at this size.
+    let pre = common::read_json(&real("qwen3-vl-2b-instruct").join("preprocessor_config.json"))?;
+    let (min, max) = (pre["size"]["shortest_edge"].as_u64().unwrap(), pre["size"]["longest_edge"].as_u64().unwrap());
+    let img = chelsea()?;
+    let factor = t.patch_size * t.spatial_merge_size;
+    let (h, w) = tessera_vision::qwen2_vl::smart_resize(img.height, img.width, factor, min as usize, max as usize)?;
+    assert_eq!((h, w, (h / factor) * (w / factor)), (288, 448, 126));
+    // The family's template: the answer opens a thinking block unless enable_thinking is false.
+    let template = ChatTemplate::from_model_dir(&real("qwen3.5-0.8b"))?.context("template")?;
+    assert_eq!(
+        template.render(&image_question("Describe this image."), true)?,
+        "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Describe this image.<|im_end|>\n\
+         <|im_start|>assistant\n<think>\n"
+    );
+    Ok(())
+}

@@ -1,7 +1,7 @@
 //! Vision-language parity tests of one family's rule each (PaliGemma 2's soft-capping and
 //! sliding window, Gemma 3's bidirectional image attention and pan-and-scan, Qwen2-VL's grid
-//! positions, Qwen2.5-VL's windows, Qwen3-VL's DeepStack) and prefilling in blocks on every
-//! family, against transformers' references (scripts/make_tiny_vlms.py); the shared cases are
+//! positions, Qwen2.5-VL's windows, Qwen3-VL's DeepStack, Qwen3.5's linear layers) and
+//! prefilling in blocks on every family, against transformers' references (scripts/make_tiny_vlms.py); the shared cases are
 //! in `vlm_common`.
 
 mod common;
@@ -295,6 +295,46 @@ fn prompts_prefilled_in_blocks_match_one_forward_on_every_family() -> Result<()>
     // bidirectional image kept whole.
     for name in ["smolvlm-tiny", "qwen2-vl-tiny", "qwen2.5-vl-tiny", "qwen3-vl-tiny", "gemma3-tiny"] {
         ensure!(straddled.contains(&name), "{name}: no block boundary met an image ({straddled:?} did)");
+    }
+    Ok(())
+}
+
+/// Qwen3.5's hybrid text model: three Gated DeltaNet layers to one gated attention layer; the
+/// prompt leaves a recurrent state in each linear layer's slot of the cache (counted in its bytes)
+/// and keys in the attention layer's. Every case (a 451×300 photo, two images, the image in an
+/// earlier turn, text only) matches transformers' last logits within 1e-4 and its image tokens
+/// within 1e-4 (`logits_and_16_greedy_ids_match_transformers` and
+/// `pixels_tower_features_and_image_tokens_match` check the greedy ids and pixels too).
+#[test]
+fn qwen3_5_linear_layers_carry_the_prompt_as_transformers_does() -> Result<()> {
+    let model = load("qwen3.5-tiny")?;
+    let linear = model.decoder().config().linear.clone().context("Gated DeltaNet layers")?;
+    assert_eq!(linear.layers, [true, true, true, false]);
+    let (cases, tensors) = cases("qwen3.5-tiny")?;
+    assert_eq!(cases.len(), 4);
+    for case in &cases {
+        let prompt = model.prompt(common::ids(&case.json["input_ids"]), &case.images)?;
+        let mut cache = model.new_cache();
+        let hidden = model.forward(&prompt, .., &mut cache, &mut Default::default(), &mut Default::default())?;
+        ensure!(cache.is_recurrent() && cache.len() == prompt.len(), "{}: the cache after the prompt", case.name);
+        let logits = model.logits(&hidden)?;
+        let expected = reference_tensor(&tensors, &case.name, "logits").context("logits")?;
+        let n = expected.dim(0)?;
+        let d = max_abs_diff(&logits.narrow(0, logits.dim(0)? - n, n)?, expected, "logits")?;
+        let (mut features, mut at) = (0f32, 0);
+        for image in &case.images {
+            let want = reference_tensor(&tensors, &case.name, "image_features").context("image features")?;
+            let got = model.analysis().image_embeddings(image)?;
+            let n = got.dim(0)?;
+            features = features.max(max_abs_diff(&got, &want.narrow(0, at, n)?, "image features")?);
+            at += n;
+        }
+        eprintln!(
+            "qwen3.5-tiny/{}: {} ids, last logits within {d:e}, image tokens within {features:e}",
+            case.name,
+            prompt.len()
+        );
+        ensure!(d < 1e-4 && features < 1e-4, "{}: logits {d}, image tokens {features}", case.name);
     }
     Ok(())
 }

@@ -76,6 +76,7 @@ impl PixtralVisionConfig {
             out_bias: false,
             scale: 1.0 / (head_dim as f64).sqrt(),
             out_name: "o_proj",
+            output_gate: false,
             softcap: None,
             qk_norm: None,
         }

@@ -101,6 +101,7 @@ pub(crate) fn vit_attention(
         out_bias: true,
         scale: 1.0 / (head_dim as f64).sqrt(),
         out_name,
+        output_gate: false,
         softcap: None,
         qk_norm: None,
     }

@@ -71,6 +71,9 @@ pub struct AttentionConfig {
     pub qk_norm: Option<(f64, NormStyle)>,
     /// The output projection's name in the checkpoint (`o_proj` in LMs, `out_proj` in ViTs).
     pub out_name: &'static str,
+    /// Qwen3.5's output gate: `q_proj` gives each head its queries and then as many gate
+    /// values, and the attention output is multiplied by `σ(gate)` before `o_proj`.
+    pub output_gate: bool,
 }
 
 impl AttentionConfig {
@@ -119,6 +122,7 @@ pub struct Attention {
     scale: f64,
     softcap: Option<f64>,
     qk_norm: Option<(RmsNorm, RmsNorm)>,
+    output_gate: bool,
 }
 
 impl Attention {
@@ -137,14 +141,17 @@ impl Attention {
             scale: cfg.scale,
             softcap: cfg.softcap,
             qk_norm: None,
+            output_gate: cfg.output_gate,
         })
     }
 
     pub fn new(cfg: &AttentionConfig, vb: &Weights) -> Result<Self> {
         cfg.validate()?;
         let (h, q_out, kv_out) = (cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
+        let q_rows = if cfg.output_gate { 2 * q_out } else { q_out };
         Ok(Self {
-            q_proj: vb.linear(h, q_out, cfg.qkv_bias, "q_proj")?,
+            output_gate: cfg.output_gate,
+            q_proj: vb.linear(h, q_rows, cfg.qkv_bias, "q_proj")?,
             k_proj: vb.linear(h, kv_out, cfg.qkv_bias, "k_proj")?,
             v_proj: vb.linear(h, kv_out, cfg.qkv_bias, "v_proj")?,
             o_proj: vb.linear(q_out, h, cfg.out_bias, cfg.out_name)?,
@@ -169,6 +176,7 @@ impl Attention {
         let path = Path::choose(x, &input, self.softcap)?;
         let AttentionInput { rope, mask, bias, cache, capture: _, residual } = input;
         let [q, k, v] = Linear::forward_shared([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
+        let (q, gate) = self.gated_queries(q)?;
         let call = Projected { q, k, v, rope, mask, bias, cache };
         // (b, t, heads·d)
         let (out, weights) = match path {
@@ -181,7 +189,26 @@ impl Attention {
             }
             Path::Generic => (self.generic(call)?, None),
         };
+        let out = match gate {
+            Some(gate) => (out * candle_nn::ops::sigmoid(&gate)?)?,
+            None => out,
+        };
         Ok((self.o_proj.forward_add(&out, residual)?, weights))
+    }
+
+    /// `q_proj`'s output `(b, t, heads·d)`, or with the output gate `(b, t, heads·2d)` (each
+    /// head's queries, then its gate: transformers' `view(…, heads, 2d).chunk(2)`) → the queries
+    /// `(b, t, heads·d)` and the gate `(b, t, heads·d)`.
+    fn gated_queries(&self, q: Tensor) -> Result<(Tensor, Option<Tensor>)> {
+        if !self.output_gate {
+            return Ok((q, None));
+        }
+        let (b, t, _) = q.dims3()?;
+        let (n, d) = (self.num_heads, self.head_dim);
+        // (b, t, heads, 2d)
+        let q = q.reshape((b, t, n, 2 * d))?;
+        let half = |at: usize| -> Result<Tensor> { Ok(q.narrow(3, at, d)?.contiguous()?.reshape((b, t, n * d))?) };
+        Ok((half(0)?, Some(half(d)?)))
     }
 
     /// The projections `q` `(b, t, heads·d)`, `k`, `v` `(b, t, kv_heads·d)` as heads

@@ -150,6 +150,9 @@ impl PrefixCache {
     /// Keeps `cache` (positions `keys`, prompt blocks ending at `ends`) when it fits, evicting
     /// the least recently used; an entry whose positions `keys` begins with is dropped (this
     /// one serves every prompt it would), and `cache` is not kept if an entry begins with it.
+    /// A cache holding linear-attention states (Qwen3.5's Gated DeltaNet layers) is not kept:
+    /// such a state sums the whole sequence and cannot be cut back to a shorter prefix, so
+    /// models with linear layers run every prompt from its start.
     pub(super) fn store(
         &mut self,
         keys: Vec<u64>,
@@ -157,7 +160,7 @@ impl PrefixCache {
         cache: &KvCache,
         stats: &EngineStats,
     ) -> Result<()> {
-        if cache.is_empty() || self.entries.iter().any(|e| e.keys.starts_with(&keys)) {
+        if cache.is_empty() || cache.is_recurrent() || self.entries.iter().any(|e| e.keys.starts_with(&keys)) {
             return Ok(());
         }
         let cache = cache.copy_prefix(cache.len())?; // exactly as long as it is

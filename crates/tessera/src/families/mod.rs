@@ -21,6 +21,7 @@ pub mod mmproj;
 mod native;
 mod paligemma;
 mod qwen2_vl;
+mod qwen3_5;
 mod qwen_vl_mmproj;
 pub mod text;
 pub mod tower;
@@ -77,6 +78,8 @@ pub const REGISTRY: &[(&str, Resolve)] = &[
     ("internvl", |j| parse::<internvl::InternVlConfig>(j)?.resolve()),
     // Mistral 3: a Pixtral tower (native resolution, 2-D RoPE), patch merger + MLP, a Mistral decoder.
     ("mistral3", |j| parse::<mistral3::Mistral3Config>(j)?.resolve()),
+    // Qwen3.5: Qwen3-VL's tower (no DeepStack), a hybrid Gated DeltaNet + gated-attention text model.
+    ("qwen3_5", qwen3_5::resolve),
 ];
 
 /// What `tessera` reads, for error messages: the registry's `model_type`s and the GGUF

@@ -91,6 +91,9 @@ pub enum Generation {
     Qwen2Vl,
     Qwen25Vl,
     Qwen3Vl,
+    /// Qwen3.5: Qwen3-VL's tower without DeepStack; the text model's own parts are added by
+    /// the `qwen3_5` module.
+    Qwen35,
 }
 
 impl Qwen2VlConfig {
@@ -100,6 +103,7 @@ impl Qwen2VlConfig {
             Generation::Qwen2Vl => (TextFamily::Qwen2Vl, "qwen2_vl"),
             Generation::Qwen25Vl => (TextFamily::Qwen25Vl, "qwen2_5_vl"),
             Generation::Qwen3Vl => (TextFamily::Qwen3Vl, "qwen3_vl"),
+            Generation::Qwen35 => (TextFamily::Qwen35, "qwen3_5"),
         };
         let legacy = TextSubConfig { model_type: None, fields: self.top_level_text.clone() };
         let sub = match &self.text_config {
@@ -108,9 +112,12 @@ impl Qwen2VlConfig {
             None => None,
         };
         let mut text = text_config(&sub, text_family)?;
-        if generation == Generation::Qwen3Vl {
-            // Qwen3-VL interleaves the three streams over the frequencies.
-            if let Some(m) = text.decoder.rope.mrope {
+        if matches!(generation, Generation::Qwen3Vl | Generation::Qwen35) {
+            // Qwen3-VL interleaves the three streams over the frequencies; Qwen3.5's text
+            // rotary embedding defaults its sections to [11, 11, 10].
+            let default =
+                (generation == Generation::Qwen35).then_some(MRope { section: [11, 11, 10], interleaved: true });
+            if let Some(m) = text.decoder.rope.mrope.or(default) {
                 text.decoder.rope.mrope = Some(MRope { interleaved: true, ..m });
             }
         }
@@ -156,13 +163,17 @@ impl Qwen2VlConfig {
                 }),
                 Activation::Silu,
             ),
-            Generation::Qwen3Vl => Qwen2VisionConfig {
+            Generation::Qwen3Vl | Generation::Qwen35 => Qwen2VisionConfig {
                 patch_size: v.patch_size.unwrap_or(16),
                 depth: v.depth.unwrap_or(27),
                 num_heads: v.num_heads.unwrap_or(16),
                 qwen3: Some(Qwen3Vision {
                     num_position_embeddings: v.num_position_embeddings.unwrap_or(2304),
-                    deepstack: v.deepstack_visual_indexes.clone().unwrap_or_else(|| vec![8, 16, 24]),
+                    // Qwen3.5's vision model has no DeepStack mergers, whatever the file lists.
+                    deepstack: match generation {
+                        Generation::Qwen35 => Vec::new(),
+                        _ => v.deepstack_visual_indexes.clone().unwrap_or_else(|| vec![8, 16, 24]),
+                    },
                 }),
                 ..common(
                     v.hidden_size.unwrap_or(1152),
@@ -190,7 +201,8 @@ impl Qwen2VlConfig {
                 tower.hidden_size, text.decoder.hidden_size
             ));
         }
-        let spec = Qwen2VlSpec { tower, image_token_id: self.image_token_id.unwrap_or(151_655) };
+        let default_image_token = if generation == Generation::Qwen35 { 248_056 } else { 151_655 };
+        let spec = Qwen2VlSpec { tower, image_token_id: self.image_token_id.unwrap_or(default_image_token) };
         Ok(ModelConfig::vlm(name, text, self.tie_word_embeddings, self.eos_token_id.as_ref(), PromptStyle::Chat, spec))
     }
 }
@@ -266,7 +278,7 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>, projector: &str) -> std::resu
             let act = act("clip.use_silu", Activation::Silu)?;
             ("qwen2_5_vl", VisionNorm::Rms, VisionMlp::Gated { intermediate: ffn }, Some(windows), None, act)
         }
-        Generation::Qwen3Vl => {
+        Generation::Qwen3Vl | Generation::Qwen35 => {
             let side = clip.usize("clip.vision.image_size")? / patch_size.max(1);
             let flags = clip.bools("clip.vision.is_deepstack_layers")?.unwrap_or_default();
             let q = Qwen3Vision {

@@ -46,6 +46,10 @@ pub enum TextFamily {
     /// Qwen3-VL's text model: Qwen3 (q/k norms, no q/k/v bias) with interleaved M-RoPE.
     #[serde(rename = "qwen3_vl_text")]
     Qwen3Vl,
+    /// Qwen3.5's text model: Gated DeltaNet layers beside gated attention layers; the
+    /// `qwen3_5` family module adds what sets it apart (families/qwen3_5.rs).
+    #[serde(rename = "qwen3_5_text")]
+    Qwen35,
 }
 
 /// A text config class's defaults (the fields transformers leaves out of a `text_config`
@@ -228,6 +232,21 @@ impl TextFamily {
                 rope_theta: 5_000_000.0,
                 ..llama
             },
+            Self::Qwen35 => TextClass {
+                name: "qwen3_5_text",
+                vocab_size: 248_320,
+                hidden_size: 4096,
+                intermediate_size: 12_288,
+                num_hidden_layers: 32,
+                num_attention_heads: 16,
+                num_key_value_heads: Some(4),
+                head_dim: Some(256),
+                max_position_embeddings: 32_768,
+                bos_token_id: None,
+                eos_token_id: None,
+                qk_norm: true,
+                ..llama
+            },
             Self::Gemma3 => TextClass {
                 name: "gemma3_text",
                 vocab_size: 262_208,
@@ -263,6 +282,7 @@ impl TextFamily {
             | Self::Qwen2Vl
             | Self::Qwen25Vl
             | Self::Qwen3Vl
+            | Self::Qwen35
             | Self::Gemma
             | Self::Gemma2
             | Self::Gemma3 => RopeStyle::Half,
@@ -321,6 +341,8 @@ pub struct TextFields {
 pub enum LayerType {
     SlidingAttention,
     FullAttention,
+    /// Qwen3.5's Gated DeltaNet layers (the family module builds them).
+    LinearAttention,
 }
 
 /// A field that may be absent (`None`: the class default) or `null` (`Some(None)`: off).
@@ -444,6 +466,9 @@ impl TextFamily {
             sandwich_norms: c.sandwich_norms,
             qk_norm: c.qk_norm,
             local_rope: None,
+            rotary_dim: None,
+            attn_output_gate: false,
+            linear: None,
         };
         let layers = decoder.num_hidden_layers;
         let window = f.sliding_window.unwrap_or(c.sliding_window);

@@ -220,6 +220,7 @@ impl Qwen2VisionTower {
             out_bias: true,
             scale: 1.0 / (head_dim as f64).sqrt(),
             out_name: "proj",
+            output_gate: false,
             softcap: None,
             qk_norm: None,
         };
