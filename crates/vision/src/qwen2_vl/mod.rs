@@ -333,7 +333,10 @@ impl Qwen2VisionTower {
         };
         // Qwen3-VL's converter keeps `qkv` whole: its parts take the whole matrix's type (blocks
         // never straddle rows, so the parts' blocks are the whole's).
-        let names = match fused { true => ["qkv.weight"; 3], false => ["q.weight", "k.weight", "v.weight"] };
+        let names = match fused {
+            true => ["qkv.weight"; 3],
+            false => ["q.weight", "k.weight", "v.weight"],
+        };
         Ok([part(0, names[0])?, part(1, names[1])?, part(2, names[2])?])
     }
 
