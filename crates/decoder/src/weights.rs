@@ -322,24 +322,46 @@ impl Weights {
                 }
             }
         }
+        self.matrix_rows(out_dim, in_dim, name, 0..out_dim, name)
+    }
+
+    /// Rows `rows` of the dense matrix `name` `(out_dim, in_dim)` as a matrix of their own,
+    /// quantized as the plan (if any) quantizes a matrix named `as_name` (rounded to f16 where
+    /// the plan has no block type for its rows, as llama-quantize stores it): a fused matrix the
+    /// model splits (Qwen2-VL's `qkv` into `q`, `k`, `v`) is quantized part by part, as
+    /// llama.cpp's converter splits it before llama-quantize sees it.
+    pub fn matrix_rows(
+        &self,
+        out_dim: usize,
+        in_dim: usize,
+        name: &str,
+        rows: std::ops::Range<usize>,
+        as_name: &str,
+    ) -> Result<MatrixWeight> {
+        let n = rows.len();
         if let (Some(plan), true) = (&self.quant, crate::cpu_op::kernels_run_on(&self.device)) {
-            let full = self.full_name(name);
+            let full = self.full_name(as_name);
             if let Some(qtype) = plan.type_for(&full, in_dim) {
-                let dense =
-                    self.get_with_dtype(&[out_dim, in_dim], name, DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                let dense = self.get_with_dtype(&[out_dim, in_dim], name, DType::F32)?;
+                let dense = dense.narrow(0, rows.start, n)?.flatten_all()?.to_vec1::<f32>()?;
                 let err = |e: tessera_kernels::KernelError| DecoderError::TensorData {
                     name: full.clone(),
                     source_desc: self.describe(),
                     reason: e.to_string(),
                 };
                 let pool = tessera_kernels::ThreadPool::global();
-                let blocks =
-                    tessera_kernels::quantize::quantize_rows(pool, qtype, &dense, out_dim, in_dim).map_err(err)?;
-                let m = QMatrix::new(qtype, out_dim, in_dim, blocks).map_err(err)?;
+                let blocks = tessera_kernels::quantize::quantize_rows(pool, qtype, &dense, n, in_dim).map_err(err)?;
+                let m = QMatrix::new(qtype, n, in_dim, blocks).map_err(err)?;
                 return Ok(MatrixWeight::Packed(Arc::new(m)));
             }
+            if crate::quant::role_of(&full) != crate::quant::Role::Kept {
+                // A matrix whose rows no block type tiles: llama-quantize stores it in f16.
+                let dense = self.get_with_dtype(&[out_dim, in_dim], name, DType::F16)?;
+                return Ok(MatrixWeight::Dense(dense.narrow(0, rows.start, n)?.contiguous()?.to_dtype(self.dtype)?));
+            }
         }
-        Ok(MatrixWeight::Dense(self.get(&[out_dim, in_dim], name)?))
+        let dense = self.get(&[out_dim, in_dim], name)?;
+        Ok(MatrixWeight::Dense(if n == out_dim { dense } else { dense.narrow(0, rows.start, n)?.contiguous()? }))
     }
 
     /// A linear layer `in_dim → out_dim` named `name` (with `name.weight`, optionally `name.bias`).

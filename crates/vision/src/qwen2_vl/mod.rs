@@ -228,7 +228,7 @@ impl Qwen2VisionTower {
             .map(|i| {
                 let b = vb.pp("blocks").pp(i);
                 let a = b.pp("attn");
-                let [q, k, v] = Self::qkv(e, &a)?;
+                let [q, k, v] = Self::qkv(e, &a, cfg.qwen3.is_some())?;
                 let attn = Attention::from_parts(&attn_cfg, q, k, v, a.linear(e, e, true, "proj")?)?;
                 let mlp = match cfg.mlp {
                     VisionMlp::Linear { intermediate } => BlockMlp::Plain(Mlp::named(
@@ -321,19 +321,24 @@ impl Qwen2VisionTower {
     /// A block's query, key and value projections `(e, e)` with biases: from the checkpoint's
     /// one `qkv` matrix `(3e, e)`, or the three llama.cpp's converter splits it into (Qwen2-VL,
     /// Qwen2.5-VL).
-    fn qkv(e: usize, a: &Weights) -> Result<[Linear; 3]> {
+    /// `fused`: the mmproj keeps the matrix whole (Qwen3-VL).
+    fn qkv(e: usize, a: &Weights, fused: bool) -> Result<[Linear; 3]> {
         if !a.contains("qkv.weight") && a.contains("q.weight") {
             return Ok([a.linear(e, e, true, "q")?, a.linear(e, e, true, "k")?, a.linear(e, e, true, "v")?]);
         }
-        let qkv_w = a.get(&[3 * e, e], "qkv.weight")?;
         let qkv_b = a.get(&[3 * e], "qkv.bias")?;
-        let part = |k: usize| -> Result<Linear> {
-            Ok(Linear::new(
-                MatrixWeight::Dense(qkv_w.narrow(0, k * e, e)?.contiguous()?),
-                Some(qkv_b.narrow(0, k * e, e)?.contiguous()?),
-            )?)
+        // Each part quantized (under a plan) as the converter's split `q`/`k`/`v` would be.
+        let part = |k: usize, as_name: &str| -> Result<Linear> {
+            let w = a.matrix_rows(3 * e, e, "qkv.weight", k * e..(k + 1) * e, as_name)?;
+            Ok(Linear::new(w, Some(qkv_b.narrow(0, k * e, e)?.contiguous()?))?)
         };
-        Ok([part(0)?, part(1)?, part(2)?])
+        // Qwen3-VL's converter keeps `qkv` whole: its parts take the whole matrix's type (blocks
+        // never straddle rows, so the parts' blocks are the whole's).
+        let names = match fused {
+            true => ["qkv.weight"; 3],
+            false => ["q.weight", "k.weight", "v.weight"],
+        };
+        Ok([part(0, names[0])?, part(1, names[1])?, part(2, names[2])?])
     }
 
     pub fn config(&self) -> &Qwen2VisionConfig {
