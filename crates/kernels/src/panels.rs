@@ -33,7 +33,7 @@ thread_local! {
 /// Weight rows per panel: the 16 int32 lanes of a 512-bit register.
 pub(crate) const PANEL_ROWS: usize = 16;
 
-/// Whether `t` has a panel layout (the 32-value types, and `Q4_K` in `kpanels.rs`).
+/// Whether `t` has a panel layout (the 32-value types, and the k-quants in `kpanels.rs`).
 pub(crate) const fn has_panels(t: QType) -> bool {
     matches!(t, QType::Q4_0 | QType::Q4_1 | QType::Q5_0 | QType::Q5_1 | QType::Q8_0) || kpanels::is_kpanel(t)
 }
