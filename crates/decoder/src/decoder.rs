@@ -16,8 +16,10 @@ use crate::mask::{AttentionMask, MaskBiases, MaskPlan};
 
 /// The largest `queries × keys` bias a forward builds once and shares across layers (64 MiB of f32).
 const MAX_SHARED_BIAS: usize = 16 << 20;
+use crate::attention::ProjectedKv;
 use crate::mlp::GatedMlp;
 use crate::norm::{NormStyle, RmsNorm};
+use crate::per_layer::{LayerShape, LayerVariants, PerLayerGate};
 use crate::rope::{RopeConfig, RopeScaling, RotaryEmbedding};
 use crate::weights::Weights;
 
@@ -52,6 +54,8 @@ pub struct DecoderConfig {
     pub qk_norm: bool,
     /// A second rotary embedding for some layers (Gemma 3's local, sliding-window layers).
     pub local_rope: Option<LocalRope>,
+    /// Layers that are not all alike (Gemma 4); `None`: every layer has the fields above.
+    pub variants: Option<LayerVariants>,
 }
 
 /// The rotary embedding of the layers marked in `layers` (the others use [`DecoderConfig::rope`]).
@@ -66,6 +70,9 @@ fn rope_factors(rope: &RopeConfig) -> Vec<(&'static str, Option<f64>)> {
     match rope.scaling {
         RopeScaling::Default => Vec::new(),
         RopeScaling::Linear { factor } => vec![("rope_scaling.factor", Some(factor))],
+        RopeScaling::Proportional { fraction, factor } => {
+            vec![("partial_rotary_factor", Some(fraction)), ("rope_parameters.factor", Some(factor))]
+        }
         RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => vec![
             ("rope_scaling.factor", Some(factor)),
             ("rope_scaling.low_freq_factor", Some(low_freq_factor)),
@@ -137,6 +144,9 @@ impl DecoderConfig {
                 ));
             }
         }
+        if let Some(v) = &self.variants {
+            v.validate(self.num_hidden_layers, self.num_attention_heads)?;
+        }
         if let Some(local) = &self.local_rope {
             if local.layers.len() != self.num_hidden_layers {
                 return bad(format!(
@@ -147,6 +157,32 @@ impl DecoderConfig {
             }
         }
         Ok(())
+    }
+
+    /// Layer `i`'s shape: its entry in [`variants`](Self::variants), else the decoder's fields.
+    pub fn shape(&self, i: usize) -> LayerShape {
+        match self.variants.as_ref().and_then(|v| v.shapes.get(i)) {
+            Some(s) => *s,
+            None => LayerShape {
+                head_dim: self.head_dim,
+                num_key_value_heads: self.num_key_value_heads,
+                intermediate_size: self.intermediate_size,
+                k_eq_v: false,
+                kv_source: None,
+            },
+        }
+    }
+
+    /// Layer `i`'s attention.
+    pub fn attention_of(&self, i: usize) -> AttentionConfig {
+        let s = self.shape(i);
+        AttentionConfig {
+            head_dim: s.head_dim,
+            num_kv_heads: s.num_key_value_heads,
+            k_eq_v: s.k_eq_v,
+            v_norm: self.variants.as_ref().is_some_and(|v| v.value_norm),
+            ..self.attention()
+        }
     }
 
     pub fn attention(&self) -> AttentionConfig {
@@ -165,6 +201,8 @@ impl DecoderConfig {
             out_name: "o_proj",
             softcap: self.attn_logit_softcapping,
             qk_norm: self.qk_norm.then_some((self.rms_norm_eps, self.norm_style)),
+            k_eq_v: false,
+            v_norm: false,
         }
     }
 }
@@ -191,37 +229,76 @@ struct DecoderLayer {
     mlp: GatedMlp,
     /// Sandwich norms: `pre_feedforward_layernorm` and `post_feedforward_layernorm`.
     feedforward_norms: Option<(RmsNorm, RmsNorm)>,
+    /// The per-layer input's gate, after the MLP ([`LayerVariants::per_layer_input`]).
+    per_layer: Option<PerLayerGate>,
+    /// `layer_scalar`, multiplying the layer's output.
+    scalar: Option<Tensor>,
+    /// The layer whose keys and values this one reuses.
+    kv_source: Option<usize>,
+}
+
+/// What one layer's forward needs besides its input rows.
+struct LayerCall<'a> {
+    attention: AttentionInput<'a>,
+    reused: Option<ProjectedKv>,
+    per_layer: Option<(&'a Tensor, usize)>,
 }
 
 impl DecoderLayer {
-    fn new(cfg: &DecoderConfig, vb: &Weights) -> Result<Self> {
+    /// Layer `i`, given the layers before it (a layer may reuse an earlier one's keys and values).
+    fn new(cfg: &DecoderConfig, i: usize, earlier: &[DecoderLayer], vb: &Weights) -> Result<Self> {
         let (h, eps, style) = (cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_style);
         let norm = |name: &str| RmsNorm::load(h, eps, style, &vb.pp(name));
+        let shape = cfg.shape(i);
+        let attn = cfg.attention_of(i);
+        let self_attn = match shape.kv_source.and_then(|j| earlier.get(j)) {
+            Some(source) => Attention::reusing(&attn, &vb.pp("self_attn"), &source.self_attn)?,
+            None => Attention::new(&attn, &vb.pp("self_attn"))?,
+        };
+        let variants = cfg.variants.as_ref();
         Ok(Self {
             input_layernorm: norm("input_layernorm")?,
-            self_attn: Attention::new(&cfg.attention(), &vb.pp("self_attn"))?,
+            self_attn,
             post_attention_layernorm: norm("post_attention_layernorm")?,
-            mlp: GatedMlp::new(h, cfg.intermediate_size, cfg.hidden_act, false, &vb.pp("mlp"))?,
+            mlp: GatedMlp::new(h, shape.intermediate_size, cfg.hidden_act, false, &vb.pp("mlp"))?,
             feedforward_norms: match cfg.sandwich_norms {
                 true => Some((norm("pre_feedforward_layernorm")?, norm("post_feedforward_layernorm")?)),
                 false => None,
             },
+            per_layer: match variants.and_then(|v| v.per_layer_input) {
+                Some(dim) => Some(PerLayerGate::load(h, dim, eps, cfg.hidden_act, vb)?),
+                None => None,
+            },
+            scalar: match variants.is_some_and(|v| v.layer_scalar) {
+                true => Some(vb.get(&[1], "layer_scalar")?),
+                false => None,
+            },
+            kv_source: shape.kv_source,
         })
     }
 
-    fn forward(&self, x: &Tensor, input: AttentionInput<'_>) -> Result<(Tensor, Option<Tensor>)> {
+    fn forward(&self, x: &Tensor, call: LayerCall<'_>) -> Result<(Tensor, Option<Tensor>, ProjectedKv)> {
+        let LayerCall { attention: input, reused, per_layer } = call;
         let Some((pre_ff, post_ff)) = &self.feedforward_norms else {
             // The residual adds run inside the output projections' passes.
             let input = AttentionInput { residual: Some(x), ..input };
-            let (x, weights) = self.self_attn.forward(&self.input_layernorm.forward(x)?, input)?;
+            let (x, weights, kv) = self.self_attn.forward_kv(&self.input_layernorm.forward(x)?, input, reused)?;
             let x = self.mlp.forward_add(&self.post_attention_layernorm.forward(&x)?, Some(&x))?;
-            return Ok((x, weights));
+            return Ok((x, weights, kv));
         };
-        let (a, weights) = self.self_attn.forward(&self.input_layernorm.forward(x)?, input)?;
+        let (a, weights, kv) = self.self_attn.forward_kv(&self.input_layernorm.forward(x)?, input, reused)?;
         let x = (x + self.post_attention_layernorm.forward(&a)?)?;
         let m = self.mlp.forward_add(&pre_ff.forward(&x)?, None)?;
-        let x = (&x + post_ff.forward(&m)?)?;
-        Ok((x, weights))
+        let mut x = (&x + post_ff.forward(&m)?)?;
+        if let (Some(gate), Some((inputs, i))) = (&self.per_layer, per_layer) {
+            x = gate.forward(&x, inputs, i)?;
+        } else if self.per_layer.is_some() {
+            return Err(DecoderError::Config("this decoder's layers need their per-layer inputs".into()));
+        }
+        if let Some(s) = &self.scalar {
+            x = x.broadcast_mul(s)?;
+        }
+        Ok((x, weights, kv))
     }
 }
 
@@ -239,13 +316,30 @@ impl Decoder {
     /// Loads `layers.{i}.*` and `norm.weight` from `vb` (the LM's root, e.g. `model`).
     pub fn new(cfg: &DecoderConfig, vb: &Weights) -> Result<Self> {
         cfg.validate()?;
-        let layers = (0..cfg.num_hidden_layers)
-            .map(|i| DecoderLayer::new(cfg, &vb.pp("layers").pp(i)))
-            .collect::<Result<Vec<_>>>()?;
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for i in 0..cfg.num_hidden_layers {
+            let layer = DecoderLayer::new(cfg, i, &layers, &vb.pp("layers").pp(i))?;
+            layers.push(layer);
+        }
         let norm = RmsNorm::load(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_style, &vb.pp("norm"))?;
-        let rope = RotaryEmbedding::new(&cfg.rope, cfg.head_dim, vb.dtype(), vb.device())?;
+        // Each rotary embedding spans the head size of the layers that use it.
+        let local_of = |i: usize| cfg.local_rope.as_ref().is_some_and(|l| l.layers.get(i).copied().unwrap_or(false));
+        let head_dim_of = |local: bool| -> Result<usize> {
+            let dims: Vec<usize> =
+                (0..cfg.num_hidden_layers).filter(|&i| local_of(i) == local).map(|i| cfg.shape(i).head_dim).collect();
+            match dims.first() {
+                Some(&d) if dims.iter().any(|&e| e != d) => Err(DecoderError::Config(format!(
+                    "the layers sharing a rotary embedding have head sizes {dims:?}; one size is needed"
+                ))),
+                Some(&d) => Ok(d),
+                None => Ok(cfg.head_dim),
+            }
+        };
+        let rope = RotaryEmbedding::new(&cfg.rope, head_dim_of(false)?, vb.dtype(), vb.device())?;
         let local_rope = match &cfg.local_rope {
-            Some(l) => Some((RotaryEmbedding::new(&l.rope, cfg.head_dim, vb.dtype(), vb.device())?, l.layers.clone())),
+            Some(l) => {
+                Some((RotaryEmbedding::new(&l.rope, head_dim_of(true)?, vb.dtype(), vb.device())?, l.layers.clone()))
+            }
             None => None,
         };
         Ok(Self { layers, norm, rope, local_rope, cfg: cfg.clone() })
@@ -320,7 +414,21 @@ impl Decoder {
         additions: &[Tensor],
         trace: &mut Trace,
     ) -> Result<Tensor> {
-        self.run(embeds, std::slice::from_mut(cache), masks, positions, additions, trace)
+        let inputs = LayerInputs { additions, per_layer: None };
+        self.run(embeds, std::slice::from_mut(cache), masks, positions, inputs, trace)
+    }
+
+    /// [`forward_traced`](Self::forward_traced) with the layers' extra `inputs`.
+    pub fn forward_with_inputs(
+        &self,
+        embeds: &Tensor,
+        cache: &mut KvCache,
+        masks: &MaskPlan,
+        positions: &Tensor,
+        inputs: LayerInputs<'_>,
+        trace: &mut Trace,
+    ) -> Result<Tensor> {
+        self.run(embeds, std::slice::from_mut(cache), masks, positions, inputs, trace)
     }
 
     /// One decode step of several sequences at once: `embeds` `(1, n, hidden)` holds the next
@@ -336,6 +444,18 @@ impl Decoder {
         masks: &MaskPlan,
         positions: &Tensor,
     ) -> Result<Tensor> {
+        self.forward_rows_with_inputs(embeds, caches, masks, positions, None)
+    }
+
+    /// [`forward_rows`](Self::forward_rows) with the rows' per-layer inputs `(1, n, layers, dim)`.
+    pub fn forward_rows_with_inputs(
+        &self,
+        embeds: &Tensor,
+        caches: &mut [KvCache],
+        masks: &MaskPlan,
+        positions: &Tensor,
+        per_layer: Option<&Tensor>,
+    ) -> Result<Tensor> {
         let (b, n, _) = embeds.dims3()?;
         if b != 1 || n != caches.len() || n == 0 {
             return Err(DecoderError::Config(format!(
@@ -343,7 +463,8 @@ impl Decoder {
                 caches.len()
             )));
         }
-        tessera_kernels::row_invariant(|| self.run(embeds, caches, masks, positions, &[], &mut Trace::default()))
+        let inputs = LayerInputs { additions: &[], per_layer };
+        tessera_kernels::row_invariant(|| self.run(embeds, caches, masks, positions, inputs, &mut Trace::default()))
     }
 
     fn run(
@@ -352,9 +473,10 @@ impl Decoder {
         caches: &mut [KvCache],
         masks: &MaskPlan,
         positions: &Tensor,
-        additions: &[Tensor],
+        inputs: LayerInputs<'_>,
         trace: &mut Trace,
     ) -> Result<Tensor> {
+        let LayerInputs { additions, per_layer } = inputs;
         if additions.len() > self.layers.len() {
             return Err(DecoderError::Config(format!(
                 "{} layer additions for {} layers",
@@ -404,6 +526,8 @@ impl Decoder {
         if trace.capture_hidden {
             trace.hidden_states.push(x.clone());
         }
+        // The keys and values each layer projected, kept for the layers that reuse them.
+        let mut projected: Vec<Option<ProjectedKv>> = vec![None; self.layers.len()];
         for (i, layer) in self.layers.iter().enumerate() {
             let capture = trace.attention_layers.contains(&i);
             let input = AttentionInput {
@@ -417,7 +541,19 @@ impl Decoder {
                 capture,
                 residual: None,
             };
-            let (y, weights) = layer.forward(&x, input)?;
+            let reused = match layer.kv_source {
+                Some(j) => Some(projected.get(j).cloned().flatten().ok_or_else(|| {
+                    DecoderError::Config(format!(
+                        "layer {i} reuses the keys and values of layer {j}, not run before it"
+                    ))
+                })?),
+                None => None,
+            };
+            let call = LayerCall { attention: input, reused, per_layer: per_layer.map(|p| (p, i)) };
+            let (y, weights, kv) = layer.forward(&x, call)?;
+            if self.layers.iter().any(|l| l.kv_source == Some(i)) {
+                projected[i] = Some(kv);
+            }
             x = match additions.get(i) {
                 Some(a) => (y + a)?,
                 None => y,
@@ -431,6 +567,15 @@ impl Decoder {
         }
         self.norm.forward(&x)
     }
+}
+
+/// What a forward adds to its layers besides the embeddings.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LayerInputs<'a> {
+    /// `additions[i]` `(b, t, hidden)` is added to layer `i`'s output (Qwen3-VL's DeepStack).
+    pub additions: &'a [Tensor],
+    /// The per-layer inputs `(b, t, layers, dim)` ([`crate::per_layer::PerLayerEmbedding`]).
+    pub per_layer: Option<&'a Tensor>,
 }
 
 /// The largest value a size field of a checkpoint's config may take (`None`: not a size this

@@ -109,6 +109,7 @@ impl ModelConfig {
             sandwich_norms: rules.sandwich_norms,
             qk_norm: content.tensor_infos.contains_key("blk.0.attn_q_norm.weight"),
             local_rope: None,
+            variants: None,
         };
         // Gemma 3's local layers (`hparams.set_swa_pattern`): with a window, every layer but each
         // n-th, turning by `rope.freq_base_swa` (10000 unless stated), unscaled.

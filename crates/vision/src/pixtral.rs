@@ -76,6 +76,8 @@ impl PixtralVisionConfig {
             out_bias: false,
             scale: 1.0 / (head_dim as f64).sqrt(),
             out_name: "o_proj",
+            k_eq_v: false,
+            v_norm: false,
             softcap: None,
             qk_norm: None,
         }

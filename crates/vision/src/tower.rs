@@ -103,6 +103,8 @@ pub(crate) fn vit_attention(
         out_name,
         softcap: None,
         qk_norm: None,
+        k_eq_v: false,
+        v_norm: false,
     }
 }
 

@@ -444,6 +444,7 @@ impl TextFamily {
             sandwich_norms: c.sandwich_norms,
             qk_norm: c.qk_norm,
             local_rope: None,
+            variants: None,
         };
         let layers = decoder.num_hidden_layers;
         let window = f.sliding_window.unwrap_or(c.sliding_window);

@@ -220,6 +220,8 @@ impl Qwen2VisionTower {
             out_bias: true,
             scale: 1.0 / (head_dim as f64).sqrt(),
             out_name: "proj",
+            k_eq_v: false,
+            v_norm: false,
             softcap: None,
             qk_norm: None,
         };
