@@ -32,6 +32,8 @@ Writes tests/fixtures/vlm/<name>/ for
   mistral3-tiny          Mistral3ForConditionalGeneration (Pixtral tower: 2-D RoPE, RMSNorm + SiLU-gated MLP, images
                          attending only to themselves; RMSNorm + 2x2 patch merger + MLP projector, Mistral text) +
                          PixtralProcessor ([IMG] rows closed by [IMG_BREAK], [IMG_END]); scripts/tiny_vlms/mistral3.py
+  gemma4-tiny            Gemma4ForConditionalGeneration (Gemma 4 tower, k x k pooling, PLE, shared keys and values, two head
+                         sizes, proportional RoPE) + Gemma4Processor; scripts/tiny_vlms/gemma4.py
   gemma3-tiny            Gemma3ForConditionalGeneration (SigLIP vision, 2x2 average pooling, mm_soft_emb_norm, a
                          Gemma 3 text model: q/k norms, 5 local : 1 global layers with their own RoPE bases and linear
                          scaling on the global one, a window of 8 under 16 image tokens, images attending to themselves
@@ -222,7 +224,7 @@ def with_paths(messages, images):
 
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "pixel_values", "pixel_attention_mask", "token_type_ids", "image_grid_thw",
-                "mm_token_type_ids", "image_sizes")
+                "mm_token_type_ids", "image_sizes", "image_position_ids")
 
 
 def prepare(processor, case, family):
@@ -342,7 +344,7 @@ def build(spec):
         os.makedirs(folder)
         torch.manual_seed(seed)
         model = spec["cls"](spec["config"]).eval()
-        randomize(model, seed, std=spec.get("std", 0.3))
+        spec.get("randomize", randomize)(model, seed, std=spec.get("std", 0.3))
         for k, v in spec["generation"].items():
             setattr(model.generation_config, k, v)
         model.save_pretrained(folder)
@@ -558,6 +560,7 @@ def main():
     from tiny_vlms.families import (gemma3_spec, llava_interleave_spec, llava_spec, paligemma2_spec, paligemma_spec,
                                     qwen2_5_vl_spec, qwen2_vl_spec, qwen3_vl_spec, smolvlm_spec)
     from tiny_vlms.internvl import internvl_spec
+    from tiny_vlms.gemma4 import gemma4_spec
     from tiny_vlms.mistral3 import mistral3_spec
     wanted = set(sys.argv[1:])
     torch.set_num_threads(2)
@@ -566,7 +569,7 @@ def main():
     specs = {"smolvlm-tiny": smolvlm_spec, "llava-tiny": llava_spec, "llava-interleave-tiny": llava_interleave_spec,
              "paligemma-tiny": paligemma_spec, "paligemma2-tiny": paligemma2_spec, "gemma3-tiny": gemma3_spec,
              "qwen2-vl-tiny": qwen2_vl_spec, "qwen2.5-vl-tiny": qwen2_5_vl_spec, "qwen3-vl-tiny": qwen3_vl_spec,
-             "internvl-tiny": internvl_spec, "mistral3-tiny": mistral3_spec}
+             "internvl-tiny": internvl_spec, "mistral3-tiny": mistral3_spec, "gemma4-tiny": gemma4_spec}
     for name, make in specs.items():
         if wanted and name not in wanted:
             continue

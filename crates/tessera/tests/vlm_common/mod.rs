@@ -22,6 +22,7 @@ pub const FAMILIES: &[&str] = &[
     "qwen3-vl-tiny",
     "internvl-tiny",
     "mistral3-tiny",
+    "gemma4-tiny",
 ];
 
 pub fn vlm_dir(name: &str) -> PathBuf {
