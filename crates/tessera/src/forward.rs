@@ -258,8 +258,18 @@ impl Model {
             .filter(|r| r.start < range.end && range.start < r.end)
             .map(|r| r.start.max(range.start) - range.start..r.end.min(range.end) - range.start)
             .collect();
-        let ids = &prompt.ids[range.clone()];
-        let per_layer = self.per_layer_inputs(ids, (1, ids.len()), &runs, &embeds)?;
+        // (Only a decoder with per-layer inputs reads the ids: the native model's prompt places
+        // its images before ids it does not hold.)
+        let per_layer = match (self.per_layer.is_some(), prompt.ids.get(range.clone())) {
+            (false, _) => None,
+            (true, Some(ids)) => self.per_layer_inputs(ids, (1, ids.len()), &runs, &embeds)?,
+            (true, None) => {
+                return Err(TesseraError::InvalidInput(format!(
+                    "positions {range:?} of a prompt of {} ids: per-layer inputs need every position's id",
+                    prompt.ids.len()
+                )))
+            }
+        };
         let hidden = self.run_decoder(
             &embeds,
             cache,
