@@ -35,6 +35,8 @@ Writes tests/fixtures/vlm/<name>/ for
   qwen3.5-tiny           Qwen3_5ForConditionalGeneration (Qwen3-VL's tower without DeepStack; Gated DeltaNet layers
                          x3 then a gated attention layer, partial rotary, (1 + w) norms) + Qwen3VLProcessor and the
                          real Qwen3.5 chat template; scripts/tiny_vlms/qwen3_5.py
+  gemma4-tiny            Gemma4ForConditionalGeneration (Gemma 4 tower, k x k pooling, PLE, shared keys and values, two head
+                         sizes, proportional RoPE) + Gemma4Processor; scripts/tiny_vlms/gemma4.py
   gemma3-tiny            Gemma3ForConditionalGeneration (SigLIP vision, 2x2 average pooling, mm_soft_emb_norm, a
                          Gemma 3 text model: q/k norms, 5 local : 1 global layers with their own RoPE bases and linear
                          scaling on the global one, a window of 8 under 16 image tokens, images attending to themselves
@@ -226,7 +228,7 @@ def with_paths(messages, images):
 
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "pixel_values", "pixel_attention_mask", "token_type_ids", "image_grid_thw",
-                "mm_token_type_ids", "image_sizes")
+                "mm_token_type_ids", "image_sizes", "image_position_ids")
 
 
 def prepare(processor, case, family):
@@ -346,7 +348,7 @@ def build(spec):
         os.makedirs(folder)
         torch.manual_seed(seed)
         model = spec["cls"](spec["config"]).eval()
-        randomize(model, seed, std=spec.get("std", 0.3))
+        spec.get("randomize", randomize)(model, seed, std=spec.get("std", 0.3))
         for k, v in spec["generation"].items():
             setattr(model.generation_config, k, v)
         model.save_pretrained(folder)
@@ -562,6 +564,7 @@ def main():
     from tiny_vlms.families import (gemma3_spec, llava_interleave_spec, llava_spec, paligemma2_spec, paligemma_spec,
                                     qwen2_5_vl_spec, qwen2_vl_spec, qwen3_vl_spec, smolvlm_spec)
     from tiny_vlms.internvl import internvl_spec
+    from tiny_vlms.gemma4 import gemma4_spec
     from tiny_vlms.mistral3 import mistral3_spec
     from tiny_vlms.qwen3_5 import qwen3_5_spec
     wanted = set(sys.argv[1:])
@@ -571,7 +574,8 @@ def main():
     specs = {"smolvlm-tiny": smolvlm_spec, "llava-tiny": llava_spec, "llava-interleave-tiny": llava_interleave_spec,
              "paligemma-tiny": paligemma_spec, "paligemma2-tiny": paligemma2_spec, "gemma3-tiny": gemma3_spec,
              "qwen2-vl-tiny": qwen2_vl_spec, "qwen2.5-vl-tiny": qwen2_5_vl_spec, "qwen3-vl-tiny": qwen3_vl_spec,
-             "internvl-tiny": internvl_spec, "mistral3-tiny": mistral3_spec, "qwen3.5-tiny": qwen3_5_spec}
+             "internvl-tiny": internvl_spec, "mistral3-tiny": mistral3_spec, "qwen3.5-tiny": qwen3_5_spec,
+             "gemma4-tiny": gemma4_spec}
     for name, make in specs.items():
         if wanted and name not in wanted:
             continue

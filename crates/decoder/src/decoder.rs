@@ -9,18 +9,19 @@
 use candle_core::Tensor;
 
 use crate::activation::Activation;
-use crate::attention::{AttentionConfig, AttentionInput};
+use crate::attention::{AttentionConfig, AttentionInput, ProjectedKv};
 use crate::error::{DecoderError, Result};
 use crate::gated_delta::GatedDeltaConfig;
 use crate::kv_cache::KvCache;
-use crate::layer::DecoderLayer;
+use crate::layer::{DecoderLayer, LayerCall};
 use crate::mask::{AttentionMask, MaskBiases, MaskPlan};
+use crate::norm::{NormStyle, RmsNorm};
+use crate::per_layer::{LayerShape, LayerVariants};
+use crate::rope::{RopeConfig, RopeScaling, RotaryEmbedding};
+use crate::weights::Weights;
 
 /// The largest `queries × keys` bias a forward builds once and shares across layers (64 MiB of f32).
 const MAX_SHARED_BIAS: usize = 16 << 20;
-use crate::norm::{NormStyle, RmsNorm};
-use crate::rope::{RopeConfig, RopeScaling, RotaryEmbedding};
-use crate::weights::Weights;
 
 /// The runtime blueprint of a decoder; model configs (`config.json`, GGUF metadata) convert into it.
 #[derive(Debug, Clone)]
@@ -53,6 +54,8 @@ pub struct DecoderConfig {
     pub qk_norm: bool,
     /// A second rotary embedding for some layers (Gemma 3's local, sliding-window layers).
     pub local_rope: Option<LocalRope>,
+    /// Layers that are not all alike (Gemma 4); `None`: every layer has the fields above.
+    pub variants: Option<LayerVariants>,
     /// The dimensions of each head that RoPE rotates, the first ones (`partial_rotary_factor ×
     /// head_dim`: Qwen3.5 rotates a quarter); `None`: all of them.
     pub rotary_dim: Option<usize>,
@@ -82,6 +85,9 @@ fn rope_factors(rope: &RopeConfig) -> Vec<(&'static str, Option<f64>)> {
     match rope.scaling {
         RopeScaling::Default => Vec::new(),
         RopeScaling::Linear { factor } => vec![("rope_scaling.factor", Some(factor))],
+        RopeScaling::Proportional { fraction, factor } => {
+            vec![("partial_rotary_factor", Some(fraction)), ("rope_parameters.factor", Some(factor))]
+        }
         RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => vec![
             ("rope_scaling.factor", Some(factor)),
             ("rope_scaling.low_freq_factor", Some(low_freq_factor)),
@@ -163,6 +169,9 @@ impl DecoderConfig {
                 self.num_hidden_layers
             ));
         }
+        if let Some(v) = &self.variants {
+            v.validate(self.num_hidden_layers, self.num_attention_heads)?;
+        }
         if let Some(local) = &self.local_rope {
             if local.layers.len() != self.num_hidden_layers {
                 return bad(format!(
@@ -173,6 +182,32 @@ impl DecoderConfig {
             }
         }
         Ok(())
+    }
+
+    /// Layer `i`'s shape: its entry in [`variants`](Self::variants), else the decoder's fields.
+    pub fn shape(&self, i: usize) -> LayerShape {
+        match self.variants.as_ref().and_then(|v| v.shapes.get(i)) {
+            Some(s) => *s,
+            None => LayerShape {
+                head_dim: self.head_dim,
+                num_key_value_heads: self.num_key_value_heads,
+                intermediate_size: self.intermediate_size,
+                k_eq_v: false,
+                kv_source: None,
+            },
+        }
+    }
+
+    /// Layer `i`'s attention.
+    pub fn attention_of(&self, i: usize) -> AttentionConfig {
+        let s = self.shape(i);
+        AttentionConfig {
+            head_dim: s.head_dim,
+            num_kv_heads: s.num_key_value_heads,
+            k_eq_v: s.k_eq_v,
+            v_norm: self.variants.as_ref().is_some_and(|v| v.value_norm),
+            ..self.attention()
+        }
     }
 
     pub fn attention(&self) -> AttentionConfig {
@@ -192,6 +227,8 @@ impl DecoderConfig {
             softcap: self.attn_logit_softcapping,
             qk_norm: self.qk_norm.then_some((self.rms_norm_eps, self.norm_style)),
             output_gate: self.attn_output_gate,
+            k_eq_v: false,
+            v_norm: false,
         }
     }
 
@@ -228,14 +265,33 @@ impl Decoder {
     /// Loads `layers.{i}.*` and `norm.weight` from `vb` (the LM's root, e.g. `model`).
     pub fn new(cfg: &DecoderConfig, vb: &Weights) -> Result<Self> {
         cfg.validate()?;
-        let layers = (0..cfg.num_hidden_layers)
-            .map(|i| DecoderLayer::new(cfg, i, &vb.pp("layers").pp(i)))
-            .collect::<Result<Vec<_>>>()?;
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for i in 0..cfg.num_hidden_layers {
+            let layer = DecoderLayer::new(cfg, i, &layers, &vb.pp("layers").pp(i))?;
+            layers.push(layer);
+        }
         let norm = RmsNorm::load(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_style, &vb.pp("norm"))?;
-        let (hd, rd) = (cfg.head_dim, cfg.rotary_dim.unwrap_or(cfg.head_dim));
-        let rope = RotaryEmbedding::partial(&cfg.rope, hd, rd, vb.dtype(), vb.device())?;
+        // Each rotary embedding spans the head size of the layers that use it.
+        let local_of = |i: usize| cfg.local_rope.as_ref().is_some_and(|l| l.layers.get(i).copied().unwrap_or(false));
+        let head_dim_of = |local: bool| -> Result<usize> {
+            let dims: Vec<usize> =
+                (0..cfg.num_hidden_layers).filter(|&i| local_of(i) == local).map(|i| cfg.shape(i).head_dim).collect();
+            match dims.first() {
+                Some(&d) if dims.iter().any(|&e| e != d) => Err(DecoderError::Config(format!(
+                    "the layers sharing a rotary embedding have head sizes {dims:?}; one size is needed"
+                ))),
+                Some(&d) => Ok(d),
+                None => Ok(cfg.head_dim),
+            }
+        };
+        let rotary = |hd: usize| cfg.rotary_dim.unwrap_or(hd);
+        let hd = head_dim_of(false)?;
+        let rope = RotaryEmbedding::partial(&cfg.rope, hd, rotary(hd), vb.dtype(), vb.device())?;
         let local_rope = match &cfg.local_rope {
-            Some(l) => Some((RotaryEmbedding::partial(&l.rope, hd, rd, vb.dtype(), vb.device())?, l.layers.clone())),
+            Some(l) => {
+                let hd = head_dim_of(true)?;
+                Some((RotaryEmbedding::partial(&l.rope, hd, rotary(hd), vb.dtype(), vb.device())?, l.layers.clone()))
+            }
             None => None,
         };
         Ok(Self { layers, norm, rope, local_rope, cfg: cfg.clone() })
@@ -310,7 +366,21 @@ impl Decoder {
         additions: &[Tensor],
         trace: &mut Trace,
     ) -> Result<Tensor> {
-        self.run(embeds, std::slice::from_mut(cache), masks, positions, additions, trace)
+        let inputs = LayerInputs { additions, per_layer: None };
+        self.run(embeds, std::slice::from_mut(cache), masks, positions, inputs, trace)
+    }
+
+    /// [`forward_traced`](Self::forward_traced) with the layers' extra `inputs`.
+    pub fn forward_with_inputs(
+        &self,
+        embeds: &Tensor,
+        cache: &mut KvCache,
+        masks: &MaskPlan,
+        positions: &Tensor,
+        inputs: LayerInputs<'_>,
+        trace: &mut Trace,
+    ) -> Result<Tensor> {
+        self.run(embeds, std::slice::from_mut(cache), masks, positions, inputs, trace)
     }
 
     /// One decode step of several sequences at once: `embeds` `(1, n, hidden)` holds the next
@@ -326,6 +396,18 @@ impl Decoder {
         masks: &MaskPlan,
         positions: &Tensor,
     ) -> Result<Tensor> {
+        self.forward_rows_with_inputs(embeds, caches, masks, positions, None)
+    }
+
+    /// [`forward_rows`](Self::forward_rows) with the rows' per-layer inputs `(1, n, layers, dim)`.
+    pub fn forward_rows_with_inputs(
+        &self,
+        embeds: &Tensor,
+        caches: &mut [KvCache],
+        masks: &MaskPlan,
+        positions: &Tensor,
+        per_layer: Option<&Tensor>,
+    ) -> Result<Tensor> {
         let (b, n, _) = embeds.dims3()?;
         if b != 1 || n != caches.len() || n == 0 {
             return Err(DecoderError::Config(format!(
@@ -333,7 +415,8 @@ impl Decoder {
                 caches.len()
             )));
         }
-        tessera_kernels::row_invariant(|| self.run(embeds, caches, masks, positions, &[], &mut Trace::default()))
+        let inputs = LayerInputs { additions: &[], per_layer };
+        tessera_kernels::row_invariant(|| self.run(embeds, caches, masks, positions, inputs, &mut Trace::default()))
     }
 
     fn run(
@@ -342,9 +425,10 @@ impl Decoder {
         caches: &mut [KvCache],
         masks: &MaskPlan,
         positions: &Tensor,
-        additions: &[Tensor],
+        inputs: LayerInputs<'_>,
         trace: &mut Trace,
     ) -> Result<Tensor> {
+        let LayerInputs { additions, per_layer } = inputs;
         if additions.len() > self.layers.len() {
             return Err(DecoderError::Config(format!(
                 "{} layer additions for {} layers",
@@ -394,6 +478,8 @@ impl Decoder {
         if trace.capture_hidden {
             trace.hidden_states.push(x.clone());
         }
+        // The keys and values each layer projected, kept for the layers that reuse them.
+        let mut projected: Vec<Option<ProjectedKv>> = vec![None; self.layers.len()];
         for (i, layer) in self.layers.iter().enumerate() {
             let capture = trace.attention_layers.contains(&i);
             let input = AttentionInput {
@@ -407,7 +493,19 @@ impl Decoder {
                 capture,
                 residual: None,
             };
-            let (y, weights) = layer.forward(&x, input)?;
+            let reused = match layer.kv_source {
+                Some(j) => Some(projected.get(j).cloned().flatten().ok_or_else(|| {
+                    DecoderError::Config(format!(
+                        "layer {i} reuses the keys and values of layer {j}, not run before it"
+                    ))
+                })?),
+                None => None,
+            };
+            let call = LayerCall { attention: input, reused, per_layer: per_layer.map(|p| (p, i)) };
+            let (y, weights, kv) = layer.forward(&x, call)?;
+            if self.layers.iter().any(|l| l.kv_source == Some(i)) {
+                projected[i] = kv;
+            }
             x = match additions.get(i) {
                 Some(a) => (y + a)?,
                 None => y,
@@ -421,6 +519,15 @@ impl Decoder {
         }
         self.norm.forward(&x)
     }
+}
+
+/// What a forward adds to its layers besides the embeddings.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LayerInputs<'a> {
+    /// `additions[i]` `(b, t, hidden)` is added to layer `i`'s output (Qwen3-VL's DeepStack).
+    pub additions: &'a [Tensor],
+    /// The per-layer inputs `(b, t, layers, dim)` ([`crate::per_layer::PerLayerEmbedding`]).
+    pub per_layer: Option<&'a Tensor>,
 }
 
 /// The largest value a size field of a checkpoint's config may take (`None`: not a size this

@@ -1,6 +1,7 @@
 //! Decoder-only transformer building blocks, written once and composed by every model:
 //! RMSNorm, rotary embeddings (and their variants), grouped-query attention, gated MLPs,
-//! attention masks, the KV cache, Gated DeltaNet's linear attention with its per-sequence state,
+//! attention masks, the KV cache, layers that differ (per-layer shapes, shared keys and values,
+//! per-layer inputs), Gated DeltaNet's linear attention with its per-sequence state,
 //! and a forward over embeddings returning hidden states.
 //! Also the weight sources (safetensors, GGUF) and the linear layer (dense or quantized)
 //! that vision towers share, and load-time quantization's choice of types (`quant`).
@@ -19,6 +20,7 @@ pub mod linear;
 pub mod mask;
 pub mod mlp;
 pub mod norm;
+pub mod per_layer;
 pub mod quant;
 pub mod qwen_vl_names;
 pub mod rope;
@@ -30,7 +32,7 @@ pub use attention::{
     flash_attention_enabled, scaled_dot_product_attention, Attention, AttentionConfig, AttentionInput,
 };
 pub use cpu_op::kernels_run_on;
-pub use decoder::{Decoder, DecoderConfig, LinearLayers, LocalRope, Trace};
+pub use decoder::{Decoder, DecoderConfig, LayerInputs, LinearLayers, LocalRope, Trace};
 pub use error::{DecoderError, Result};
 pub use gated_delta::{DeltaState, GatedDeltaConfig, GatedDeltaNet};
 pub use kv_cache::KvCache;
@@ -38,6 +40,7 @@ pub use linear::Linear;
 pub use mask::{AttentionMask, Blocks, MaskBiases, MaskPlan};
 pub use mlp::{GatedMlp, Mlp};
 pub use norm::{LayerNorm, NormStyle, RmsNorm};
+pub use per_layer::{LayerShape, LayerVariants, PerLayerEmbedding, PerLayerGate};
 pub use quant::{QuantMix, QuantPlan};
 pub use rope::{MRope, RopeAngles, RopeConfig, RopeScaling, RopeStyle, RotaryEmbedding};
 pub use tessera_kernels::row_invariant;

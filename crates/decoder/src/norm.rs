@@ -37,6 +37,11 @@ impl RmsNorm {
         Self::new(vb.get(&[dim], "weight")?, eps, style)
     }
 
+    /// A norm with no learned scale (`x̂`; Gemma 4's `v_norm`, `with_scale=False`).
+    pub fn unscaled(dim: usize, eps: f64, dtype: DType, device: &candle_core::Device) -> Result<Self> {
+        Self::new(Tensor::ones(dim, dtype, device)?, eps, NormStyle::Plain)
+    }
+
     /// `x`: `(..., dim)` → same shape and dtype.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         use crate::cpu_op::kernels_take;

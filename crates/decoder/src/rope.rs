@@ -27,6 +27,10 @@ pub enum RopeScaling {
     Linear { factor: f64 },
     /// Llama 3.1's wavelength-dependent scaling.
     Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_position_embeddings: usize },
+    /// Gemma 4's full-attention layers (`proportional`): the first `⌊fraction·dim/2⌋`
+    /// frequencies as default RoPE over the whole `dim`, the rest zero (those dimensions do not
+    /// rotate), every one divided by `factor`.
+    Proportional { fraction: f64, factor: f64 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -89,6 +93,11 @@ impl RopeConfig {
         match self.scaling {
             RopeScaling::Default => inv,
             RopeScaling::Linear { factor } => inv.into_iter().map(|f| f / factor as f32).collect(),
+            RopeScaling::Proportional { fraction, factor } => {
+                // transformers: `int(partial_rotary_factor * head_dim // 2)` angles rotate.
+                let rotated = (fraction * dim as f64 / 2.0).floor() as usize;
+                inv.into_iter().enumerate().map(|(i, f)| if i < rotated { f / factor as f32 } else { 0.0 }).collect()
+            }
             RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => {
                 let old = original_max_position_embeddings as f32;
                 let (factor, low, high) = (factor as f32, low_freq_factor as f32, high_freq_factor as f32);

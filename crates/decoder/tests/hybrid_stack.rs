@@ -47,6 +47,7 @@ fn config() -> DecoderConfig {
         sandwich_norms: false,
         qk_norm: true,
         local_rope: None,
+        variants: None,
         rotary_dim: Some(8),
         attn_output_gate: true,
         linear: Some(LinearLayers {

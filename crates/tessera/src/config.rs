@@ -112,6 +112,7 @@ impl ModelConfig {
             rotary_dim: None,
             attn_output_gate: false,
             linear: None,
+            variants: None,
         };
         // Gemma 3's local layers (`hparams.set_swa_pattern`): with a window, every layer but each
         // n-th, turning by `rope.freq_base_swa` (10000 unless stated), unscaled.
@@ -180,6 +181,9 @@ impl ModelConfig {
             text_family: family,
             prompt: PromptStyle::Chat,
             bidirectional_images: false,
+            bidirectional_in_sliding_layers_only: false,
+            per_layer_inputs: None,
+            embed_as: Vec::new(),
             embed_scale: rules.embed_scaled.then(|| (hidden as f64).sqrt()),
             decoder,
             vocab_size,

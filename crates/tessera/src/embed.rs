@@ -215,9 +215,8 @@ impl Analysis<'_> {
             flat.extend(ids.iter().copied());
             flat.extend(std::iter::repeat_n(pad, longest - ids.len()));
         }
-        let embeds = self.embed_id_rows(&flat, (all.len(), longest))?;
         let mut trace = Trace { capture_hidden: true, ..Default::default() };
-        let last = self.forward_embeds(&embeds, &[], &mut self.new_cache(), &mut trace)?;
+        let last = self.forward_ids(&flat, (all.len(), longest), &mut self.new_cache(), &mut trace)?;
         let states = trace.hidden_states;
         let chosen = if layer == self.config().decoder.num_hidden_layers { last } else { states[layer].clone() };
         all.into_iter()

@@ -6,7 +6,7 @@
 use std::ops::{Bound, Range, RangeBounds};
 
 use candle_core::Tensor;
-use tessera_decoder::{AttentionMask, Blocks, KvCache, MaskPlan, Trace};
+use tessera_decoder::{AttentionMask, Blocks, KvCache, LayerInputs, MaskPlan, Trace};
 
 use crate::config::PromptStyle;
 use crate::error::{Result, TesseraError};
@@ -24,7 +24,53 @@ pub const PREFILL_BLOCK: usize = 512;
 impl Model {
     /// Runs `ids` after what `cache` holds; returns f32 logits `(vocab,)` of the last position.
     pub fn forward_last(&self, ids: &[u32], cache: &mut KvCache) -> Result<Tensor> {
-        self.last_logits(&self.forward_embeds(&self.embed_ids(ids)?, &[], cache, &mut Trace::default())?)
+        self.last_logits(&self.forward_ids(ids, (1, ids.len()), cache, &mut Trace::default())?)
+    }
+
+    /// The decoder over token ids, `b` rows of `t` one after the other, after what `cache`
+    /// holds (one row with a cache; several from an empty one) → final-normed hidden states
+    /// `(b, t, hidden)`: [`forward_embeds`](Self::forward_embeds) of their embeddings, with the
+    /// per-layer inputs of models that take them.
+    pub fn forward_ids(
+        &self,
+        ids: &[u32],
+        rows: (usize, usize),
+        cache: &mut KvCache,
+        trace: &mut Trace,
+    ) -> Result<Tensor> {
+        let embeds = self.embed_id_rows(ids, rows)?;
+        let per_layer = self.per_layer_inputs(ids, rows, &[], &embeds)?;
+        let t = embeds.dim(1)?;
+        let positions = self.decoder.consecutive_positions(Self::next_position(cache)?, t, embeds.device())?;
+        self.run_decoder(
+            &embeds,
+            cache,
+            trace,
+            &[],
+            &positions,
+            LayerInputs { additions: &[], per_layer: per_layer.as_ref() },
+        )
+    }
+
+    /// The per-layer inputs `(b, t, layers, dim)` of `ids` (`rows` = `(b, t)`) whose input
+    /// embeddings are `embeds`, for a model that takes them; the positions in `images`
+    /// (relative to the first) look up the pad id's row instead of their placeholder's.
+    pub(crate) fn per_layer_inputs(
+        &self,
+        ids: &[u32],
+        (b, t): (usize, usize),
+        images: &[Range<usize>],
+        embeds: &Tensor,
+    ) -> Result<Option<Tensor>> {
+        let (Some(table), Some(p)) = (&self.per_layer, self.config.per_layer_inputs) else { return Ok(None) };
+        let ids: Vec<u32> = self
+            .embedded_ids(ids)
+            .into_iter()
+            .enumerate()
+            .map(|(i, id)| if images.iter().any(|r| r.contains(&(i % t.max(1)))) { p.pad_id } else { id })
+            .collect();
+        let ids = Tensor::from_vec(ids, (b, t), embeds.device())?;
+        Ok(Some(table.forward(&ids, embeds)?))
     }
 
     /// The f32 logits `(vocab,)` of the last row of hidden states `(1, t, hidden)`.
@@ -70,7 +116,9 @@ impl Model {
             .collect::<Result<Vec<_>>>()?;
         let positions = self.decoder.row_positions(&starts, &self.device)?;
         let masks = self.mask_plan(1, 1, &[])?;
-        let hidden = self.decoder.forward_rows(&self.embed_ids(ids)?, caches, &masks, &positions)?;
+        let embeds = self.embed_ids(ids)?;
+        let per_layer = self.per_layer_inputs(ids, (1, ids.len()), &[], &embeds)?;
+        let hidden = self.decoder.forward_rows_with_inputs(&embeds, caches, &masks, &positions, per_layer.as_ref())?;
         tessera_decoder::row_invariant(|| self.logits(&hidden))
     }
 
@@ -92,6 +140,7 @@ impl Model {
                 .map(|&window| match (prefix, &blocks, window) {
                     (Some(prefix_len), _, None) => AttentionMask::PrefixLm { prefix_len },
                     (Some(prefix_len), _, Some(window)) => AttentionMask::SlidingPrefixLm { prefix_len, window },
+                    (None, Some(_), None) if self.config.bidirectional_in_sliding_layers_only => AttentionMask::Causal,
                     (None, Some(blocks), window) => AttentionMask::CausalBlocks { window, blocks: blocks.clone() },
                     (None, None, Some(window)) => AttentionMask::SlidingWindow { window },
                     (None, None, None) => AttentionMask::Causal,
@@ -103,7 +152,8 @@ impl Model {
     /// The decoder over embeddings `(1, t, hidden)` after what `cache` holds → final-normed
     /// hidden states, at consecutive positions; `image_runs`: the rows holding images (a
     /// prompt's [`Prompt::image_runs`](crate::Prompt::image_runs)), for the masks that treat
-    /// images apart (empty for text).
+    /// images apart (empty for text). A model that takes per-layer inputs needs the token ids
+    /// ([`forward_ids`](Self::forward_ids), [`forward`](Self::forward)).
     pub fn forward_embeds(
         &self,
         embeds: &Tensor,
@@ -112,8 +162,13 @@ impl Model {
         trace: &mut Trace,
     ) -> Result<Tensor> {
         let t = embeds.dim(1)?;
+        if self.per_layer.is_some() {
+            return Err(TesseraError::InvalidInput(
+                "this model's decoder takes per-layer inputs of the token ids: run it on ids, not embeddings".into(),
+            ));
+        }
         let positions = self.decoder.consecutive_positions(Self::next_position(cache)?, t, embeds.device())?;
-        self.run_decoder(embeds, cache, trace, image_runs, &positions, &[])
+        self.run_decoder(embeds, cache, trace, image_runs, &positions, LayerInputs::default())
     }
 
     /// Where `prompt`'s prefill blocks end (ascending; the last is its length). Generation runs a
@@ -203,7 +258,26 @@ impl Model {
             .filter(|r| r.start < range.end && range.start < r.end)
             .map(|r| r.start.max(range.start) - range.start..r.end.min(range.end) - range.start)
             .collect();
-        let hidden = self.run_decoder(&embeds, cache, trace, &runs, &positions, &additions)?;
+        // (Only a decoder with per-layer inputs reads the ids: the native model's prompt places
+        // its images before ids it does not hold.)
+        let per_layer = match (self.per_layer.is_some(), prompt.ids.get(range.clone())) {
+            (false, _) => None,
+            (true, Some(ids)) => self.per_layer_inputs(ids, (1, ids.len()), &runs, &embeds)?,
+            (true, None) => {
+                return Err(TesseraError::InvalidInput(format!(
+                    "positions {range:?} of a prompt of {} ids: per-layer inputs need every position's id",
+                    prompt.ids.len()
+                )))
+            }
+        };
+        let hidden = self.run_decoder(
+            &embeds,
+            cache,
+            trace,
+            &runs,
+            &positions,
+            LayerInputs { additions: &additions, per_layer: per_layer.as_ref() },
+        )?;
         cache.set_position_delta(delta);
         Ok(hidden)
     }
@@ -300,7 +374,7 @@ impl Model {
         trace: &mut Trace,
         image_runs: &[Range<usize>],
         positions: &Tensor,
-        additions: &[Tensor],
+        inputs: LayerInputs<'_>,
     ) -> Result<Tensor> {
         let t = embeds.dim(1)?;
         if t == 0 {
@@ -314,6 +388,6 @@ impl Model {
             )));
         }
         let masks = self.mask_plan(cache.len(), t, image_runs)?;
-        Ok(self.decoder.forward_with_additions(embeds, cache, &masks, positions, additions, trace)?)
+        Ok(self.decoder.forward_with_inputs(embeds, cache, &masks, positions, inputs, trace)?)
     }
 }

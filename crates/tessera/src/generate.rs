@@ -426,7 +426,7 @@ impl Model {
         traces.push(trace.hidden_states);
         if !generated.is_empty() {
             let mut trace = Trace { capture_hidden: true, ..Default::default() };
-            self.forward_embeds(&self.embed_ids(generated)?, &[], &mut cache, &mut trace)?;
+            self.forward_ids(generated, (1, generated.len()), &mut cache, &mut trace)?;
             traces.push(trace.hidden_states);
         }
         let layers = traces.first().map(Vec::len).unwrap_or(0);
@@ -458,7 +458,7 @@ impl Model {
         let mut trace = Trace { attention_layers: layers, ..Default::default() };
         let hidden = match input {
             StepInput::Prompt(p) => self.prefill(p, cache, &mut ImageInputs::default(), &mut trace)?,
-            StepInput::Token(id) => self.forward_embeds(&self.embed_ids(&[id])?, &[], cache, &mut trace)?,
+            StepInput::Token(id) => self.forward_ids(&[id], (1, 1), cache, &mut trace)?,
         };
         let logits = self.last_logits(&hidden)?.to_vec1::<f32>()?;
         if !capture {

@@ -98,6 +98,8 @@ pub struct Model {
     /// The config's `embed_scale` as a scalar on the device in the embeddings' dtype, made once.
     pub(crate) embed_scale: Option<Tensor>,
     pub(crate) decoder: Decoder,
+    /// The decoder's per-layer input table, when it takes them ([`ModelConfig::per_layer_inputs`]).
+    pub(crate) per_layer: Option<tessera_decoder::PerLayerEmbedding>,
     pub(crate) lm_head: Linear,
     /// The family's image side, for models that take images.
     pub(crate) images: Option<Box<dyn ImageSide>>,
@@ -186,6 +188,9 @@ impl Model {
         let gen_path = dir.join("generation_config.json");
         let generation_config =
             if gen_path.exists() { GenerationConfig::from_file(&gen_path)? } else { GenerationConfig::default() };
+        if let Some(why) = config.vision.as_ref().and_then(|v| v.int8_refusal()).filter(|_| opts.vision_q8_0) {
+            return Err(TesseraError::InvalidInput(format!("--vision-int8 is refused for {}: {why}", config.family)));
+        }
         let (text_plan, vision_plan) = quant_plans(&config, &vb, opts);
         let info = ModelInfo {
             source: ModelSource::Dir(dir.to_path_buf()),
@@ -308,6 +313,17 @@ impl Model {
             other => TokenEmbedding::new(other.dense(vb.dtype())?)?,
         };
         let decoder = Decoder::new(d, &lm)?;
+        let per_layer = match config.per_layer_inputs {
+            Some(p) => Some(tessera_decoder::PerLayerEmbedding::load(
+                p.vocab,
+                d.hidden_size,
+                d.num_hidden_layers,
+                p.dim,
+                d.rms_norm_eps,
+                &lm,
+            )?),
+            None => None,
+        };
         let lm_head = if config.tie_word_embeddings || !vb.contains(&format!("{head_name}.weight")) {
             Linear::new(embed_weight, None)?
         } else {
@@ -341,6 +357,7 @@ impl Model {
             embed,
             embed_scale,
             decoder,
+            per_layer,
             lm_head,
             images: None,
             kv_cache_dtype: kv_cache_dtype(opts, info_dtype)?,
@@ -441,6 +458,14 @@ impl Model {
     /// scaled as the model scales them (Gemma: by √width, in the weights' dtype). The ids are
     /// checked on the host; only they are sent to the device.
     pub fn embed_id_rows(&self, ids: &[u32], (b, t): (usize, usize)) -> Result<Tensor> {
+        let aliased;
+        let ids = match self.config.embed_as.is_empty() {
+            true => ids,
+            false => {
+                aliased = self.embedded_ids(ids);
+                &aliased[..]
+            }
+        };
         let e = self.embed.lookup(ids, (b, t)).map_err(|e| match e {
             // Ids come from the tokenizer (or the caller): name where the tokenizer came from.
             e @ tessera_text::TextError::TokenOutOfRange { .. } => TesseraError::InvalidInput(format!(
@@ -453,6 +478,12 @@ impl Model {
             Some(scale) => e.broadcast_mul(scale)?,
             None => e,
         })
+    }
+
+    /// `ids` as the embedding tables read them ([`ModelConfig::embed_as`]).
+    pub(crate) fn embedded_ids(&self, ids: &[u32]) -> Vec<u32> {
+        let alias = |id: u32| self.config.embed_as.iter().find(|(from, _)| *from == id).map_or(id, |(_, to)| *to);
+        ids.iter().map(|&id| alias(id)).collect()
     }
 
     /// Token embeddings `(1, t, hidden)` for `ids`.

@@ -379,3 +379,60 @@ fn qwen3_5_0_8b() -> Result<()> {
     );
     Ok(())
 }
+
+/// google/gemma-4-E2B-it (config and processor settings reconstructed from several projects'
+/// transcriptions, the chat template from one; SOURCES.md): a text model of 35 layers, width
+/// 1536, 4 sliding layers (head 256, window 512) to 1 full (head 512, proportional RoPE), one
+/// key/value head, the last 20 layers reusing keys and values with double-wide MLPs, per-layer
+/// inputs of 256, logits capped at 30; the tower (class defaults: 16 layers, patches of 16,
+/// 3×3 pooling) with width 768 and clipped linears. A 451×300 photo resizes to 960×624: 60×39
+/// patches, 20×13 = 260 soft tokens (transformers' Gemma4ImageProcessorPil from the same file:
+/// scripts/tiny_vlms/gemma4_real.py).
+#[test]
+fn gemma_4_e2b_it() -> Result<()> {
+    let cfg = config("gemma-4-e2b-it")?;
+    assert_eq!((cfg.family, cfg.text_family), ("gemma4", TextFamily::Gemma4));
+    let d = &cfg.decoder;
+    assert_eq!((d.hidden_size, d.intermediate_size, d.num_hidden_layers, d.num_attention_heads), (1536, 6144, 35, 8));
+    assert_eq!(
+        (cfg.vocab_size, cfg.final_logit_softcapping, cfg.embed_scale),
+        (262_144, Some(30.0), Some(1536f64.sqrt()))
+    );
+    let v = d.variants.as_ref().context("Gemma 4's layers differ")?;
+    let full: Vec<usize> = (0..35).filter(|&i| cfg.layer_windows[i].is_none()).collect();
+    assert_eq!(full, [4, 9, 14, 19, 24, 29, 34]);
+    assert!(cfg.layer_windows.iter().flatten().all(|&w| w == 512));
+    for (i, s) in v.shapes.iter().enumerate() {
+        let is_full = full.contains(&i);
+        assert_eq!((s.head_dim, s.num_key_value_heads, s.k_eq_v), (if is_full { 512 } else { 256 }, 1, false));
+        // Layers 15..35 reuse layer 13's (sliding) or 14's (full) keys and values.
+        let source = (i >= 15).then_some(if is_full { 14 } else { 13 });
+        assert_eq!((s.kv_source, s.intermediate_size), (source, if i >= 15 { 12_288 } else { 6144 }), "layer {i}");
+    }
+    assert_eq!((v.per_layer_input, v.value_norm, v.layer_scalar), (Some(256), true, true));
+    let ple = cfg.per_layer_inputs.context("per-layer inputs")?;
+    assert_eq!((ple.vocab, ple.dim, ple.pad_id), (262_144, 256, 0));
+    let global = tessera_decoder::RopeScaling::Proportional { fraction: 0.25, factor: 1.0 };
+    assert_eq!((d.rope.theta, d.rope.scaling), (1e6, global));
+    assert_eq!(d.local_rope.as_ref().map(|l| l.rope.theta), Some(1e4));
+    let Some(spec) = cfg.vision_spec::<tessera::families::Gemma4Spec>() else { anyhow::bail!("a Gemma 4 image side") };
+    let t = &spec.tower;
+    assert_eq!((t.hidden_size, t.num_hidden_layers, t.num_attention_heads, t.head_dim), (768, 16, 12, 64));
+    assert_eq!((t.patch_size, t.pooling_kernel_size, t.use_clipped_linears, t.standardize), (16, 3, true, false));
+    assert_eq!((spec.image_token_id, spec.boi_token_id, spec.eoi_token_id), (258_880, 255_999, 258_882));
+    let (image, processor, origin) = (
+        common::read_json(&real("gemma-4-e2b-it").join("processor_config.json"))?["image_processor"].clone(),
+        serde_json::Value::Null,
+        real("gemma-4-e2b-it").join("processor_config.json"),
+    );
+    let rule = spec.processor(&tessera::families::ProcessorSettings { image, processor, origin })?;
+    let img = chelsea()?;
+    assert_eq!((rule.max_soft_tokens, rule.resized(&img)?, rule.tokens(&img)?), (280, (624, 960), 260));
+    let template = ChatTemplate::from_model_dir(&real("gemma-4-e2b-it"))?.context("template")?;
+    assert_eq!(
+        template.render(&image_question("Describe this image."), true)?,
+        // No tokenizer_config.json here: `bos_token` renders empty.
+        "<|turn>user\n<|image|>Describe this image.<turn|>\n<|turn>model\n"
+    );
+    Ok(())
+}

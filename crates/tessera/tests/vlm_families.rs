@@ -89,6 +89,72 @@ fn gemma3_images_attend_both_ways_within_each_image() -> Result<()> {
     Ok(())
 }
 
+/// Gemma 4 with `use_bidirectional_attention: "vision"`: each image's tokens see each other both
+/// ways in the sliding-window layers and causally in the full ones (transformers'
+/// `create_masks_for_vision_model`). The rule matters: without `mm_token_type_ids` transformers'
+/// prompt logits move by 2.8–3.7 (`<case>.logits_causal_images`), which tessera's logits, within
+/// 1e-4 of the reference with the rule, are far from. (The tiny checkpoint cannot tell the full
+/// layers' causal part from both ways: the last image token sees its image either way, and no
+/// later full layer reads the earlier ones — the last full layer reuses layer 2's keys — so that
+/// part is checked on the mask plan.)
+#[test]
+fn gemma4_images_attend_both_ways_in_sliding_layers_only() -> Result<()> {
+    use tessera_decoder::AttentionMask;
+    let model = load("gemma4-tiny")?;
+    let (cases, tensors) = cases("gemma4-tiny")?;
+    let mut checked = 0;
+    for case in cases.iter().filter(|c| !c.images.is_empty()) {
+        let what = format!("gemma4-tiny/{}", case.name);
+        let prompt = model.prompt(common::ids(&case.json["input_ids"]), &case.images)?;
+        let runs = prompt.image_runs();
+        assert_eq!(runs.len(), case.images.len(), "{what}: one block per image");
+        let plan = model.mask_plan(0, prompt.len(), &runs)?;
+        for (i, window) in model.config().layer_windows.iter().enumerate() {
+            match (window, plan.layer(i)?) {
+                (Some(8), AttentionMask::CausalBlocks { window: Some(8), blocks }) => {
+                    assert_eq!(blocks.of(runs[0].start), Some(&runs[0]), "{what}: layer {i}")
+                }
+                (None, AttentionMask::Causal) => {}
+                (w, m) => panic!("{what}: layer {i} (window {w:?}) has the mask {m:?}"),
+            }
+        }
+        let hidden =
+            model.forward(&prompt, .., &mut model.new_cache(), &mut Default::default(), &mut Default::default())?;
+        let logits = model.logits(&hidden)?;
+        let causal = reference_tensor(&tensors, &case.name, "logits_causal_images").context("ablated logits")?;
+        let n = causal.dim(0)?;
+        let moved = max_abs_diff(&logits.narrow(0, logits.dim(0)? - n, n)?, causal, "causal logits")?;
+        assert!(moved > 0.1, "{what}: transformers without the rule is only {moved} away");
+        checked += 1;
+    }
+    assert_eq!(checked, 3);
+    Ok(())
+}
+
+/// Gemma 4's decode steps batched: each row's per-layer inputs, value norms and shared keys and
+/// values over its own cache give, bit for bit, the logits the sequence gets alone.
+#[test]
+fn gemma4_batched_decode_rows_match_each_sequence_alone() -> Result<()> {
+    let model = load("gemma4-tiny")?;
+    let (cases, _) = cases("gemma4-tiny")?;
+    let mut caches = Vec::new();
+    for case in cases.iter().take(2) {
+        let prompt = model.prompt(common::ids(&case.json["input_ids"]), &case.images)?;
+        let mut cache = model.new_cache();
+        model.prefill(&prompt, &mut cache, &mut Default::default(), &mut Default::default())?;
+        caches.push(cache);
+    }
+    let mut alone: Vec<_> = caches.iter().map(|c| c.copy_prefix(c.len())).collect::<tessera_decoder::Result<_>>()?;
+    let next = [7u32, 42];
+    let rows = model.decode_rows(&next, &mut caches)?;
+    for (i, cache) in alone.iter_mut().enumerate() {
+        let one = model.forward_last(&next[i..=i], cache)?;
+        let d = max_abs_diff(&rows.get(i)?, &one, "batched row")?;
+        assert_eq!(d, 0.0, "row {i}: the batched step differs from the sequence alone by {d}");
+    }
+    Ok(())
+}
+
 /// Gemma 3's pan-and-scan (`--pan-and-scan`): a 451×300 photo is seen whole and as two crops of
 /// 226×300, each expanded as the processor writes it ("Here is the original image … and here are
 /// some crops …"); a square one is not split. Prompt ids, pixel values of all four views,

@@ -12,12 +12,14 @@
 //! - [`tiling`]: Idefics3/SmolVLM's image splitting into tiles plus a global view;
 //! - [`crop_to_patches`]: InternVL's aspect-ratio tile grid plus a thumbnail;
 //! - [`intern_vit`]: InternVL's vision tower (CLS token, layer scale);
+//! - [`gemma4`]: Gemma 4's tower (learned 2-D positions, 2-D RoPE per half head, k×k pooling);
 //! - [`pixtral`]: Mistral 3's Pixtral tower (native resolution, 2-D RoPE) and its patch-merger projector;
 //! - [`rope2d`]: the axial 2-D RoPE angles Qwen2-VL's and Pixtral's towers share.
 
 pub mod connector;
 pub mod crop_to_patches;
 pub mod error;
+pub mod gemma4;
 pub mod heatmap;
 pub mod image_io;
 pub mod intern_vit;
@@ -35,6 +37,7 @@ pub mod tower;
 pub use connector::Connector;
 pub use crop_to_patches::CropToPatches;
 pub use error::{Result, VisionError};
+pub use gemma4::{Gemma4Embedder, Gemma4Vision, Gemma4VisionConfig};
 pub use heatmap::{patch_intensities, render_heatmap};
 pub use image_io::{decode_image, encode_png, load_image, load_image_source, save_png, RgbImage, DEFAULT_MAX_PIXELS};
 pub use intern_vit::{InternVit, InternVitConfig};

@@ -77,6 +77,8 @@ impl PixtralVisionConfig {
             scale: 1.0 / (head_dim as f64).sqrt(),
             out_name: "o_proj",
             output_gate: false,
+            k_eq_v: false,
+            v_norm: false,
             softcap: None,
             qk_norm: None,
         }

@@ -104,6 +104,8 @@ pub(crate) fn vit_attention(
         output_gate: false,
         softcap: None,
         qk_norm: None,
+        k_eq_v: false,
+        v_norm: false,
     }
 }
 

@@ -77,6 +77,10 @@ impl Attention {
         let q = q.reshape((1, n, self.num_heads, d))?;
         let k = k.reshape((1, n, self.num_kv_heads, d))?;
         let v = v.reshape((1, n, self.num_kv_heads, d))?;
+        let v = match &self.v_norm {
+            Some(norm) => norm.forward(&v)?,
+            None => v,
+        };
         let (q, k) = match &self.qk_norm {
             Some((qn, kn)) => (qn.forward(&q)?, kn.forward(&k)?),
             None => (q, k),

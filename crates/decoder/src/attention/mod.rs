@@ -74,6 +74,12 @@ pub struct AttentionConfig {
     /// Qwen3.5's output gate: `q_proj` gives each head its queries and then as many gate
     /// values, and the attention output is multiplied by `σ(gate)` before `o_proj`.
     pub output_gate: bool,
+    /// Values and keys come from one projection, `k_proj` (Gemma 4's `attention_k_eq_v`
+    /// full-attention layers): no `v_proj`; the values are the keys before their norm and RoPE.
+    pub k_eq_v: bool,
+    /// A parameter-free RMSNorm over each head's values (Gemma 4's `v_norm`), with the q/k
+    /// norms' epsilon.
+    pub v_norm: bool,
 }
 
 impl AttentionConfig {
@@ -123,7 +129,15 @@ pub struct Attention {
     softcap: Option<f64>,
     qk_norm: Option<(RmsNorm, RmsNorm)>,
     output_gate: bool,
+    /// `None` when the values are the keys' projection ([`AttentionConfig::k_eq_v`]).
+    v_proj_used: bool,
+    v_norm: Option<RmsNorm>,
 }
+
+/// One attention call's keys and values as projected, `(b, t, kv_heads·d)` each, before their
+/// norms and RoPE: what a layer that reuses another's keys and values (Gemma 4's
+/// `num_kv_shared_layers`) is given instead of projecting its own.
+pub type ProjectedKv = (Tensor, Tensor);
 
 impl Attention {
     /// An attention from projections already loaded (Qwen2-VL's vision blocks store q, k and v
@@ -142,40 +156,109 @@ impl Attention {
             softcap: cfg.softcap,
             qk_norm: None,
             output_gate: cfg.output_gate,
+            v_proj_used: true,
+            v_norm: None,
         })
     }
 
     pub fn new(cfg: &AttentionConfig, vb: &Weights) -> Result<Self> {
+        Self::load(cfg, vb, None)
+    }
+
+    /// A layer that reuses the keys and values of `source` (an earlier layer of the same kind,
+    /// Gemma 4's `num_kv_shared_layers`): only `q_proj`, `q_norm` and `o_proj` are loaded from
+    /// `vb`; the keys' norm is `source`'s, applied to the [`ProjectedKv`] it is given.
+    pub fn reusing(cfg: &AttentionConfig, vb: &Weights, source: &Attention) -> Result<Self> {
+        if (cfg.num_kv_heads, cfg.head_dim) != (source.num_kv_heads, source.head_dim) {
+            return Err(DecoderError::Config(format!(
+                "a layer reusing keys and values needs its source's {} key/value heads of {}, not {} of {}",
+                source.num_kv_heads, source.head_dim, cfg.num_kv_heads, cfg.head_dim
+            )));
+        }
+        Self::load(cfg, vb, Some(source))
+    }
+
+    fn load(cfg: &AttentionConfig, vb: &Weights, source: Option<&Attention>) -> Result<Self> {
         cfg.validate()?;
         let (h, q_out, kv_out) = (cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
         let q_rows = if cfg.output_gate { 2 * q_out } else { q_out };
+        let q_proj = vb.linear(h, q_rows, cfg.qkv_bias, "q_proj")?;
+        let eps_style = cfg.qk_norm.unwrap_or((1e-6, NormStyle::Plain));
+        let q_norm = match cfg.qk_norm {
+            Some((eps, style)) => Some(RmsNorm::load(cfg.head_dim, eps, style, &vb.pp("q_norm"))?),
+            None => None,
+        };
+        let (k_proj, v_proj, k_norm, v_proj_used, v_norm) = match source {
+            Some(s) => (
+                s.k_proj.clone(),
+                s.v_proj.clone(),
+                s.qk_norm.as_ref().map(|(_, k)| k.clone()),
+                s.v_proj_used,
+                s.v_norm.clone(),
+            ),
+            None => {
+                let k_proj = vb.linear(h, kv_out, cfg.qkv_bias, "k_proj")?;
+                let v_proj = match cfg.k_eq_v {
+                    true => k_proj.clone(),
+                    false => vb.linear(h, kv_out, cfg.qkv_bias, "v_proj")?,
+                };
+                let k_norm = match cfg.qk_norm {
+                    Some((eps, style)) => Some(RmsNorm::load(cfg.head_dim, eps, style, &vb.pp("k_norm"))?),
+                    None => None,
+                };
+                let v_norm = match cfg.v_norm {
+                    true => Some(RmsNorm::unscaled(cfg.head_dim, eps_style.0, vb.dtype(), vb.device())?),
+                    false => None,
+                };
+                (k_proj, v_proj, k_norm, !cfg.k_eq_v, v_norm)
+            }
+        };
         Ok(Self {
             output_gate: cfg.output_gate,
-            q_proj: vb.linear(h, q_rows, cfg.qkv_bias, "q_proj")?,
-            k_proj: vb.linear(h, kv_out, cfg.qkv_bias, "k_proj")?,
-            v_proj: vb.linear(h, kv_out, cfg.qkv_bias, "v_proj")?,
+            q_proj,
+            k_proj,
+            v_proj,
             o_proj: vb.linear(q_out, h, cfg.out_bias, cfg.out_name)?,
             num_heads: cfg.num_heads,
             num_kv_heads: cfg.num_kv_heads,
             head_dim: cfg.head_dim,
             scale: cfg.scale,
             softcap: cfg.softcap,
-            qk_norm: match cfg.qk_norm {
-                Some((eps, style)) => Some((
-                    RmsNorm::load(cfg.head_dim, eps, style, &vb.pp("q_norm"))?,
-                    RmsNorm::load(cfg.head_dim, eps, style, &vb.pp("k_norm"))?,
-                )),
-                None => None,
-            },
+            qk_norm: q_norm.zip(k_norm),
+            v_proj_used,
+            v_norm,
         })
     }
 
     /// `x`: `(b, t, hidden)` → `(b, t, hidden)` (plus `input.residual`), and the weights when
     /// `input.capture`.
     pub fn forward(&self, x: &Tensor, input: AttentionInput<'_>) -> Result<(Tensor, Option<Tensor>)> {
+        let (out, weights, _) = self.forward_kv(x, input, None)?;
+        Ok((out, weights))
+    }
+
+    /// [`forward`](Self::forward) over the keys and values `reused` (another layer's, as it
+    /// projected them) when given, else its own; also returns the keys and values it used.
+    pub fn forward_kv(
+        &self,
+        x: &Tensor,
+        input: AttentionInput<'_>,
+        reused: Option<ProjectedKv>,
+    ) -> Result<(Tensor, Option<Tensor>, ProjectedKv)> {
         let path = Path::choose(x, &input, self.softcap)?;
         let AttentionInput { rope, mask, bias, cache, capture: _, residual } = input;
-        let [q, k, v] = Linear::forward_shared([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
+        let (q, k, v) = match reused {
+            Some((k, v)) => (self.q_proj.forward(x)?, k, v),
+            None if self.v_proj_used => {
+                let [q, k, v] = Linear::forward_shared([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
+                (q, k, v)
+            }
+            None => {
+                let [q, k] = Linear::forward_shared([&self.q_proj, &self.k_proj], x)?;
+                (q, k.clone(), k)
+            }
+        };
+        let kv = (k.clone(), v.clone());
         let (q, gate) = self.gated_queries(q)?;
         let call = Projected { q, k, v, rope, mask, bias, cache };
         // (b, t, heads·d)
@@ -193,7 +276,7 @@ impl Attention {
             Some(gate) => (out * candle_nn::ops::sigmoid(&gate)?)?,
             None => out,
         };
-        Ok((self.o_proj.forward_add(&out, residual)?, weights))
+        Ok((self.o_proj.forward_add(&out, residual)?, weights, kv))
     }
 
     /// `q_proj`'s output `(b, t, heads·d)`, or with the output gate `(b, t, heads·2d)` (each
@@ -235,7 +318,10 @@ impl Attention {
         let copy_k = !strided || rope.is_some();
         let q = heads(q, self.num_heads, copy_q)?;
         let k = heads(k, self.num_kv_heads, copy_k)?;
-        let v = heads(v, self.num_kv_heads, !strided)?;
+        let v = match &self.v_norm {
+            Some(norm) => norm.forward(&heads(v, self.num_kv_heads, true)?)?,
+            None => heads(v, self.num_kv_heads, !strided)?,
+        };
         let (q, k) = match &self.qk_norm {
             Some((qn, kn)) => (qn.forward(&q.contiguous()?)?, kn.forward(&k.contiguous()?)?),
             None => (q, k),

@@ -69,6 +69,11 @@ pub trait ImageSpec: fmt::Debug + Send + Sync + Any {
     /// Reads the processor settings and weights `at` describes into the loaded image side.
     fn load(&self, at: &ImageLoad<'_>) -> Result<Box<dyn ImageSide>>;
 
+    /// Why this image side is not run with int8 matrices (`--vision-int8`), if it is not.
+    fn int8_refusal(&self) -> Option<&'static str> {
+        None
+    }
+
     /// The `clip.*` metadata llama.cpp's converter writes into this image side's `mmproj` GGUF
     /// (`convert_hf_to_gguf.py --mmproj`), from the folder's processor settings, its
     /// `config.json` and the decoder's width `text_hidden`; `None` where tessera does not write

@@ -11,6 +11,7 @@
 //! such blocks live (`tessera-vision`, `tessera-decoder`).
 
 mod gemma3;
+mod gemma4;
 mod idefics3;
 pub mod image;
 mod internvl;
@@ -36,6 +37,7 @@ use serde_json::Value;
 use tessera_decoder::DecoderConfig;
 
 use crate::error::{Result, TesseraError};
+pub use gemma4::{Gemma4ProcessorRule, Gemma4Spec};
 pub use image::{ImageFeatures, ImageLoad, ImageSide, ImageSpec, ProcessorSettings};
 pub use internvl::InternVlSpec;
 pub use mistral3::{Mistral3Spec, PixtralProcessorRule};
@@ -80,6 +82,9 @@ pub const REGISTRY: &[(&str, Resolve)] = &[
     ("mistral3", |j| parse::<mistral3::Mistral3Config>(j)?.resolve()),
     // Qwen3.5: Qwen3-VL's tower (no DeepStack), a hybrid Gated DeltaNet + gated-attention text model.
     ("qwen3_5", qwen3_5::resolve),
+    // Gemma 4: its own tower (2-D RoPE, k×k pooling), a text model whose layers differ (PLE,
+    // shared keys and values, two head sizes).
+    ("gemma4", |j| parse::<gemma4::Gemma4Config>(j)?.resolve()),
 ];
 
 /// What `tessera` reads, for error messages: the registry's `model_type`s and the GGUF
@@ -120,8 +125,25 @@ pub struct ModelConfig {
     pub prompt: PromptStyle,
     /// The tokens of each image attend to each other both ways on the prompt's forward (Gemma 3).
     pub bidirectional_images: bool,
+    /// With `bidirectional_images`, only in the sliding-window layers: the global layers stay
+    /// causal (Gemma 4's `use_bidirectional_attention: "vision"`).
+    pub bidirectional_in_sliding_layers_only: bool,
+    /// The decoder takes per-layer inputs ([`tessera_decoder::PerLayerEmbedding`], Gemma 4's PLE).
+    pub per_layer_inputs: Option<PerLayerInputs>,
+    /// `(id, as)`: token `id` is embedded (and looked up in the per-layer table) as `as` (Gemma 4
+    /// embeds its audio and video placeholders, wherever they appear, as the pad token).
+    pub embed_as: Vec<(u32, u32)>,
     /// The family's image side, for models that take images.
     pub vision: Option<Arc<dyn ImageSpec>>,
+}
+
+/// The per-layer input table of a decoder that takes them: `vocab` rows of `dim` per layer;
+/// image positions look up `pad_id`'s row (transformers' `llm_input_ids`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PerLayerInputs {
+    pub vocab: usize,
+    pub dim: usize,
+    pub pad_id: u32,
 }
 
 /// How a user turn becomes a prompt, and how the prompt attends.
@@ -226,6 +248,9 @@ impl ModelConfig {
             final_logit_softcapping: t.final_logit_softcapping,
             prompt: PromptStyle::Chat,
             bidirectional_images: false,
+            bidirectional_in_sliding_layers_only: false,
+            per_layer_inputs: None,
+            embed_as: Vec::new(),
             vision: None,
         }
     }

@@ -37,6 +37,10 @@ pub enum TextFamily {
     /// global, and the local layers' own RoPE base.
     #[serde(rename = "gemma3_text")]
     Gemma3,
+    /// Gemma 4's text model: its layers differ (families/gemma4.rs resolves it; no text-only
+    /// `gemma4_text` checkpoint is read here).
+    #[serde(skip)]
+    Gemma4,
     /// Qwen2-VL's text model: Qwen2 with multimodal RoPE (`mrope_section`).
     #[serde(rename = "qwen2_vl_text")]
     Qwen2Vl,
@@ -265,6 +269,25 @@ impl TextFamily {
                 local_rope_theta: Some(10_000.0),
                 ..gemma
             },
+            // Gemma4TextConfig's defaults; its own rules are families/gemma4.rs's.
+            Self::Gemma4 => TextClass {
+                name: "gemma4_text",
+                vocab_size: 262_144,
+                hidden_size: 2304,
+                intermediate_size: 9216,
+                num_hidden_layers: 30,
+                num_attention_heads: 8,
+                num_key_value_heads: Some(4),
+                max_position_embeddings: 131_072,
+                sliding: Sliding::AllButEvery(6),
+                sliding_window: Some(512),
+                sandwich_norms: true,
+                query_pre_attn_scalar: Some(1.0),
+                qk_norm: true,
+                rope_theta: 1_000_000.0,
+                local_rope_theta: Some(10_000.0),
+                ..gemma
+            },
         }
     }
 
@@ -285,7 +308,8 @@ impl TextFamily {
             | Self::Qwen35
             | Self::Gemma
             | Self::Gemma2
-            | Self::Gemma3 => RopeStyle::Half,
+            | Self::Gemma3
+            | Self::Gemma4 => RopeStyle::Half,
         }
     }
 }
@@ -469,6 +493,7 @@ impl TextFamily {
             rotary_dim: None,
             attn_output_gate: false,
             linear: None,
+            variants: None,
         };
         let layers = decoder.num_hidden_layers;
         let window = f.sliding_window.unwrap_or(c.sliding_window);

@@ -23,6 +23,7 @@ pub const FAMILIES: &[&str] = &[
     "internvl-tiny",
     "mistral3-tiny",
     "qwen3.5-tiny",
+    "gemma4-tiny",
 ];
 
 pub fn vlm_dir(name: &str) -> PathBuf {

@@ -221,6 +221,8 @@ impl Qwen2VisionTower {
             scale: 1.0 / (head_dim as f64).sqrt(),
             out_name: "proj",
             output_gate: false,
+            k_eq_v: false,
+            v_norm: false,
             softcap: None,
             qk_norm: None,
         };
