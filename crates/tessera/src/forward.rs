@@ -117,7 +117,9 @@ impl Model {
         let positions = self.decoder.row_positions(&starts, &self.device)?;
         let masks = self.mask_plan(1, 1, &[])?;
         let embeds = self.embed_ids(ids)?;
-        let per_layer = self.per_layer_inputs(ids, (1, ids.len()), &[], &embeds)?;
+        // The per-layer projection, like every matmul of the step, takes each row as it is alone.
+        let per_layer =
+            tessera_decoder::row_invariant(|| self.per_layer_inputs(ids, (1, ids.len()), &[], &embeds))?;
         let hidden = self.decoder.forward_rows_with_inputs(&embeds, caches, &masks, &positions, per_layer.as_ref())?;
         tessera_decoder::row_invariant(|| self.logits(&hidden))
     }
