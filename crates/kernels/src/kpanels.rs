@@ -147,7 +147,8 @@ pub(crate) fn load_panel(t: QType, panel: &[u8], nb: usize, into: &mut crate::ig
             for n in 0..2 {
                 for l in 0..8 {
                     let at = q0 + (n * 8 + l) * 3 * STEP;
-                    let (a, bq, h) = (&chunk[at..at + STEP], &chunk[at + STEP..at + 2 * STEP], &chunk[at + 2 * STEP..at + 3 * STEP]);
+                    let (a, bq, h) =
+                        (&chunk[at..at + STEP], &chunk[at + STEP..at + 2 * STEP], &chunk[at + 2 * STEP..at + 3 * STEP]);
                     for j in 0..4 {
                         let dst = &mut u[slot(8 * n + 2 * j + l / 4, l % 4)..][..STEP];
                         let src = if j % 2 == 0 { a } else { bq };
@@ -179,16 +180,23 @@ pub(crate) fn load_panel(t: QType, panel: &[u8], nb: usize, into: &mut crate::ig
         for cc in 0..4 {
             for i in 0..8 {
                 let src = &chunk[q0 + (8 * cc + i) * STEP..][..STEP];
-                let (lo, hi) = (slot(2 * cc, i), slot(2 * cc + 1, i));
-                for k in 0..STEP {
-                    u[lo + k] = src[k] & 0x0F;
-                    u[hi + k] = src[k] >> 4;
-                }
-                if let Some(f) = fifth {
-                    let bits = &chunk[f + i * STEP..][..STEP];
-                    for (k, &hb) in bits.iter().enumerate() {
-                        u[lo + k] |= ((hb >> (2 * cc)) & 1) << 4;
-                        u[hi + k] |= ((hb >> (2 * cc + 1)) & 1) << 4;
+                // Granule 2cc's slot comes before granule 2cc + 1's.
+                let (a, rest) = u.split_at_mut(slot(2 * cc + 1, i));
+                let (lo, hi) = (&mut a[slot(2 * cc, i)..][..STEP], &mut rest[..STEP]);
+                match fifth {
+                    Some(f) => {
+                        let bits = &chunk[f + i * STEP..][..STEP];
+                        let (sl, sh) = (2 * cc as u32, 2 * cc as u32 + 1);
+                        for (((l, h), &v), &hb) in lo.iter_mut().zip(hi.iter_mut()).zip(src).zip(bits) {
+                            *l = (v & 0x0F) | (((hb >> sl) & 1) << 4);
+                            *h = (v >> 4) | (((hb >> sh) & 1) << 4);
+                        }
+                    }
+                    None => {
+                        for ((l, h), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(src) {
+                            *l = v & 0x0F;
+                            *h = v >> 4;
+                        }
                     }
                 }
             }
