@@ -101,16 +101,105 @@ pub(crate) fn get_block(t: QType, chunk: &[u8], lane: usize, block: &mut [u8]) {
     }
 }
 
+/// Where the unit that starts at byte `start` of a block begins in a chunk of `t` (lane 0's).
+fn base_of(t: QType, start: usize) -> usize {
+    let mut base = 0;
+    for &(s, unit) in units(t) {
+        if s == start {
+            return base;
+        }
+        base += unit * PANEL_ROWS;
+    }
+    unreachable!("no unit of a {t} block starts at byte {start}")
+}
+
+/// Loads one panel (its `nb` chunks) straight into the int8 GEMM's `Panel`: a chunk's four-byte
+/// steps are already the GEMM's `[16 rows][4 values]` slots, so each step is split into its
+/// low and high nibbles (plus the fifth bits or high bit pairs) without going back to rows.
 #[cfg(target_arch = "x86_64")]
-/// Panel `panel` (its `nb` chunks) back as the 16 rows' GGUF bytes (`16 · nb` blocks, row by
-/// row) into `rows`.
-pub(crate) fn unpack_panel(t: QType, panel: &[u8], nb: usize, rows: &mut Vec<u8>) {
-    let bb = t.block_bytes();
-    rows.resize(PANEL_ROWS * nb * bb, 0);
+pub(crate) fn load_panel(t: QType, panel: &[u8], nb: usize, into: &mut crate::igemm::Panel) {
+    use crate::blocks::scale_min_k4;
+    let f16_at = |c: &[u8], at: usize| half::f16::from_bits(u16::from_le_bytes([c[at], c[at + 1]])).to_f32();
+    const STEP: usize = 4 * PANEL_ROWS;
+    let g = crate::igemm::granule(t);
+    let gpb = 256 / g;
+    into.u.resize(nb * 256 * PANEL_ROWS, 0);
+    into.dw.resize(nb * gpb * PANEL_ROWS, 0.0);
+    into.c.resize(nb * gpb * PANEL_ROWS, 0.0);
     for (b, chunk) in panel.chunks_exact(crate::panels::chunk_bytes(t)).take(nb).enumerate() {
+        let u = &mut into.u[b * 256 * PANEL_ROWS..(b + 1) * 256 * PANEL_ROWS];
+        let dw = &mut into.dw[b * gpb * PANEL_ROWS..(b + 1) * gpb * PANEL_ROWS];
+        let c = &mut into.c[b * gpb * PANEL_ROWS..(b + 1) * gpb * PANEL_ROWS];
+        // Granule k's step s: the 64 bytes of `u` at (k · g/4 + s) · STEP.
+        let slot = |k: usize, s: usize| (k * g / 4 + s) * STEP;
+        if t == QType::Q6K {
+            let (d0, s0, q0) = (base_of(t, 208), base_of(t, 192), base_of(t, 0));
+            for lane in 0..PANEL_ROWS {
+                let d = f16_at(chunk, d0 + 2 * lane);
+                for k in 0..16 {
+                    let w = d * (chunk[s0 + (k / 4) * STEP + 4 * lane + k % 4] as i8) as f32;
+                    dw[k * PANEL_ROWS + lane] = w;
+                    c[k * PANEL_ROWS + lane] = -32.0 * w;
+                }
+            }
+            // Step (n, l) holds ql[64n + 4l..], ql[64n + 32 + 4l..] and qh[32n + 4l..]: values
+            // 128n + 32j + 4l.. for j = 0..4, in granule 8n + 2j + l/4, step l % 4.
+            for n in 0..2 {
+                for l in 0..8 {
+                    let at = q0 + (n * 8 + l) * 3 * STEP;
+                    let (a, bq, h) =
+                        (&chunk[at..at + STEP], &chunk[at + STEP..at + 2 * STEP], &chunk[at + 2 * STEP..at + 3 * STEP]);
+                    for j in 0..4 {
+                        let dst = &mut u[slot(8 * n + 2 * j + l / 4, l % 4)..][..STEP];
+                        let src = if j % 2 == 0 { a } else { bq };
+                        let (shift, hshift) = (4 * (j / 2) as u32, 2 * j as u32);
+                        for ((v, &q), &hb) in dst.iter_mut().zip(src).zip(h) {
+                            *v = ((q >> shift) & 0x0F) | (((hb >> hshift) & 3) << 4);
+                        }
+                    }
+                }
+            }
+            continue;
+        }
+        let (d0, m0, s0) = (base_of(t, 0), base_of(t, 2), base_of(t, 4));
         for lane in 0..PANEL_ROWS {
-            let at = (lane * nb + b) * bb;
-            get_block(t, chunk, lane, &mut rows[at..at + bb]);
+            let (d, dmin) = (f16_at(chunk, d0 + 2 * lane), f16_at(chunk, m0 + 2 * lane));
+            let mut sc = [0u8; 12];
+            for (w, s) in sc.chunks_exact_mut(4).enumerate() {
+                s.copy_from_slice(&chunk[s0 + w * STEP + 4 * lane..][..4]);
+            }
+            for j in 0..8 {
+                let (s, m) = scale_min_k4(j, &sc);
+                dw[j * PANEL_ROWS + lane] = d * s as f32;
+                c[j * PANEL_ROWS + lane] = -dmin * m as f32;
+            }
+        }
+        // Step 8c + i: low nibbles are granule 2c's step i, high nibbles granule 2c + 1's.
+        let fifth = (t == QType::Q5K).then(|| base_of(t, 16));
+        let q0 = base_of(t, if t == QType::Q5K { 48 } else { 16 });
+        for cc in 0..4 {
+            for i in 0..8 {
+                let src = &chunk[q0 + (8 * cc + i) * STEP..][..STEP];
+                // Granule 2cc's slot comes before granule 2cc + 1's.
+                let (a, rest) = u.split_at_mut(slot(2 * cc + 1, i));
+                let (lo, hi) = (&mut a[slot(2 * cc, i)..][..STEP], &mut rest[..STEP]);
+                match fifth {
+                    Some(f) => {
+                        let bits = &chunk[f + i * STEP..][..STEP];
+                        let (sl, sh) = (2 * cc as u32, 2 * cc as u32 + 1);
+                        for (((l, h), &v), &hb) in lo.iter_mut().zip(hi.iter_mut()).zip(src).zip(bits) {
+                            *l = (v & 0x0F) | (((hb >> sl) & 1) << 4);
+                            *h = (v >> 4) | (((hb >> sh) & 1) << 4);
+                        }
+                    }
+                    None => {
+                        for ((l, h), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(src) {
+                            *l = v & 0x0F;
+                            *h = v >> 4;
+                        }
+                    }
+                }
+            }
         }
     }
 }
@@ -141,6 +230,40 @@ mod tests {
             let mut back = vec![0u8; bb];
             get_block(t, &chunk, 5, &mut back);
             assert_eq!(back, block, "{t}");
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_panel_loads_into_the_gemm_as_its_rows_pack() {
+        // Random bytes for every field (f16 scales kept finite: a NaN compares unequal).
+        for t in [QType::Q4K, QType::Q5K, QType::Q6K] {
+            let (bb, nb) = (t.block_bytes(), 3);
+            let mut seed = 0x9e37_79b9_u32;
+            let mut rows: Vec<u8> = (0..PANEL_ROWS * nb * bb)
+                .map(|_| {
+                    seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    (seed >> 24) as u8
+                })
+                .collect();
+            let f16s: &[usize] = if t == QType::Q6K { &[208] } else { &[0, 2] };
+            for block in rows.chunks_exact_mut(bb) {
+                for &at in f16s {
+                    block[at + 1] &= 0x3B; // exponent below the top: a finite value
+                }
+            }
+            let mut panel = vec![0u8; nb * crate::panels::chunk_bytes(t)];
+            for (b, chunk) in panel.chunks_exact_mut(crate::panels::chunk_bytes(t)).enumerate() {
+                for lane in 0..PANEL_ROWS {
+                    put_block(t, chunk, lane, &rows[(lane * nb + b) * bb..][..bb]);
+                }
+            }
+            let (mut direct, mut packed) = (crate::igemm::Panel::default(), crate::igemm::Panel::default());
+            load_panel(t, &panel, nb, &mut direct);
+            packed.pack(t, &rows, PANEL_ROWS, nb * 256);
+            assert_eq!(direct.u, packed.u, "{t}: values");
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&direct.dw), bits(&packed.dw), "{t}: scales");
+            assert_eq!(bits(&direct.c), bits(&packed.c), "{t}: constants");
         }
     }
 }

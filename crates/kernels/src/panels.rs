@@ -24,12 +24,6 @@ use half::f16;
 use crate::blocks::{dequantize, unpack32, unsigned_bias, QType};
 use crate::kpanels;
 
-#[cfg(target_arch = "x86_64")]
-thread_local! {
-    /// A k-quant panel's rows, for the int8 GEMM's packing.
-    static KROWS: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
 /// Weight rows per panel: the 16 int32 lanes of a 512-bit register.
 pub(crate) const PANEL_ROWS: usize = 16;
 
@@ -174,12 +168,7 @@ pub(crate) fn dequantize_rows(t: QType, cols: usize, data: &[u8], r0: usize, r1:
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn load(t: QType, panel: &[u8], nb: usize, into: &mut crate::igemm::Panel) {
     if kpanels::is_kpanel(t) {
-        // The GEMM packs k-quant rows itself: give it the panel's rows back.
-        KROWS.with(|rows| {
-            let mut rows = rows.borrow_mut();
-            kpanels::unpack_panel(t, panel, nb, &mut rows);
-            into.pack(t, &rows, PANEL_ROWS, nb * t.block_elems());
-        });
+        kpanels::load_panel(t, panel, nb, into);
         return;
     }
     let (cb, hdr) = (chunk_bytes(t), header_bytes(t));

@@ -62,13 +62,13 @@ pub enum Layout {
 }
 
 impl Layout {
-    /// The layout a matrix of `t` gets on this CPU: panels where its kernels use them. The
-    /// k-quants' panels (`kpanels.rs`) are chosen only by name for now: their decode kernels
-    /// cost 2.0–2.5× less CPU per block than the row kernels (`kbench`, one thread, weights in
-    /// cache), but a whole 1B decode at 2 threads did not get faster on the development VM,
-    /// and the prefill GEMM unpacks them back to rows (−40% at 64 tokens).
+    /// The layout a matrix of `t` gets on this CPU: panels for every type that has
+    /// them, on AVX-512 VNNI. For the k-quants (`kpanels.rs`) the panels
+    /// beat the rows on a 1B Llama shape (`tessera-bench`, pp64 / tg32, one thread, one run):
+    /// Q4_K_M prefill 110 vs 80–88 tok/s, decode 32–37 vs 24–27; Q5_K_M 103 vs 88, 27–31 vs 23;
+    /// Q6_K 88–93 vs 71, 26–28 vs 24.
     pub fn preferred(t: QType) -> Layout {
-        if Isa::best() == Isa::Avx512Vnni && panels::has_panels(t) && !crate::kpanels::is_kpanel(t) {
+        if Isa::best() == Isa::Avx512Vnni && panels::has_panels(t) {
             Layout::Panels
         } else {
             Layout::Rows
