@@ -132,7 +132,8 @@ fn gemma4_images_attend_both_ways_in_sliding_layers_only() -> Result<()> {
 }
 
 /// Gemma 4's decode steps batched: each row's per-layer inputs, value norms and shared keys and
-/// values over its own cache give, bit for bit, the logits the sequence gets alone.
+/// values over its own cache give, bit for bit, the logits the sequence gets alone (to rounding
+/// on Candle's generic ops, as `batching.rs` explains).
 #[test]
 fn gemma4_batched_decode_rows_match_each_sequence_alone() -> Result<()> {
     let model = load("gemma4-tiny")?;
@@ -150,7 +151,10 @@ fn gemma4_batched_decode_rows_match_each_sequence_alone() -> Result<()> {
     for (i, cache) in alone.iter_mut().enumerate() {
         let one = model.forward_last(&next[i..=i], cache)?;
         let d = max_abs_diff(&rows.get(i)?, &one, "batched row")?;
-        assert_eq!(d, 0.0, "row {i}: the batched step differs from the sequence alone by {d}");
+        // Bit for bit on tessera's kernels; Candle's generic matmul blocks two rows differently
+        // from one (`TESSERA_KERNELS=off`, scripts/test_generic.sh): rounding only there.
+        let tol = if tessera_decoder::kernels_run_on(model.device()) { 0.0 } else { 1e-4 };
+        assert!(d <= tol, "row {i}: the batched step differs from the sequence alone by {d} (allowed {tol})");
     }
     Ok(())
 }
