@@ -12,7 +12,8 @@
 
 use serde::Deserialize;
 use serde_json::Value;
-use tessera_vision::{MiniCpmSlicing, SliceLayout};
+use tessera_decoder::Activation;
+use tessera_vision::{MiniCpmSlicing, MiniCpmVisionConfig, SliceLayout, TowerKind, VisionTowerConfig};
 
 use super::image::{ImageLoad, ImageSide, ImageSpec, ProcessorSettings};
 use super::text::{TextFamily, TextSubConfig};
@@ -170,13 +171,22 @@ impl MiniCpmV46Config {
                 tower.insert_layer_id, tower.num_hidden_layers
             ));
         }
+        if tower.window_kernel != (2, 2) {
+            return Err(format!(
+                "vision_config: `window_kernel_size` is {:?}: tessera runs MiniCPM-V's 2×2 window merger",
+                tower.window_kernel
+            ));
+        }
         let Some(image_token_id) = self.image_token_id else {
             return Err("`image_token_id` is missing: MiniCPM-V 4.6 places images at it".into());
         };
         let spec = MiniCpmV46Spec {
             tower,
             merge: merge_side(self.downsample_mode.as_deref())?,
-            merge_kernel: pair(&self.merge_kernel_size, (2, 2), "merge_kernel_size")?,
+            merge_kernel: match pair(&self.merge_kernel_size, (2, 2), "merge_kernel_size")? {
+                (2, 2) => (2, 2),
+                other => return Err(format!("`merge_kernel_size` is {other:?}: tessera runs MiniCPM-V's 2×2 merger")),
+            },
             merger_times: self.merger_times.unwrap_or(1),
             image_token_id,
             video_token_id: self.video_token_id,
@@ -188,6 +198,29 @@ impl MiniCpmV46Config {
 }
 
 impl MiniCpmV46Spec {
+    /// The tower and merger's sizes, for a text model of width `text_hidden`.
+    pub fn vision_config(&self, text_hidden: usize) -> MiniCpmVisionConfig {
+        let t = &self.tower;
+        MiniCpmVisionConfig {
+            tower: VisionTowerConfig {
+                kind: TowerKind::Siglip,
+                hidden_size: t.hidden_size,
+                intermediate_size: t.intermediate_size,
+                num_hidden_layers: t.num_hidden_layers,
+                num_attention_heads: t.num_attention_heads,
+                num_channels: 3,
+                image_size: t.image_size,
+                patch_size: t.patch_size,
+                layer_norm_eps: t.layer_norm_eps,
+                hidden_act: Activation::GeluTanh,
+            },
+            // "4x" keeps 4× the tokens by skipping the window merger.
+            insert_layer_id: (self.merge == 4).then_some(t.insert_layer_id),
+            text_hidden,
+            merger_times: self.merger_times,
+        }
+    }
+
     /// The processor rule `settings` give (`MiniCPMV4_6ImageProcessor`'s defaults for what they
     /// omit); a patch size other than the tower's is refused.
     pub fn processor(&self, settings: &ProcessorSettings) -> Result<MiniCpmProcessorRule> {
