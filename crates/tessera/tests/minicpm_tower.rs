@@ -63,3 +63,39 @@ fn minicpm_tower_and_merger_match_transformers() -> Result<()> {
     assert_eq!(views, 11);
     Ok(())
 }
+
+/// The loaded family on minicpmv4_6-tiny: pixel values in transformers' layout within 1e-5 of
+/// its processor's, image tokens (every view's, in order) within 1e-4 of `get_image_features`,
+/// the token counts and the numbered placeholder text; `tessera info`'s description names the
+/// budget and refuses video.
+#[test]
+fn minicpm_image_side_matches_transformers() -> Result<()> {
+    let dir = common::fixtures().join("vlm/minicpmv4_6-tiny");
+    let model = tessera::Model::load(dir.to_str().context("utf-8 path")?, &common::load_options()?)?;
+    let reference = candle_core::safetensors::load(dir.join("tower_reference.safetensors"), &Device::Cpu)?;
+    let cases = common::read_json(&dir.join("tower_reference.json"))?;
+    for (i, case) in cases["cases"].as_array().context("cases")?.iter().enumerate() {
+        let name = case["image"].as_str().context("image")?;
+        let img = tessera::load_image(&common::fixtures().join(name), tessera::DEFAULT_MAX_PIXELS)?;
+        let pixels = common::on_cpu(&model.pixel_values(&img)?)?;
+        let want = &reference[&format!("image{i}.pixel_values")];
+        assert_eq!(pixels.dims(), want.dims(), "{name}: pixel values");
+        let d = max_diff(&pixels, want)?;
+        assert!(d < 1e-5, "{name}: pixel values off by {d}");
+        let features = common::on_cpu(model.encode_image(&img)?.tokens())?.squeeze(0)?;
+        let views = case["target_sizes"].as_array().context("views")?.len();
+        let want: Vec<Tensor> = (0..views).map(|v| reference[&format!("image{i}.view{v}.features")].clone()).collect();
+        let d = max_diff(&features, &Tensor::cat(&want, 0)?)?;
+        assert!(d < 1e-4, "{name}: image tokens off by {d}");
+        let n = case["tokens"].as_u64().context("tokens")? as usize;
+        assert_eq!(model.image_tokens(&img)?, n, "{name}");
+        let text = model.image_placeholder_text(&img, 2)?.context("a placeholder")?;
+        assert!(text.starts_with("<image_id>2</image_id><image><|image_pad|>"), "{text}");
+        assert_eq!(text.matches("<|image_pad|>").count(), n, "{name}");
+        assert_eq!(text.matches("<slice>").count(), views - 1, "{name}");
+    }
+    let about = model.vision_description().context("a description")?;
+    assert!(about.contains("window-attention merger after layer 1") && about.contains("no video"), "{about}");
+    assert!(about.contains("about 9 image tokens per view, at most about 45 per image"), "{about}");
+    Ok(())
+}

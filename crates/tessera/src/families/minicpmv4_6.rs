@@ -15,7 +15,12 @@ use serde_json::Value;
 use tessera_decoder::Activation;
 use tessera_vision::{MiniCpmSlicing, MiniCpmVisionConfig, SliceLayout, TowerKind, VisionTowerConfig};
 
-use super::image::{ImageLoad, ImageSide, ImageSpec, ProcessorSettings};
+use candle_core::{Device, Tensor};
+use tessera_vision::{preprocess, Filter, MiniCpmVision, PreprocessConfig, RgbImage};
+
+use super::image::{
+    first_prefix, processor_stats, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec, ProcessorSettings,
+};
 use super::text::{TextFamily, TextSubConfig};
 use super::{qwen3_5, text_config, ModelConfig, PromptStyle, TokenIds};
 use crate::error::{Result, TesseraError};
@@ -293,12 +298,174 @@ impl MiniCpmProcessorRule {
 
 impl ImageSpec for MiniCpmV46Spec {
     fn load(&self, at: &ImageLoad<'_>) -> Result<Box<dyn ImageSide>> {
-        Err(TesseraError::Config {
-            path: at.dir.join("config.json"),
-            reason: "MiniCPM-V 4.6's vision tower is not built in tessera yet (its config and processor are read; \
-                     issue 41)"
-                .into(),
-        })
+        if at.pan_and_scan {
+            return Err(TesseraError::InvalidInput("pan-and-scan is for Gemma 3; MiniCPM-V slices its images".into()));
+        }
+        let settings = ProcessorSettings::of(at)?;
+        let rule = self.processor(&settings)?;
+        let err = |reason: String| TesseraError::Config { path: settings.origin.clone(), reason };
+        let resample = match settings.image.get("resample").and_then(Value::as_u64) {
+            None => Filter::Bicubic,
+            Some(code) => Filter::from_pil(code as u32).ok_or_else(|| err(format!("`resample` {code} is unknown")))?,
+        };
+        let norm = PreprocessConfig {
+            do_resize: true,
+            size: None,
+            resample: 3,
+            do_center_crop: false,
+            crop_size: None,
+            do_rescale: true,
+            rescale_factor: settings.image.get("rescale_factor").and_then(Value::as_f64).unwrap_or(1.0 / 255.0),
+            do_normalize: true,
+            image_mean: Some(processor_stats(&settings, "image_mean", [0.5; 3]).map_err(err)?),
+            image_std: Some(processor_stats(&settings, "image_std", [0.5; 3]).map_err(err)?),
+        };
+        norm.validate()?;
+        let vb = at.weights;
+        let vision = MiniCpmVision::new(
+            &self.vision_config(at.text_hidden),
+            &first_prefix(vb, &["model.vision_tower", "vision_tower"], "embeddings.patch_embedding.weight"),
+            &first_prefix(vb, &["model.merger", "merger"], "mlp.0.linear_1.weight"),
+        )?;
+        let image_token = token_text(at, self.image_token_id, "image_token_id")?;
+        Ok(Box::new(MiniCpmImages { spec: self.clone(), rule, vision, image_token, norm, resample }))
+    }
+}
+
+/// MiniCPM-V 4.6's loaded image side.
+struct MiniCpmImages {
+    spec: MiniCpmV46Spec,
+    rule: MiniCpmProcessorRule,
+    vision: MiniCpmVision,
+    image_token: String,
+    norm: PreprocessConfig,
+    resample: Filter,
+}
+
+/// The `rows × cols` equal pieces of `img`, row by row (transformers' `divide_to_patches`).
+fn cut(img: &RgbImage, rows: usize, cols: usize) -> Vec<RgbImage> {
+    let (h, w) = (img.height / rows, img.width / cols);
+    let mut pieces = Vec::with_capacity(rows * cols);
+    for r in 0..rows {
+        for c in 0..cols {
+            let mut data = Vec::with_capacity(h * w * 3);
+            for y in r * h..(r + 1) * h {
+                let start = (y * img.width + c * w) * 3;
+                data.extend_from_slice(&img.data[start..start + w * 3]);
+            }
+            pieces.push(RgbImage::new(w, h, data));
+        }
+    }
+    pieces
+}
+
+impl MiniCpmImages {
+    /// The views as the model reads them (resized, cut; before normalization).
+    fn views(&self, img: &RgbImage) -> Vec<RgbImage> {
+        let layout = self.rule.layout(img.height, img.width);
+        let (sh, sw) = layout.source;
+        let mut views = vec![preprocess::resize(img, sh, sw, self.resample)];
+        if let (Some((rows, cols)), Some((rh, rw))) = (layout.grid, layout.refine) {
+            views.extend(cut(&preprocess::resize(img, rh, rw, self.resample), rows, cols));
+        }
+        views
+    }
+
+    /// Each view's normalized pixels `(1, 3, H, W)`.
+    fn view_tensors(&self, img: &RgbImage, device: &Device) -> Result<Vec<Tensor>> {
+        self.views(img).iter().map(|v| Ok(preprocess::to_tensor(v, &self.norm, device)?.unsqueeze(0)?)).collect()
+    }
+}
+
+impl ImageSide for MiniCpmImages {
+    fn fixed_tokens(&self) -> Option<usize> {
+        None
+    }
+
+    fn tokens_for(&self, img: &RgbImage) -> Result<usize> {
+        Ok(self.rule.tokens(img.height, img.width))
+    }
+
+    fn placeholder(&self) -> Option<&str> {
+        Some(&self.image_token)
+    }
+
+    fn image_token_id(&self) -> Option<u32> {
+        Some(self.spec.image_token_id)
+    }
+
+    fn placeholder_text(&self, img: &RgbImage) -> Result<Option<String>> {
+        self.placeholder_text_at(img, 0)
+    }
+
+    fn placeholder_text_at(&self, img: &RgbImage, index: usize) -> Result<Option<String>> {
+        Ok(Some(self.rule.placeholder_text(img.height, img.width, index, &self.image_token)))
+    }
+
+    /// transformers' layout: `(1, 3, patch, Σ patches·patch)`, each view's patches row-major,
+    /// a patch's rows stacked along the second axis.
+    fn pixel_values(&self, img: &RgbImage, device: &Device) -> Result<Tensor> {
+        let p = self.rule.slicing.patch_size;
+        let flat = self
+            .view_tensors(img, device)?
+            .iter()
+            .map(|v| {
+                let (_, c, h, w) = v.dims4()?;
+                v.reshape((c, h / p, p, w / p, p))?.permute((0, 2, 1, 3, 4))?.reshape((c, p, ()))
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Ok(Tensor::cat(&flat, 2)?.unsqueeze(0)?)
+    }
+
+    fn model_view(&self, img: &RgbImage) -> Result<(RgbImage, usize, usize)> {
+        let source = self.views(img).swap_remove(0);
+        let unit = self.rule.slicing.patch_size * self.rule.slicing.merge;
+        let (rows, cols) = (source.height / unit, source.width / unit);
+        Ok((source, rows, cols))
+    }
+
+    fn encode(&self, img: &RgbImage, device: &Device) -> Result<ImageFeatures> {
+        let tokens = self
+            .view_tensors(img, device)?
+            .iter()
+            .map(|v| self.vision.forward(v))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(ImageFeatures::new(Tensor::cat(&tokens, 0)?.unsqueeze(0)?))
+    }
+
+    /// The tower's output (after the window merger and `post_layernorm`), every view's in
+    /// order, `(1, n, vision_hidden)`.
+    fn tower_features(&self, img: &RgbImage, device: &Device) -> Result<Tensor> {
+        let outputs = self
+            .view_tensors(img, device)?
+            .iter()
+            .map(|v| Ok(self.vision.tower_forward(v)?.0))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Tensor::cat(&outputs, 0)?.unsqueeze(0)?)
+    }
+
+    fn describe(&self) -> String {
+        let t = &self.spec.tower;
+        let s = &self.rule.slicing;
+        let unit = s.patch_size * s.merge;
+        let per_view = (s.scale_resolution / unit).pow(2);
+        format!(
+            "MiniCPM-V 4.6 tower (SigLIP, {} layers, width {}, {}×{} patches, nearest learned positions{}), a 2×2 \
+             merger; images sliced into a source view of about {}² px and up to {} slices (sides multiples of {unit} \
+             px, one token per {unit}×{unit} px): about {per_view} image tokens per view, at most about {} per \
+             image; <image_id>N</image_id><image>…</image> then rows of <slice>…</slice>; no video inputs",
+            t.num_hidden_layers,
+            t.hidden_size,
+            t.patch_size,
+            t.patch_size,
+            match self.vision.config().insert_layer_id {
+                Some(k) => format!(", a 2×2 window-attention merger after layer {k}"),
+                None => String::new(),
+            },
+            s.scale_resolution,
+            if s.slice_mode { s.max_slice_nums } else { 0 },
+            per_view * (1 + if s.slice_mode { s.max_slice_nums } else { 0 }),
+        )
     }
 }
 
