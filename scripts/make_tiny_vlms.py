@@ -228,7 +228,7 @@ def with_paths(messages, images):
 
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "pixel_values", "pixel_attention_mask", "token_type_ids", "image_grid_thw",
-                "mm_token_type_ids", "image_sizes", "image_position_ids")
+                "mm_token_type_ids", "image_sizes", "image_position_ids", "target_sizes")
 
 
 def prepare(processor, case, family):
@@ -567,6 +567,7 @@ def main():
     from tiny_vlms.gemma4 import gemma4_spec
     from tiny_vlms.mistral3 import mistral3_spec
     from tiny_vlms.qwen3_5 import qwen3_5_spec
+    from tiny_vlms.minicpmv4_6 import minicpmv4_6_spec
     wanted = set(sys.argv[1:])
     torch.set_num_threads(2)
     os.makedirs(OUT, exist_ok=True)
@@ -575,7 +576,7 @@ def main():
              "paligemma-tiny": paligemma_spec, "paligemma2-tiny": paligemma2_spec, "gemma3-tiny": gemma3_spec,
              "qwen2-vl-tiny": qwen2_vl_spec, "qwen2.5-vl-tiny": qwen2_5_vl_spec, "qwen3-vl-tiny": qwen3_vl_spec,
              "internvl-tiny": internvl_spec, "mistral3-tiny": mistral3_spec, "qwen3.5-tiny": qwen3_5_spec,
-             "gemma4-tiny": gemma4_spec}
+             "gemma4-tiny": gemma4_spec, "minicpm-v4.6-tiny": minicpmv4_6_spec}
     for name, make in specs.items():
         if wanted and name not in wanted:
             continue
