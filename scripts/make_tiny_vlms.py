@@ -37,14 +37,14 @@ Writes tests/fixtures/vlm/<name>/ for
                          real Qwen3.5 chat template; scripts/tiny_vlms/qwen3_5.py
   gemma4-tiny            Gemma4ForConditionalGeneration (Gemma 4 tower, k x k pooling, PLE, shared keys and values, two head
                          sizes, proportional RoPE) + Gemma4Processor; scripts/tiny_vlms/gemma4.py
+  minicpm-v4.6-tiny      MiniCPMV4_6ForConditionalGeneration + MiniCPMV4_6Processor; scripts/tiny_vlms/minicpmv4_6.py
   gemma3-tiny            Gemma3ForConditionalGeneration (SigLIP vision, 2x2 average pooling, mm_soft_emb_norm, a
                          Gemma 3 text model: q/k norms, 5 local : 1 global layers with their own RoPE bases and linear
                          scaling on the global one, a window of 8 under 16 image tokens, images attending to themselves
                          both ways; the image tokens are vocabulary entries and query_pre_attn_scalar is head_dim,
-                         as in the real 4B) +
-                         Gemma3Processor (<start_of_image> expanded, the real Gemma 3 chat template); ablation: the
-                         images attending causally (no token_type_ids): its prompt logits
-                         as <case>.logits_causal_images
+                         as in the real 4B) + Gemma3Processor (<start_of_image> expanded, the real Gemma 3 template);
+                         ablation: the images attending causally (no token_type_ids): its prompt logits as
+                         <case>.logits_causal_images
 Each folder holds exactly what `model.save_pretrained` and `processor.save_pretrained` write with the installed
 transformers (config.json, generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
 processor_config.json, chat_template.jinja), plus
@@ -60,8 +60,7 @@ All outputs are float32 with eager attention, computed from the model and proces
 Also writes
   tests/fixtures/vlm/smolvlm-tiny-legacy/  the same model in the transformers 4.x folder layout (flat
                          preprocessor_config.json, 4.x processor_config.json holding only image_seq_len,
-                         chat_template.json); its reference.json repeats the "chelsea" case, which is checked to
-                         come out the same through AutoProcessor
+                         chat_template.json); its reference.json repeats "chelsea" (checked through AutoProcessor)
   tests/fixtures/vlm/images/               small images derived from tests/fixtures/images (a 20x14 crop)
   tests/fixtures/tiny/gemma/               a text-only GemmaForCausalLM in the format of scripts/make_tiny_models.py
   tests/fixtures/tiny/gemma2/              a text-only Gemma2ForCausalLM (window 6, 12-token prompt), same format
@@ -75,6 +74,7 @@ import copy
 import json
 import os
 import shutil
+import sys
 
 import torch
 import transformers
@@ -228,7 +228,7 @@ def with_paths(messages, images):
 
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "pixel_values", "pixel_attention_mask", "token_type_ids", "image_grid_thw",
-                "mm_token_type_ids", "image_sizes", "image_position_ids")
+                "mm_token_type_ids", "image_sizes", "image_position_ids", "target_sizes")
 
 
 def prepare(processor, case, family):
@@ -559,7 +559,6 @@ def folder_size(path):
 
 
 def main():
-    import sys
     # These import this module's helpers, so not at the top.
     from tiny_vlms.families import (gemma3_spec, llava_interleave_spec, llava_spec, paligemma2_spec, paligemma_spec,
                                     qwen2_5_vl_spec, qwen2_vl_spec, qwen3_vl_spec, smolvlm_spec)
@@ -567,6 +566,7 @@ def main():
     from tiny_vlms.gemma4 import gemma4_spec
     from tiny_vlms.mistral3 import mistral3_spec
     from tiny_vlms.qwen3_5 import qwen3_5_spec
+    from tiny_vlms.minicpmv4_6 import minicpmv4_6_spec
     wanted = set(sys.argv[1:])
     torch.set_num_threads(2)
     os.makedirs(OUT, exist_ok=True)
@@ -575,7 +575,7 @@ def main():
              "paligemma-tiny": paligemma_spec, "paligemma2-tiny": paligemma2_spec, "gemma3-tiny": gemma3_spec,
              "qwen2-vl-tiny": qwen2_vl_spec, "qwen2.5-vl-tiny": qwen2_5_vl_spec, "qwen3-vl-tiny": qwen3_vl_spec,
              "internvl-tiny": internvl_spec, "mistral3-tiny": mistral3_spec, "qwen3.5-tiny": qwen3_5_spec,
-             "gemma4-tiny": gemma4_spec}
+             "gemma4-tiny": gemma4_spec, "minicpm-v4.6-tiny": minicpmv4_6_spec}
     for name, make in specs.items():
         if wanted and name not in wanted:
             continue

@@ -90,6 +90,11 @@ fn vision_language_checkpoints_answer_and_describe_themselves() -> Result<()> {
     assert!(info.contains("qwen3_5 (qwen3_5_text decoder)") && info.contains("within 256..=4096 pixels"), "{info}");
     assert!(info.contains("3 of 4 Gated DeltaNet") && info.contains("the first 8 of 32 dims"), "{info}");
     assert!(info.contains("sigmoid output gate") && info.contains("no prefix cache"), "{info}");
+    let o = tessera(&["info", "--model", &vlm("minicpm-v4.6-tiny")]);
+    let info = stdout(&o);
+    assert!(info.contains("minicpmv4_6 (qwen3_5_text decoder)") && info.contains("MiniCPM-V 4.6 tower"), "{info}");
+    assert!(info.contains("about 9 image tokens per view, at most about 45 per image"), "{info}");
+    assert!(info.contains("3 of 4 Gated DeltaNet") && info.contains("no video inputs"), "{info}");
     let o = tessera(&["info", "--model", &vlm("gemma3-tiny")]);
     let info = stdout(&o);
     assert!(info.contains("gemma3 (gemma3_text decoder)") && info.contains("2×2 average pooling to 4×4"), "{info}");

@@ -178,8 +178,8 @@ impl Analysis<'_> {
     fn with_image_prefix(&self, images: &[RgbImage], ids: &[u32]) -> Result<(Vec<u32>, usize)> {
         let mut prefix = Vec::new();
         let mut native_tokens = 0;
-        for img in images {
-            match self.image_placeholder_text(img)? {
+        for (i, img) in images.iter().enumerate() {
+            match self.image_placeholder_text(img, i)? {
                 Some(text) => prefix.extend(self.tokenizer().encode(&text, false)?),
                 None => native_tokens += self.image_tokens(img)?,
             }

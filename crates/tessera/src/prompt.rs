@@ -301,8 +301,11 @@ impl Model {
         let placeholder = self.images.as_ref().and_then(|e| e.placeholder());
         let expanded = match (placeholder, self.images.as_ref()) {
             (Some(p), Some(enc)) => {
-                let texts: Vec<String> =
-                    images.iter().filter_map(|img| enc.placeholder_text(img).transpose()).collect::<Result<_>>()?;
+                let texts: Vec<String> = images
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, img)| enc.placeholder_text_at(img, i).transpose())
+                    .collect::<Result<_>>()?;
                 tessera_text::expand_placeholders(text, p, &texts)?
             }
             _ => text.to_string(),

@@ -44,10 +44,10 @@ impl crate::model::Model {
         self.images.as_ref()?.placeholder()
     }
 
-    /// The prompt text that stands for `image` (Hugging Face families; `None` for the native
-    /// model, whose image tokens go before the text).
-    pub fn image_placeholder_text(&self, image: &RgbImage) -> Result<Option<String>> {
-        self.vision()?.placeholder_text(image)
+    /// The prompt text that stands for `image` as the prompt's `index`-th image (Hugging Face
+    /// families; `None` for the native model, whose image tokens go before the text).
+    pub fn image_placeholder_text(&self, image: &RgbImage, index: usize) -> Result<Option<String>> {
+        self.vision()?.placeholder_text_at(image, index)
     }
 
     /// Refuses an image that would take more than `max_tokens` image tokens.

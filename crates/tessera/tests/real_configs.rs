@@ -436,3 +436,99 @@ fn gemma_4_e2b_it() -> Result<()> {
     );
     Ok(())
 }
+
+/// openbmb/MiniCPM-V-4_6's processor settings as `MiniCpmV46Spec::processor` reads them.
+fn minicpm_v_4_6_rule(spec: &tessera::families::MiniCpmV46Spec) -> Result<tessera::families::MiniCpmProcessorRule> {
+    let path = real("minicpm-v-4_6").join("preprocessor_config.json");
+    let settings = tessera::families::ProcessorSettings {
+        image: common::read_json(&path)?,
+        processor: serde_json::Value::Null,
+        origin: path,
+    };
+    Ok(spec.processor(&settings)?)
+}
+
+/// openbmb/MiniCPM-V-4_6 (config, preprocessor and generation configs copied from another
+/// project's vendored copy of the Hub files; SOURCES.md): Qwen3.5-0.8B's text model (24 layers,
+/// three Gated DeltaNet layers to one gated attention layer, 1-D positions), a 27-layer
+/// SigLIP-style tower of width 1152 with 14-px patches and its window merger after layer 6, 16×
+/// downsampling. A 451×300 photo is one source view, upscaled to 392×560: 28×40 patches / 16 =
+/// 70 image tokens behind `<image_id>0</image_id><image>` (transformers' processor from the same
+/// files: scripts/tiny_vlms/minicpmv4_6_real.py).
+#[test]
+fn minicpm_v_4_6() -> Result<()> {
+    let cfg = config("minicpm-v-4_6")?;
+    assert_eq!((cfg.family, cfg.text_family), ("minicpmv4_6", TextFamily::Qwen35));
+    let d = &cfg.decoder;
+    assert_eq!((d.hidden_size, d.intermediate_size, d.num_hidden_layers), (1024, 3584, 24));
+    assert_eq!((d.num_attention_heads, d.num_key_value_heads, d.head_dim), (8, 2, 256));
+    assert_eq!((d.rope.theta, d.max_position_embeddings, cfg.vocab_size), (10_000_000.0, 262_144, 248_094));
+    assert_eq!((d.rotary_dim, d.attn_output_gate, d.norm_style), (Some(64), true, NormStyle::OnePlusWeight));
+    assert!(d.rope.mrope.is_none(), "MiniCPM-V 4.6 gives its text model 1-D positions");
+    let linear = d.linear.as_ref().context("Gated DeltaNet layers")?;
+    let full: Vec<usize> = (0..24).filter(|&i| !linear.layers[i]).collect();
+    assert_eq!(full, [3, 7, 11, 15, 19, 23]);
+    assert_eq!((linear.delta.key_heads, linear.delta.value_heads), (16, 16));
+    assert_eq!((cfg.tie_word_embeddings, cfg.eos_token_ids.clone()), (true, vec![248_044]));
+    let Some(spec) = cfg.vision_spec::<tessera::families::MiniCpmV46Spec>() else {
+        anyhow::bail!("a MiniCPM image side")
+    };
+    let t = &spec.tower;
+    assert_eq!((t.hidden_size, t.intermediate_size, t.num_hidden_layers, t.num_attention_heads), (1152, 4304, 27, 16));
+    assert_eq!((t.patch_size, t.image_size, t.insert_layer_id, t.window_kernel), (14, 980, 6, (2, 2)));
+    assert_eq!((spec.merge, spec.merge_kernel, spec.merger_times), (4, (2, 2), 1));
+    assert_eq!((spec.image_token_id, spec.video_token_id), (248_056, Some(248_057)));
+    let rule = minicpm_v_4_6_rule(spec)?;
+    let img = chelsea()?;
+    let layout = rule.layout(img.height, img.width);
+    assert_eq!((layout.grid, layout.source, rule.tokens(img.height, img.width)), (None, (392, 560), 70));
+    assert_eq!(
+        rule.placeholder_text(img.height, img.width, 0, "<|image_pad|>"),
+        format!("<image_id>0</image_id><image>{}</image>", "<|image_pad|>".repeat(70))
+    );
+    Ok(())
+}
+
+/// The image token count and placeholder text of MiniCPM-V 4.6's processor for the test images
+/// and a sweep of sizes (one view up to the 9-slice cap, 1×1 to 5000×5000, aspect ratios to
+/// 100:1), against transformers' (slicing_reference.json, written by
+/// scripts/tiny_vlms/minicpmv4_6_real.py; runs of N image tokens written `<|image_pad|>*N`).
+#[test]
+fn minicpm_v_4_6_slicing_matches_transformers() -> Result<()> {
+    let cfg = config("minicpm-v-4_6")?;
+    let Some(spec) = cfg.vision_spec::<tessera::families::MiniCpmV46Spec>() else {
+        anyhow::bail!("a MiniCPM image side")
+    };
+    let rule = minicpm_v_4_6_rule(spec)?;
+    let reference = common::read_json(&real("minicpm-v-4_6").join("slicing_reference.json"))?;
+    let cases = reference["cases"].as_array().context("cases")?;
+    assert!(cases.len() >= 40);
+    let mut sliced = 0;
+    for case in cases {
+        let n = |k: &str| case[k].as_u64().map(|v| v as usize).context("a size");
+        let (h, w) = (n("height")?, n("width")?);
+        let layout = rule.layout(h, w);
+        let views: Vec<Vec<usize>> = layout.views().iter().map(|&(vh, vw)| vec![vh / 14, vw / 14]).collect();
+        let want: Vec<Vec<usize>> = serde_json::from_value(case["target_sizes"].clone())?;
+        assert_eq!(views, want, "{w}x{h}: views in patches");
+        let grid: Vec<usize> = serde_json::from_value(case["grid"].clone())?;
+        assert_eq!(layout.grid.map_or(vec![0, 0], |(r, c)| vec![r, c]), grid, "{w}x{h}: grid");
+        sliced += usize::from(layout.grid.is_some());
+        assert_eq!(rule.tokens(h, w), n("image_tokens")?, "{w}x{h}: image tokens");
+        // The reference text with its runs `<|image_pad|>*N` expanded, the image token as \u{1}.
+        let text = rule.placeholder_text(h, w, 0, "\u{1}");
+        let mut expanded = String::new();
+        let mut rest = case["text"].as_str().context("text")?;
+        while let Some(at) = rest.find("<|image_pad|>*") {
+            expanded.push_str(&rest[..at]);
+            rest = &rest[at + "<|image_pad|>*".len()..];
+            let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+            expanded.push_str(&"\u{1}".repeat(rest[..digits].parse()?));
+            rest = &rest[digits..];
+        }
+        expanded.push_str(rest);
+        assert_eq!(text, expanded, "{w}x{h}: placeholder text");
+    }
+    assert!(sliced >= 20, "the sweep slices most sizes ({sliced})");
+    Ok(())
+}

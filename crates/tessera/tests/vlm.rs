@@ -82,7 +82,8 @@ fn pixels_tower_features_and_image_tokens_match() -> Result<()> {
 /// (Pixtral: `(images, C, H_max, W_max)`, zeros right and below) — each image against the top-left
 /// corner of its row of the batch, with the padding zero; or — where it pads each image's patches
 /// to one count (Gemma 4: `(images, max_patches, patch_values)`) — each image's patches against the
-/// first rows of its row, the rest zero.
+/// first rows of its row, the rest zero; or — where the images' patches lie side by side along
+/// the last axis (MiniCPM-V) — those concatenated.
 fn pixel_diff(pixels: &[Tensor], reference: &Tensor) -> Result<f32> {
     let same = pixels.iter().all(|p| p.dims()[1..] == reference.dims()[1..]);
     if !same && reference.rank() == 3 && reference.dim(0)? == pixels.len() {
@@ -95,6 +96,13 @@ fn pixel_diff(pixels: &[Tensor], reference: &Tensor) -> Result<f32> {
             ensure!(rest == 0.0, "image {i}: the reference's padding patches are not zero");
         }
         return Ok(d);
+    }
+    // The images' patches side by side along the last axis (MiniCPM-V's `(1, C, patch, Σ)`).
+    let side_by_side = reference.rank() == 4
+        && reference.dim(0)? == 1
+        && pixels.iter().all(|p| p.rank() == 4 && p.dims()[..3] == reference.dims()[..3]);
+    if !same && side_by_side {
+        return max_abs_diff(&Tensor::cat(pixels, 3)?, reference, "pixel values");
     }
     if same || reference.rank() != 4 || reference.dim(0)? != pixels.len() {
         return max_abs_diff(&Tensor::cat(pixels, 0)?, reference, "pixel values");

@@ -68,7 +68,7 @@ impl VisionTowerConfig {
         check_heads(self.hidden_size, self.num_attention_heads)
     }
 
-    fn attention(&self) -> AttentionConfig {
+    pub(crate) fn attention(&self) -> AttentionConfig {
         vit_attention(self.hidden_size, self.num_attention_heads, true, "out_proj")
     }
 }
@@ -122,7 +122,7 @@ pub enum FeatureLayer {
 }
 
 #[derive(Clone, Debug)]
-struct EncoderLayer {
+pub(crate) struct EncoderLayer {
     layer_norm1: LayerNorm,
     self_attn: Attention,
     layer_norm2: LayerNorm,
@@ -130,7 +130,7 @@ struct EncoderLayer {
 }
 
 impl EncoderLayer {
-    fn new(cfg: &VisionTowerConfig, vb: &Weights) -> Result<Self> {
+    pub(crate) fn new(cfg: &VisionTowerConfig, vb: &Weights) -> Result<Self> {
         let (h, eps) = (cfg.hidden_size, cfg.layer_norm_eps);
         Ok(Self {
             layer_norm1: LayerNorm::load(h, eps, &vb.pp("layer_norm1"))?,
@@ -141,7 +141,7 @@ impl EncoderLayer {
     }
 
     /// `(b, n, d)` → `(b, n, d)`.
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let input = AttentionInput {
             rope: None,
             mask: &AttentionMask::Bidirectional,

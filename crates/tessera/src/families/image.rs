@@ -183,6 +183,13 @@ pub trait ImageSide: Send + Sync {
     /// `None` when images go before the text.
     fn placeholder_text(&self, img: &RgbImage) -> Result<Option<String>>;
 
+    /// The prompt text `img`'s placeholder expands to as the prompt's `index`-th image (from 0):
+    /// [`placeholder_text`](Self::placeholder_text), unless the family numbers its images
+    /// (MiniCPM-V's `<image_id>N</image_id>`).
+    fn placeholder_text_at(&self, img: &RgbImage, _index: usize) -> Result<Option<String>> {
+        self.placeholder_text(img)
+    }
+
     /// The `(rows, cols)` grid of `img`'s image tokens for families whose images take M-RoPE
     /// grid positions; `None` for the others.
     fn position_grid(&self, _img: &RgbImage) -> Result<Option<(usize, usize)>> {

@@ -17,6 +17,7 @@ pub mod image;
 mod internvl;
 mod llava;
 mod llava_mmproj;
+mod minicpmv4_6;
 mod mistral3;
 pub mod mmproj;
 mod native;
@@ -40,6 +41,7 @@ use crate::error::{Result, TesseraError};
 pub use gemma4::{Gemma4ProcessorRule, Gemma4Spec};
 pub use image::{ImageFeatures, ImageLoad, ImageSide, ImageSpec, ProcessorSettings};
 pub use internvl::InternVlSpec;
+pub use minicpmv4_6::{MiniCpmProcessorRule, MiniCpmTowerConfig, MiniCpmV46Spec};
 pub use mistral3::{Mistral3Spec, PixtralProcessorRule};
 pub use native::NativeSpec;
 pub use qwen2_vl::Qwen2VlSpec;
@@ -85,6 +87,9 @@ pub const REGISTRY: &[(&str, Resolve)] = &[
     // Gemma 4: its own tower (2-D RoPE, k×k pooling), a text model whose layers differ (PLE,
     // shared keys and values, two head sizes).
     ("gemma4", |j| parse::<gemma4::Gemma4Config>(j)?.resolve()),
+    // MiniCPM-V 4.6: a SigLIP-style tower with a window-attention merger, sliced images, a
+    // 2×2 merger MLP, Qwen3.5's hybrid text model.
+    ("minicpmv4_6", |j| minicpmv4_6::MiniCpmV46Config::read(j)?.resolve()),
 ];
 
 /// What `tessera` reads, for error messages: the registry's `model_type`s and the GGUF

@@ -46,12 +46,18 @@ struct RotaryFields {
 /// A `qwen3_5` `config.json`.
 pub(super) fn resolve(json: &Value) -> Result<ModelConfig, String> {
     let mut cfg = parse::<Qwen2VlConfig>(json)?.resolve(Generation::Qwen35)?;
-    let fields: HybridFields = match json.get("text_config") {
+    hybrid_text(json.get("text_config"), &mut cfg.decoder)?;
+    Ok(cfg)
+}
+
+/// Makes `d`, resolved from a `qwen3_5_text` `text_config` (`text`), Qwen3.5's hybrid text model
+/// (also MiniCPM-V 4.6's); errors name `text_config`.
+pub(super) fn hybrid_text(text: Option<&Value>, d: &mut DecoderConfig) -> Result<(), String> {
+    let fields: HybridFields = match text {
         Some(text) if !text.is_null() => parse(text).map_err(|e| format!("text_config: {e}"))?,
         _ => HybridFields::default(),
     };
-    hybrid(&fields, &mut cfg.decoder).map_err(|e| format!("text_config: {e}"))?;
-    Ok(cfg)
+    hybrid(&fields, d).map_err(|e| format!("text_config: {e}"))
 }
 
 /// Makes the Qwen3-style decoder `d` Qwen3.5's: its linear layers, gate, partial rotary, norms.

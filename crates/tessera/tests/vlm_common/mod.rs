@@ -24,6 +24,7 @@ pub const FAMILIES: &[&str] = &[
     "mistral3-tiny",
     "qwen3.5-tiny",
     "gemma4-tiny",
+    "minicpm-v4.6-tiny",
 ];
 
 pub fn vlm_dir(name: &str) -> PathBuf {
