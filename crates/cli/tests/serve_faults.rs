@@ -172,6 +172,9 @@ fn sigterm_during_16_streams_lets_them_finish_refuses_new_requests_and_exits_0()
         match get(&server.base, "/health") {
             Ok((503, body)) => break body,
             Ok((200, _)) => {}
+            // A connection accepted just before the signal whose request head had not arrived
+            // yet is an idle one, which the drain closes at once (connections.rs): ask again.
+            Err(e) if e.contains("Unexpected EOF") => {}
             other => bail!("/health after SIGTERM: {other:?}"),
         }
         ensure!(signalled.elapsed() < PATIENCE, "/health still answered 200 {PATIENCE:?} after SIGTERM");
