@@ -40,7 +40,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, commit $(git rev-parse --short HEAD)"
-echo "# llama-$shape, llama.cpp: $(basename "$(dirname "$(dirname "$llama_bin")")"), ik_llama.cpp: ${ik_bin:+8337e4c}${ik_bin:-not run}, reps $reps"
+echo "# llama-$shape, llama.cpp: $(basename "$(dirname "$(dirname "$llama_bin")")"), ik_llama.cpp: $([ -n "$ik_bin" ] && echo 8337e4c || echo "not run"), reps $reps"
 echo "| type | threads | MB/token | read GB/s | tessera pp512 | llama.cpp pp512 | ik pp512 | ratio llama / ik | tessera tg64 | llama.cpp tg64 | ik tg64 | ratio llama / ik | tessera tg / read limit | llama.cpp tg / read limit |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for t in $types; do
