@@ -118,8 +118,7 @@ impl Model {
         let masks = self.mask_plan(1, 1, &[])?;
         let embeds = self.embed_ids(ids)?;
         // The per-layer projection, like every matmul of the step, takes each row as it is alone.
-        let per_layer =
-            tessera_decoder::row_invariant(|| self.per_layer_inputs(ids, (1, ids.len()), &[], &embeds))?;
+        let per_layer = tessera_decoder::row_invariant(|| self.per_layer_inputs(ids, (1, ids.len()), &[], &embeds))?;
         let hidden = self.decoder.forward_rows_with_inputs(&embeds, caches, &masks, &positions, per_layer.as_ref())?;
         tessera_decoder::row_invariant(|| self.logits(&hidden))
     }
