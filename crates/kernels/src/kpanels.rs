@@ -102,6 +102,7 @@ pub(crate) fn get_block(t: QType, chunk: &[u8], lane: usize, block: &mut [u8]) {
 }
 
 /// Where the unit that starts at byte `start` of a block begins in a chunk of `t` (lane 0's).
+#[cfg(target_arch = "x86_64")]
 fn base_of(t: QType, start: usize) -> usize {
     let mut base = 0;
     for &(s, unit) in units(t) {

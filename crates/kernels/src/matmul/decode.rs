@@ -40,6 +40,8 @@ fn quantize_tokens<B: Send>(
 struct QuantizedActs<'a> {
     q8: &'a [Q8Block],
     q8k: &'a [Q8KBlock],
+    /// Tokens (read by the x86 panel path only).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     m: usize,
 }
 
