@@ -3,8 +3,8 @@
 The image side of scripts/tiny_vlms/minicpmv4_6_tower.py (3 SigLIP layers of width 32, 4-px patches, a 4x4 position
 table, the window-attention merger after layer 1, the 2x2 merger MLP; MiniCPMV4_6ImageProcessorPil with
 scale_resolution 48 and at most 4 slices) and a Qwen3_5TextModel of four layers (linear x3 then full) with 1-D
-positions. The chat template is RECONSTRUCTED (openbmb/MiniCPM-V-4_6's was not found; SOURCES.md): the Qwen3.5
-family's, whose text model and special tokens MiniCPM-V 4.6 shares; the processor expands its <|image_pad|>.
+positions. The chat template is MiniCPM-V 4.6's own (tests/fixtures/real_configs/minicpm-v-4_6, SOURCES.md): Qwen3.5's
+turns, parts joined by newlines, thinking off unless asked; the processor expands its <|image_pad|>.
 """
 import os
 
@@ -37,7 +37,7 @@ def minicpm_tokenizer():
 
 
 def minicpmv4_6_spec():
-    template = open(os.path.join(REAL, "qwen3.5-0.8b", "chat_template.jinja")).read()
+    template = open(os.path.join(REAL, "minicpm-v-4_6", "chat_template.jinja")).read()
     tok = minicpm_tokenizer()
     ids = tok.convert_tokens_to_ids
     image_processor = MiniCPMV4_6ImageProcessorPil(max_slice_nums=4, scale_resolution=48, patch_size=4,

@@ -486,6 +486,15 @@ fn minicpm_v_4_6() -> Result<()> {
         rule.placeholder_text(img.height, img.width, 0, "<|image_pad|>"),
         format!("<image_id>0</image_id><image>{}</image>", "<|image_pad|>".repeat(70))
     );
+    // Its own template (Qwen3.5's turns and tool format): parts joined by newlines, and the
+    // answer opens an empty thinking block unless enable_thinking is set (transformers renders
+    // the same string from the same file).
+    let template = ChatTemplate::from_model_dir(&real("minicpm-v-4_6"))?.context("template")?;
+    assert_eq!(
+        template.render(&image_question("Describe this image."), true)?,
+        "<|im_start|>user\n<|image_pad|>\nDescribe this image.<|im_end|>\n\
+         <|im_start|>assistant\n<think>\n\n</think>\n\n"
+    );
     Ok(())
 }
 
