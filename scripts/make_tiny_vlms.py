@@ -587,6 +587,8 @@ def main():
         for c in ref["cases"]:
             print(f"  {c['name']}: {len(c['input_ids'])} input ids, {c['num_image_tokens']} image tokens, "
                   f"pixel_values {c['pixel_values_shape']}, greedy {c['greedy_ids']}, margin {c['min_greedy_margin']}")
+        if "after" in spec:  # references of the folder's parts (minicpm-v4.6-tiny's tower)
+            spec["after"]()
         if spec["name"] == "smolvlm-tiny":
             legacy = write_legacy(folder, ref, tensors)
             print(f"smolvlm-tiny-legacy: files {sorted(os.listdir(legacy))} (chelsea case checked through AutoProcessor)")

@@ -1,9 +1,9 @@
 """minicpm-v4.6-tiny: MiniCPMV4_6ForConditionalGeneration with the real classes, for scripts/make_tiny_vlms.py.
 
-The image side of scripts/tiny_vlms/minicpmv4_6_tower.py (3 SigLIP layers of width 32, 4-px patches, a 4x4 position
-table, the window-attention merger after layer 1, the 2x2 merger MLP; MiniCPMV4_6ImageProcessorPil with
-scale_resolution 48 and at most 4 slices) and a Qwen3_5TextModel of four layers (linear x3 then full) with 1-D
-positions. The chat template is MiniCPM-V 4.6's own (tests/fixtures/real_configs/minicpm-v-4_6, SOURCES.md): Qwen3.5's
+The image side (3 SigLIP layers of width 32, 4-px patches, a 4x4 position table, the window-attention merger after
+layer 1, the 2x2 merger MLP; MiniCPMV4_6ImageProcessorPil with scale_resolution 48 and at most 4 slices; checked view
+by view by scripts/tiny_vlms/minicpmv4_6_tower.py, which runs after it) and a Qwen3_5TextModel of four layers (linear x3
+then full) with 1-D positions. The chat template is MiniCPM-V 4.6's own (tests/fixtures/real_configs/minicpm-v-4_6, SOURCES.md): Qwen3.5's
 turns, parts joined by newlines, thinking off unless asked; the processor expands its <|image_pad|>.
 """
 import os
@@ -18,6 +18,7 @@ from transformers.models.minicpmv4_6.video_processing_minicpmv4_6 import MiniCPM
 from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
 
 from make_tiny_vlms import IMAGES, REAL, append_special, bpe
+from tiny_vlms.minicpmv4_6_tower import main as tower_reference
 from tiny_vlms.qwen3_5 import case
 
 NAMED = {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>", "image_start_token": "<image>",
@@ -62,7 +63,7 @@ def minicpmv4_6_spec():
         name="minicpm-v4.6-tiny", cls=MiniCPMV4_6ForConditionalGeneration, config=config, processor=processor,
         seed=4600, std=0.2, connector=lambda m: m.model.merger, text_model=lambda m: m.model.language_model,
         generation=dict(eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|endoftext|>")),
-        image_token="<|image_pad|>",
+        image_token="<|image_pad|>", after=tower_reference,
         cases=[
             case("chelsea", [f"{IMAGES}/chelsea.png"], "Describe this image."),
             case("two_images", [f"{IMAGES}/chelsea.png", f"{IMAGES}/astronaut.png"],

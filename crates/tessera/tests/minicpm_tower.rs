@@ -1,4 +1,4 @@
-//! MiniCPM-V 4.6's tower and merger against transformers on minicpmv4_6-tiny
+//! MiniCPM-V 4.6's tower and merger against transformers on minicpm-v4.6-tiny's weights
 //! (scripts/tiny_vlms/minicpmv4_6_tower.py): the processor's views of three photos (a 2×2
 //! grid of slices and the source view, non-square and square grids of patches), each view's
 //! tower output (after the window merger and post_layernorm) and image tokens within 1e-4.
@@ -18,7 +18,7 @@ fn max_diff(a: &Tensor, b: &Tensor) -> Result<f32> {
 
 #[test]
 fn minicpm_tower_and_merger_match_transformers() -> Result<()> {
-    let dir = common::fixtures().join("vlm/minicpmv4_6-tiny");
+    let dir = common::fixtures().join("vlm/minicpm-v4.6-tiny");
     let cfg = ModelConfig::from_config_file(&dir.join("config.json"))?;
     let spec = cfg.vision_spec::<MiniCpmV46Spec>().context("a MiniCPM image side")?;
     let weights = Weights::from_safetensors(&[dir.join("model.safetensors")], DType::F32, &Device::Cpu)?;
@@ -27,9 +27,9 @@ fn minicpm_tower_and_merger_match_transformers() -> Result<()> {
         &weights.pp("model.vision_tower"),
         &weights.pp("model.merger"),
     )?;
-    let pre = dir.join("preprocessor_config.json");
-    let settings =
-        ProcessorSettings { image: common::read_json(&pre)?, processor: serde_json::Value::Null, origin: pre };
+    let pre = dir.join("processor_config.json");
+    let image = common::read_json(&pre)?["image_processor"].clone();
+    let settings = ProcessorSettings { image, processor: serde_json::Value::Null, origin: pre };
     let rule = spec.processor(&settings)?;
     let reference = candle_core::safetensors::load(dir.join("tower_reference.safetensors"), &Device::Cpu)?;
     let cases = common::read_json(&dir.join("tower_reference.json"))?;
@@ -64,13 +64,13 @@ fn minicpm_tower_and_merger_match_transformers() -> Result<()> {
     Ok(())
 }
 
-/// The loaded family on minicpmv4_6-tiny: pixel values in transformers' layout within 1e-5 of
+/// The loaded family on minicpm-v4.6-tiny: pixel values in transformers' layout within 1e-5 of
 /// its processor's, image tokens (every view's, in order) within 1e-4 of `get_image_features`,
 /// the token counts and the numbered placeholder text; `tessera info`'s description names the
 /// budget and refuses video.
 #[test]
 fn minicpm_image_side_matches_transformers() -> Result<()> {
-    let dir = common::fixtures().join("vlm/minicpmv4_6-tiny");
+    let dir = common::fixtures().join("vlm/minicpm-v4.6-tiny");
     let model = tessera::Model::load(dir.to_str().context("utf-8 path")?, &common::load_options()?)?;
     let reference = candle_core::safetensors::load(dir.join("tower_reference.safetensors"), &Device::Cpu)?;
     let cases = common::read_json(&dir.join("tower_reference.json"))?;
