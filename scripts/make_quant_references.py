@@ -36,8 +36,7 @@ M64 = (1 << 64) - 1
 # The tiny pairs of tests/fixtures/vlm/<name>-gguf (scripts/make_gguf_pairs.sh) quantized whole
 # (Q4_0: the first only; the others' files differ from it in the splitting and naming, not in
 # the quantizers).
-# gemma3-tiny and qwen3-vl-tiny: the references for `tessera quantize` of those families (not yet
-# written by tessera; crates/tessera/tests/quantize_export.rs compares the first five).
+# crates/tessera/tests/quantize_export.rs compares `tessera quantize`'s pairs of all seven with these.
 PAIRS = [
     "smolvlm-tiny",
     "llava-tiny",

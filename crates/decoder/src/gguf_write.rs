@@ -31,6 +31,7 @@ pub enum MetaValue {
     Strs(Vec<String>),
     I32s(Vec<i32>),
     F32s(Vec<f32>),
+    Bools(Vec<bool>),
 }
 
 /// A tensor's storage type: f32, f16, or one of the kernels' block types.
@@ -244,6 +245,10 @@ fn put_value(out: &mut Vec<u8>, v: &MetaValue) {
             array(out, 6, items.len());
             items.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
         }
+        MetaValue::Bools(items) => {
+            array(out, 7, items.len());
+            items.iter().for_each(|x| out.push(u8::from(*x)));
+        }
     }
 }
 
@@ -352,6 +357,7 @@ mod tests {
         f.set("a.strs", MetaValue::Strs(vec!["x".into(), "yz".into()]));
         f.set("a.i32s", MetaValue::I32s(vec![1, -2]));
         f.set("a.f32s", MetaValue::F32s(vec![0.25]));
+        f.set("a.bools", MetaValue::Bools(vec![true, false]));
         f.set("a.u32", MetaValue::U32(8));
         f.add_tensor(TensorEntry { name: "w".into(), dims: vec![2, 32], ty: TensorType::Quant(QType::Q8_0) });
         f.add_tensor(TensorEntry { name: "b".into(), dims: vec![3], ty: TensorType::F32 });
@@ -361,10 +367,12 @@ mod tests {
         f.write(&path, &mut |i, _| Ok(if i == 0 { q.clone() } else { b.clone() }))?;
         crate::gguf_layout::check_gguf_layout(&path)?;
         let content = crate::weights::read_gguf(&path)?;
-        assert_eq!(content.metadata.len(), 8, "a key set twice is written once");
+        assert_eq!(content.metadata.len(), 9, "a key set twice is written once");
         assert_eq!(content.metadata["a.u32"].to_u32().ok(), Some(8));
         assert_eq!(content.metadata["a.i32"].to_i32().ok(), Some(-3));
         assert_eq!(content.metadata["a.strs"].to_vec().map(|v| v.len()).ok(), Some(2));
+        let bools = content.metadata["a.bools"].to_vec().map(|v| v.iter().map(|b| b.to_bool().ok()).collect());
+        assert_eq!(bools.ok(), Some(vec![Some(true), Some(false)]));
         assert_eq!(content.tensor_infos["w"].shape.dims(), [2, 32]);
         assert_eq!(content.tensor_infos["b"].offset, 96, "68 bytes padded to 32");
         std::fs::remove_file(&path).ok();

@@ -105,7 +105,12 @@ pub enum Role {
 /// writes for it (`q_proj` → `attn_q`, `fc2` → `ffn_down`, `lm_head` → `output`, …).
 pub fn role_of(hf: &str) -> Role {
     let Some(stem) = hf.strip_suffix(".weight") else { return Role::Kept };
-    if stem.contains("norm") || stem.contains("patch_embed") || stem.contains("position_embed") {
+    // Qwen3-VL's learned position table is `pos_embed` (`v.position_embd`).
+    if stem.contains("norm")
+        || stem.contains("patch_embed")
+        || stem.contains("position_embed")
+        || stem.ends_with("pos_embed")
+    {
         return Role::Kept;
     }
     let mut parts = stem.rsplit('.');
@@ -127,6 +132,10 @@ pub fn role_of(hf: &str) -> Role {
         "up_proj" | "fc1" => Role::FfnUp,
         "gate_proj" => Role::FfnGate,
         "down_proj" | "fc2" => Role::FfnDown,
+        // Qwen3-VL's tower MLP (`v.blk.N.ffn_up` / `ffn_down`); its mergers' `linear_fc*` are
+        // `mm.N` and `v.deepstack.N.fc*`, of no category.
+        "linear_fc1" if parent == "mlp" => Role::FfnUp,
+        "linear_fc2" if parent == "mlp" => Role::FfnDown,
         _ => Role::Other,
     }
 }
@@ -269,6 +278,11 @@ mod tests {
             ("model.vision_model.encoder.layers.1.self_attn.out_proj.weight", Role::AttnOutput),
             ("visual.blocks.0.attn.qkv.weight", Role::AttnQkv),
             ("visual.blocks.0.attn.proj.weight", Role::AttnOutput),
+            ("model.visual.blocks.2.mlp.linear_fc1.weight", Role::FfnUp),
+            ("model.visual.blocks.2.mlp.linear_fc2.weight", Role::FfnDown),
+            ("visual.merger.linear_fc2.weight", Role::Other),
+            ("model.visual.deepstack_merger_list.0.linear_fc2.weight", Role::Other),
+            ("model.visual.pos_embed.weight", Role::Kept),
             ("model.connector.modality_projection.proj.weight", Role::Other),
             ("model.vision_model.embeddings.patch_embedding.weight", Role::Kept),
             ("model.vision_model.embeddings.position_embedding.weight", Role::Kept),

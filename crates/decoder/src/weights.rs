@@ -250,7 +250,7 @@ impl Weights {
         stored: &str,
         offset: u64,
         qtype: QType,
-        rows: usize,
+        rows: std::ops::Range<usize>,
         cols: usize,
     ) -> Result<QMatrix> {
         let err = |reason: String| DecoderError::TensorData {
@@ -258,10 +258,12 @@ impl Weights {
             source_desc: self.describe(),
             reason,
         };
-        let len = QMatrix::byte_len(qtype, rows, cols).map_err(|e| err(e.to_string()))?;
+        // Rows are whole blocks, stored one after another: a range of rows is a range of bytes.
+        let skip = QMatrix::byte_len(qtype, rows.start, cols).map_err(|e| err(e.to_string()))?;
+        let len = QMatrix::byte_len(qtype, rows.len(), cols).map_err(|e| err(e.to_string()))?;
         let mut data = vec![0u8; len];
-        g.file.read_at(g.content.tensor_data_offset + offset, &mut data).map_err(err)?;
-        QMatrix::new(qtype, rows, cols, data).map_err(|e| err(e.to_string()))
+        g.file.read_at(g.content.tensor_data_offset + offset + skip as u64, &mut data).map_err(err)?;
+        QMatrix::new(qtype, rows.len(), cols, data).map_err(|e| err(e.to_string()))
     }
 
     /// Loads a dense tensor of the given shape in the working dtype.
@@ -302,34 +304,17 @@ impl Weights {
 
     /// Loads a weight matrix `(out, in)` (kept quantized for quantized GGUF sources).
     pub fn matrix(&self, out_dim: usize, in_dim: usize, name: &str) -> Result<MatrixWeight> {
-        if let Source::Gguf(g) = &*self.source {
-            if g.mode == GgufMode::Quantized {
-                let full = self.full_name(name);
-                let stored = self.stored_name(&full).ok_or_else(|| self.missing(&full))?;
-                let info = g.content.tensor_infos.get(&stored).ok_or_else(|| self.missing(&full))?;
-                self.check_shape(&full, &[out_dim, in_dim], info.shape.dims())?;
-                if let (true, Some(qtype)) = (crate::cpu_op::kernels_run_on(&self.device), kernel_type(info.ggml_dtype))
-                {
-                    let m = self.read_packed(g, &full, &stored, info.offset, qtype, out_dim, in_dim)?;
-                    return Ok(MatrixWeight::Packed(Arc::new(m)));
-                }
-                // Float matrices (an f32 or f16 mmproj, say) load as a folder's do: dense on the
-                // CPU's kernels, or into a quantization plan when there is one (below).
-                let float = matches!(info.ggml_dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
-                if !float || (self.quant.is_none() && !crate::cpu_op::kernels_run_on(&self.device)) {
-                    let q = self.read_qtensor(g, &full, &stored)?;
-                    return Ok(MatrixWeight::Quantized(Arc::new(q)));
-                }
-            }
-        }
         self.matrix_rows(out_dim, in_dim, name, 0..out_dim, name)
     }
 
-    /// Rows `rows` of the dense matrix `name` `(out_dim, in_dim)` as a matrix of their own,
-    /// quantized as the plan (if any) quantizes a matrix named `as_name` (rounded to f16 where
-    /// the plan has no block type for its rows, as llama-quantize stores it): a fused matrix the
-    /// model splits (Qwen2-VL's `qkv` into `q`, `k`, `v`) is quantized part by part, as
-    /// llama.cpp's converter splits it before llama-quantize sees it.
+    /// Rows `rows` of the matrix `name` `(out_dim, in_dim)` as a matrix of their own: from a
+    /// quantized GGUF, the stored rows in their type (a block type the CPU's kernels run, their
+    /// blocks as stored: a fused `qkv` an mmproj keeps whole, Qwen3-VL's, runs as quantized as
+    /// the file has it); else dense, quantized as the plan (if any) quantizes a matrix named
+    /// `as_name` (rounded to f16 where the plan has no block type for its rows, as
+    /// llama-quantize stores it): a fused matrix the model splits (Qwen2-VL's `qkv` into `q`,
+    /// `k`, `v`) is quantized part by part, as llama.cpp's converter splits it before
+    /// llama-quantize sees it.
     pub fn matrix_rows(
         &self,
         out_dim: usize,
@@ -338,6 +323,34 @@ impl Weights {
         rows: std::ops::Range<usize>,
         as_name: &str,
     ) -> Result<MatrixWeight> {
+        if let Source::Gguf(g) = &*self.source {
+            if g.mode == GgufMode::Quantized {
+                let full = self.full_name(name);
+                let stored = self.stored_name(&full).ok_or_else(|| self.missing(&full))?;
+                let info = g.content.tensor_infos.get(&stored).ok_or_else(|| self.missing(&full))?;
+                self.check_shape(&full, &[out_dim, in_dim], info.shape.dims())?;
+                if rows.start > rows.end || rows.end > out_dim {
+                    return Err(DecoderError::TensorData {
+                        name: full,
+                        source_desc: self.describe(),
+                        reason: format!("rows {rows:?} of a matrix of {out_dim}"),
+                    });
+                }
+                if let (true, Some(qtype)) = (crate::cpu_op::kernels_run_on(&self.device), kernel_type(info.ggml_dtype))
+                {
+                    let m = self.read_packed(g, &full, &stored, info.offset, qtype, rows, in_dim)?;
+                    return Ok(MatrixWeight::Packed(Arc::new(m)));
+                }
+                // Float matrices (an f32 or f16 mmproj, say) load as a folder's do: dense on the
+                // CPU's kernels, or into a quantization plan when there is one (below).
+                let float = matches!(info.ggml_dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+                let whole = rows == (0..out_dim);
+                if whole && (!float || (self.quant.is_none() && !crate::cpu_op::kernels_run_on(&self.device))) {
+                    let q = self.read_qtensor(g, &full, &stored)?;
+                    return Ok(MatrixWeight::Quantized(Arc::new(q)));
+                }
+            }
+        }
         let n = rows.len();
         if let (Some(plan), true) = (&self.quant, crate::cpu_op::kernels_run_on(&self.device)) {
             let full = self.full_name(as_name);
@@ -500,7 +513,9 @@ pub fn gguf_vision_name(hf: &str) -> Option<String> {
         // Gemma 3's projector (the converter writes `mm_input_projection_weight` as
         // `mm_input_projection.weight`).
         match rest {
-            "mm_input_projection_weight" => return Some("mm.input_projection.weight".into()),
+            "mm_input_projection_weight" | "mm_input_projection.weight" => {
+                return Some("mm.input_projection.weight".into())
+            }
             "mm_soft_emb_norm.weight" => return Some("mm.soft_emb_norm.weight".into()),
             _ => {}
         }

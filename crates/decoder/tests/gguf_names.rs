@@ -58,6 +58,8 @@ fn text_and_vision_names_translate_as_the_converter_writes_them() {
         // Gemma 3: the soft-embedding norm and the input projection (a bare parameter).
         ("multi_modal_projector.mm_soft_emb_norm.weight", "mm.soft_emb_norm.weight"),
         ("multi_modal_projector.mm_input_projection_weight", "mm.input_projection.weight"),
+        // ... and as the converter renames it (`_weight` → `.weight`), `tessera quantize`'s name.
+        ("multi_modal_projector.mm_input_projection.weight", "mm.input_projection.weight"),
     ] {
         assert_eq!(gguf_vision_name(hf).as_deref(), Some(gguf), "{hf}");
         assert_eq!(gguf_name(hf), None, "{hf}");

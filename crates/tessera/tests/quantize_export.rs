@@ -82,14 +82,25 @@ fn same_gguf_as(ours: &Path, theirs: &Path) -> Result<()> {
 }
 
 /// The tiny VLM folders llama-quantize's pairs were made from (tests/fixtures/quant/<name>-<type>).
-const PAIRS: [&str; 5] = ["smolvlm-tiny", "llava-tiny", "llava-interleave-tiny", "qwen2-vl-tiny", "qwen2.5-vl-tiny"];
+const PAIRS: [&str; 7] = [
+    "smolvlm-tiny",
+    "llava-tiny",
+    "llava-interleave-tiny",
+    "qwen2-vl-tiny",
+    "qwen2.5-vl-tiny",
+    "qwen3-vl-tiny",
+    "gemma3-tiny",
+];
 
 /// The tiny VLM folders quantized to pairs: both files are llama-quantize's (from llama.cpp's
 /// f32 pair of the same folder, scripts/make_gguf_pairs.sh) under Q8_0 and Q4_K_M, and Q4_0 for
 /// SmolVLM — LLaVA's mmproj as the legacy script writes it (layers past the feature layer and the
-/// post-norm dropped, `fc1`/`fc2` under each other's names), Qwen's `qkv` split into q/k/v rows
-/// and its Conv3d patch kernel into two frames as the converter splits them, its text model as
-/// `qwen2vl` with the M-RoPE sections.
+/// post-norm dropped, `fc1`/`fc2` under each other's names), Qwen2/2.5-VL's `qkv` split into
+/// q/k/v rows and its Conv3d patch kernel into two frames as the converter splits them, its text
+/// model as `qwen2vl` with the M-RoPE sections; Qwen3-VL's `qkv` kept whole, its DeepStack
+/// mergers named by block, its text model as `qwen3vl` (`n_deepstack_layers`, the head widths);
+/// Gemma 3's norms stored as `1 + w` (the text model's and `mm.soft_emb_norm`), its sliding
+/// window, local RoPE base and linear RoPE scaling, its pooling factor.
 #[test]
 fn the_tiny_pairs_are_llama_quantizes() -> Result<()> {
     let scratch = common::scratch("quantize_export_pairs")?;
@@ -240,11 +251,16 @@ fn load_time(mix: QuantMix) -> LoadOptions {
 /// Measured on SmolVLM: 4.3e-6 under Q8_0, 0.144 under Q4_K_M, of logits up to 10.8.
 ///
 /// The reference is the folder under `--quantize` where its plan is the written files': SmolVLM,
-/// Qwen2-VL and Qwen2.5-VL under both types, LLaVA and LLaVA-interleave under Q8_0 (one type for
-/// every matrix). For the Qwen towers this is the check that `--quantize` quantizes the fused
-/// `qkv` part by part as the converter splits it (it once stayed dense f32: the features then
-/// differed by up to 0.71 of 36 for Qwen2-VL, 0.35 of 14 for Qwen2.5-VL under Q8_0). Elsewhere
-/// the reference is llama-quantize's own pair of the folder (tests/fixtures/quant), loaded in
+/// Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Gemma 3 under both types, LLaVA and LLaVA-interleave under
+/// Q8_0 (one type for every matrix). For the Qwen towers this is the check that `--quantize`
+/// quantizes the fused `qkv` part by part as the converter splits it (it once stayed dense f32:
+/// the features then differed by up to 0.71 of 36 for Qwen2-VL, 0.35 of 14 for Qwen2.5-VL under
+/// Q8_0), and for Qwen3-VL, whose mmproj keeps `qkv` whole, that the pair's quantized `qkv` runs
+/// in its stored blocks (it once ran dequantized to f32: the features then differed by up to
+/// 0.19 of 11.9 under Q8_0). For Gemma 3 it checks that `--quantize` rounds
+/// `mm_input_projection` (applied transposed, so run dense) through the blocks llama-quantize
+/// stores it in (it once stayed f32: 0.026 of 5.3 under Q8_0, 0.21 under Q4_K_M). Elsewhere the
+/// reference is llama-quantize's own pair of the folder (tests/fixtures/quant), loaded in
 /// tessera: LLaVA under Q4_K_M, whose legacy mmproj holds only the layers below the feature
 /// layer, with `fc1`/`fc2` under each other's names, so llama-quantize's `_M` rules (the `attn_v`
 /// count, the `ffn_down` extra bits) pick other types than `--quantize` does on the folder's
@@ -260,8 +276,10 @@ fn a_written_pair_answers_as_its_reference() -> Result<()> {
         quantize(&format!("vlm/{name}"), &model, Some(mmproj.clone()), mix)?;
         let ours =
             Model::load(model.to_str().context("utf-8")?, &LoadOptions { mmproj: Some(mmproj), ..Default::default() })?;
-        let folder_plan =
-            name == "smolvlm-tiny" || name.starts_with("qwen") || (name.starts_with("llava") && mix == QuantMix::Q8_0);
+        let folder_plan = name == "smolvlm-tiny"
+            || name.starts_with("qwen")
+            || name.starts_with("gemma3")
+            || (name.starts_with("llava") && mix == QuantMix::Q8_0);
         let folder = if folder_plan {
             Model::load(folder.to_str().context("utf-8")?, &load_time(mix))?
         } else {
@@ -348,6 +366,25 @@ fn bad_requests_are_refused_and_write_nothing() -> Result<()> {
     assert!(e.contains("internvl") && e.contains("mmproj"), "{e}");
     let e = refused("vlm/smolvlm-tiny", Some(out.clone()));
     assert!(e.contains("both") && e.contains("model.gguf"), "{e}");
+    // Gemma 3 whose local layers are not llama.cpp's pattern (every layer but each 6th): the
+    // file could not say so.
+    let moved = common::scratch("quantize_export_refused_gemma3")?.join("gemma3-moved-window");
+    std::fs::create_dir_all(&moved)?;
+    let mut config = common::read_json(&common::fixtures().join("vlm/gemma3-tiny/config.json"))?;
+    config["text_config"]["layer_types"][2] = "full_attention".into();
+    std::fs::write(moved.join("config.json"), serde_json::to_string(&config)?)?;
+    let e = refused(moved.to_str().context("utf-8")?, Some(scratch.join("mmproj.gguf")));
+    assert!(e.contains("sliding-window") && e.contains("gemma3") && e.contains("config.json"), "{e}");
+    // A SentencePiece model beside tokenizer.json: the converter would write its vocabulary.
+    let spm = moved.with_file_name("qwen2-with-spm");
+    std::fs::create_dir_all(&spm)?;
+    for entry in std::fs::read_dir(common::fixtures().join("tiny/qwen2-bias"))? {
+        let entry = entry?;
+        std::fs::copy(entry.path(), spm.join(entry.file_name()))?;
+    }
+    std::fs::write(spm.join("tokenizer.model"), b"")?;
+    let e = refused(spm.to_str().context("utf-8")?, None);
+    assert!(e.contains("SentencePiece") && e.contains("tokenizer.model"), "{e}");
     let left: Vec<_> = std::fs::read_dir(&scratch)?.flatten().map(|e| e.file_name()).collect();
     assert!(left.is_empty(), "files left: {left:?}");
     // An output folder that does not exist: the file is named, nothing is left.

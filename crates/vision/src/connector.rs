@@ -86,7 +86,12 @@ impl Connector {
                 "{tokens_per_side} tokens per side do not pool {patches_per_side} patches per side evenly"
             )));
         }
-        let w = vb.get(&[vision_hidden, text_hidden], "mm_input_projection_weight")?;
+        // Applied transposed, so run dense; under a quantization plan rounded through the blocks
+        // llama-quantize stores it in (the converter names it `mm_input_projection.weight`, a
+        // matrix to llama-quantize), so that a folder computes as its quantized mmproj.
+        let name = "mm_input_projection_weight";
+        let w = vb.matrix_rows(vision_hidden, text_hidden, name, 0..vision_hidden, "mm_input_projection.weight")?;
+        let w = w.dense(vb.dtype())?;
         Ok(Self::AvgPool {
             patches_per_side,
             tokens_per_side,

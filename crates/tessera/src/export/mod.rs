@@ -24,12 +24,13 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device};
 use tessera_decoder::gguf_write::{self, GgufFile, MetaValue, TensorEntry, TensorType};
 use tessera_decoder::quant::{role_of, Role};
-use tessera_decoder::weights::{gguf_name, gguf_vision_name};
+use tessera_decoder::weights::{gguf_name, gguf_sandwich_name, gguf_vision_name};
 use tessera_decoder::{QuantMix, QuantPlan, RopeScaling, RopeStyle, Weights};
 
 use crate::config::ModelConfig;
 use crate::error::{Result, TesseraError};
 use crate::families::image::{processor_files, Part, ProcessorSettings};
+use crate::families::text::GgufText;
 use crate::source::{self, ModelSource};
 
 /// What to quantize, and where the files go.
@@ -72,6 +73,10 @@ struct Planned {
     permute_heads: Option<usize>,
     /// The part of the stored tensor it holds (a tensor the converter splits), if not all.
     part: Option<Part>,
+    /// Only its first rows (Gemma 3's token embedding cut to the tokenizer), if not all.
+    rows: Option<usize>,
+    /// A constant added to every value (Gemma's norms stored as `1 + w`), if any.
+    shift: Option<f32>,
 }
 
 /// A file to write: its metadata, tensors and target.
@@ -110,16 +115,34 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
     let err = |reason: String| TesseraError::Config { path: config_path.clone(), reason };
     let text = config.text_family.gguf_text().ok_or_else(|| {
         err(format!(
-            "tessera quantize writes llama, qwen2 and qwen2vl text models; this checkpoint's text model is {}",
+            "tessera quantize writes llama, qwen2, qwen2vl, qwen3vl and gemma3 text models; this checkpoint's text \
+             model is {}",
             config.text_family.name()
         ))
     })?;
     let d = &config.decoder;
-    if d.rope.scaling != RopeScaling::Default || d.rope.mrope.is_some_and(|m| m.interleaved) {
-        return Err(err(format!("its RoPE ({:?}) is not written to GGUF by tessera yet", d.rope.scaling)));
+    let scaling = match d.rope.scaling {
+        RopeScaling::Default => true,
+        RopeScaling::Linear { .. } => text.linear_rope_scaling,
+        _ => false,
+    };
+    if !scaling || d.rope.mrope.is_some_and(|m| m.interleaved != config.text_family.gguf_mrope_interleaved()) {
+        return Err(err(format!(
+            "its RoPE ({:?}, {:?}) is not written to GGUF by tessera yet",
+            d.rope.scaling, d.rope.mrope
+        )));
     }
-    if config.layer_windows.iter().any(Option::is_some) {
-        return Err(err("sliding-window layers are not written to GGUF by tessera yet".into()));
+    let window = sliding_window(config, text).map_err(err)?;
+    let rules = config.text_family.gguf_rules();
+    let scalar = rules.query_pre_attn_scalar(d.num_hidden_layers, d.hidden_size, d.num_attention_heads, d.head_dim);
+    if d.query_pre_attn_scalar != scalar || config.embed_scale.is_some() != rules.embed_scaled {
+        return Err(err(format!(
+            "its query scale {:?} or embedding scale {:?} is not what llama.cpp's `{}` applies",
+            d.query_pre_attn_scalar, config.embed_scale, text.arch
+        )));
+    }
+    if config.final_logit_softcapping.is_some() || d.attn_logit_softcapping.is_some() {
+        return Err(err("logit soft-capping is not written to GGUF by tessera yet".into()));
     }
     match (&config.vision, &job.mmproj_out) {
         (Some(_), None) => {
@@ -151,12 +174,18 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
     let tied = config.tie_word_embeddings || !vb.contains(&head);
     let text_plan = QuantPlan::text(job.mix, d.num_hidden_layers, tied);
     let permute = config.text_family.gguf_rope_style() == RopeStyle::Interleaved;
+    let text_name = if d.sandwich_norms { gguf_sandwich_name } else { gguf_name };
+    let embedding_rows = match text.embedding_to_tokenizer {
+        true => Some(vocab::tokenizer_entries(dir)?),
+        false => None,
+    };
     let mut names = vb.stored_names();
     names.sort();
 
     let mut text_file = GgufFile::new();
     let dir_name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("model");
-    for (k, v) in text_metadata(config, text.arch, text.llama_keys, dir_name)? {
+    let image_keys = config.vision.as_ref().map(|spec| spec.text_gguf_metadata(text.arch)).unwrap_or_default();
+    for (k, v) in text_metadata(config, text, window, dir_name)?.into_iter().chain(image_keys) {
         text_file.set(k, v);
     }
     for (k, v) in vocab::vocab_metadata(dir, config.vocab_size)? {
@@ -178,8 +207,12 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
                 continue;
             }
         };
-        let gguf = gguf_name(&hf).ok_or_else(|| unmapped(dir, stored, text.arch))?;
-        let dims = shape(&vb, dir, stored)?;
+        let gguf = text_name(&hf).ok_or_else(|| unmapped(dir, stored, text.arch))?;
+        let mut dims = shape(&vb, dir, stored)?;
+        let rows = embedding_rows.filter(|&n| hf == "model.embed_tokens.weight" && n < dims[0]);
+        if let Some(n) = rows {
+            dims[0] = n;
+        }
         let heads = match gguf.rsplit('.').nth(1) {
             Some("attn_q") if permute => Some(d.num_attention_heads),
             Some("attn_k") if permute => Some(d.num_key_value_heads),
@@ -191,6 +224,8 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
             stored: stored.clone(),
             permute_heads: heads,
             part: None,
+            rows,
+            shift: (text.norm_plus_one && hf.ends_with("norm.weight")).then_some(1.0),
         });
     }
     finish(&mut text_file, job.mix);
@@ -207,7 +242,8 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
             .mmproj_metadata(&settings, &config_json, d.hidden_size)
             .ok_or_else(|| {
                 TesseraError::InvalidInput(format!(
-                    "tessera quantize does not write {}'s mmproj yet (it writes idefics3's, llava's, qwen2vl's and qwen2.5vl's)",
+                    "tessera quantize does not write {}'s mmproj yet (it writes idefics3's, llava's, qwen2vl's, \
+                     qwen2.5vl's, qwen3vl's and gemma3's)",
                     config.family
                 ))
             })?
@@ -233,6 +269,8 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
                 stored: stored.clone(),
                 permute_heads: None,
                 part: piece.part,
+                rows: None,
+                shift: piece.shift,
             });
         }
         files.push(PlannedFile { path: mmproj_out.clone(), gguf, tensors });
@@ -249,10 +287,47 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
     Ok(files)
 }
 
-/// The converter's `{arch}.*` keys for the text model (`TextModel.set_gguf_parameters`, and
-/// `LlamaModel`'s additions when `llama_keys`).
-fn text_metadata(config: &ModelConfig, arch: &str, llama_keys: bool, name: &str) -> Result<Vec<(String, MetaValue)>> {
+/// A sliding-window decoder's window and its local layers' RoPE base, where the family's GGUF
+/// states them ([`GgufText::sliding_window`]) and its layers are laid out as llama.cpp's
+/// architecture lays them (`GgufRules::swa_pattern`: every layer but each `n`-th local, one
+/// window, the local layers' RoPE unscaled); else why not.
+fn sliding_window(config: &ModelConfig, text: GgufText) -> std::result::Result<Option<(usize, f64)>, String> {
     let d = &config.decoder;
+    let windowed: Vec<bool> = config.layer_windows.iter().map(Option::is_some).collect();
+    let n = match config.text_family.gguf_rules().swa_pattern.filter(|_| text.sliding_window) {
+        None if windowed.contains(&true) => {
+            return Err("sliding-window layers are not written to GGUF by tessera yet".into())
+        }
+        None => return Ok(None),
+        Some(n) => n,
+    };
+    let pattern: Vec<bool> = (0..d.num_hidden_layers).map(|i| i % n < n - 1).collect();
+    let mut sizes: Vec<usize> = config.layer_windows.iter().flatten().copied().collect();
+    sizes.dedup();
+    let local = d.local_rope.as_ref();
+    let local_ok = local.is_none_or(|l| l.layers == pattern && l.rope.scaling == RopeScaling::Default);
+    match sizes.as_slice() {
+        [window] if windowed == pattern && local_ok => {
+            Ok(Some((*window, local.map_or(d.rope.theta, |l| l.rope.theta))))
+        }
+        _ => Err(format!(
+            "its sliding-window layers ({:?}) are not llama.cpp's `{}` layout: every layer but each {n}-th local, \
+             one window, the local RoPE unscaled",
+            config.layer_windows, text.arch
+        )),
+    }
+}
+
+/// The converter's `{arch}.*` keys for the text model (`TextModel.set_gguf_parameters`, and
+/// what the family's class adds, as `text` says), in its order; `window`: the sliding window
+/// and the local layers' RoPE base.
+fn text_metadata(
+    config: &ModelConfig,
+    text: GgufText,
+    window: Option<(usize, f64)>,
+    name: &str,
+) -> Result<Vec<(String, MetaValue)>> {
+    let (d, arch) = (&config.decoder, text.arch);
     let u = |v: usize| {
         u32::try_from(v)
             .map(MetaValue::U32)
@@ -269,18 +344,30 @@ fn text_metadata(config: &ModelConfig, arch: &str, llama_keys: bool, name: &str)
         (format!("{arch}.attention.head_count"), u(d.num_attention_heads)?),
         (format!("{arch}.attention.head_count_kv"), u(d.num_key_value_heads)?),
     ];
+    if let RopeScaling::Linear { factor } = d.rope.scaling {
+        md.push((format!("{arch}.rope.scaling.type"), MetaValue::Str("linear".into())));
+        md.push((format!("{arch}.rope.scaling.factor"), MetaValue::F32(factor as f32)));
+    }
     if let Some(m) = d.rope.mrope {
         // Qwen2-VL's `mrope_section` (time, height, width), padded to llama.cpp's four.
         let sections = [m.section[0], m.section[1], m.section[2], 0].map(|v| i32::try_from(v).unwrap_or(i32::MAX));
         md.push((format!("{arch}.rope.dimension_sections"), MetaValue::I32s(sections.to_vec())));
     }
     md.push((format!("{arch}.rope.freq_base"), MetaValue::F32(d.rope.theta as f32)));
+    if let Some((_, local_theta)) = window {
+        md.push((format!("{arch}.rope.freq_base_swa"), MetaValue::F32(local_theta as f32)));
+    }
     md.push((format!("{arch}.attention.layer_norm_rms_epsilon"), MetaValue::F32(d.rms_norm_eps as f32)));
-    if llama_keys {
+    if text.llama_keys || text.head_dim_keys {
         md.push((format!("{arch}.attention.key_length"), u(d.head_dim)?));
         md.push((format!("{arch}.attention.value_length"), u(d.head_dim)?));
+    }
+    if text.llama_keys {
         md.push((format!("{arch}.vocab_size"), u(config.vocab_size)?));
         md.push((format!("{arch}.rope.dimension_count"), u(d.head_dim)?));
+    }
+    if let Some((size, _)) = window {
+        md.push((format!("{arch}.attention.sliding_window"), u(size)?));
     }
     Ok(md)
 }
@@ -330,6 +417,12 @@ fn write(file: &PlannedFile, dir: &Path, progress: &mut dyn FnMut(Progress<'_>))
         let mut x = tensor.flatten_all()?.to_vec1::<f32>()?;
         if let Some(part) = t.part {
             x = part.take(&x);
+        }
+        if let Some(rows) = t.rows {
+            x.truncate(rows * entry.dims[1..].iter().product::<usize>());
+        }
+        if let Some(shift) = t.shift {
+            x.iter_mut().for_each(|v| *v += shift);
         }
         if let Some(heads) = t.permute_heads {
             let rows = entry.dims[0];

@@ -30,6 +30,16 @@ const SPECIAL_KINDS: [&str; 7] = ["bos", "eos", "unk", "sep", "pad", "cls", "mas
 
 /// The `tokenizer.*` metadata of the folder `dir`, for a model of `vocab_size` token rows.
 pub(crate) fn vocab_metadata(dir: &Path, vocab_size: usize) -> Result<Vec<(String, MetaValue)>> {
+    // The converter's Llama, Qwen and Gemma 3 classes read a SentencePiece model first.
+    let sentencepiece = dir.join("tokenizer.model");
+    if sentencepiece.is_file() {
+        return Err(TesseraError::Config {
+            path: sentencepiece,
+            reason: "llama.cpp's converter writes this SentencePiece model's vocabulary rather than tokenizer.json's; \
+                     tessera writes byte-level BPE vocabularies only"
+                .into(),
+        });
+    }
     let path = dir.join("tokenizer.json");
     let err = |reason: String| TesseraError::Config { path: path.clone(), reason };
     let tokenizer = crate::model::read_json(&path)?;
@@ -110,6 +120,19 @@ pub(crate) fn vocab_metadata(dir: &Path, vocab_size: usize) -> Result<Vec<(Strin
         md.push(("tokenizer.chat_template".into(), MetaValue::Str(template)));
     }
     Ok(md)
+}
+
+/// How many entries the folder `dir`'s tokenizer.json lists: its model's vocabulary and its
+/// added tokens, counted as `Gemma3Model` counts them (an added token that repeats a vocabulary
+/// entry counts twice).
+pub(crate) fn tokenizer_entries(dir: &Path) -> Result<usize> {
+    let path = dir.join("tokenizer.json");
+    let tokenizer = crate::model::read_json(&path)?;
+    let vocab = tokenizer["model"]["vocab"]
+        .as_object()
+        .map(|v| v.len())
+        .ok_or_else(|| TesseraError::Config { path: path.clone(), reason: "`model.vocab` is not an object".into() })?;
+    Ok(vocab + tokenizer["added_tokens"].as_array().map_or(0, Vec::len))
 }
 
 /// The Split regexes of published tokenizers and llama.cpp's names for them (Llama 3's digits

@@ -9,10 +9,12 @@
 use std::sync::Arc;
 
 use serde::Deserialize;
-use tessera_decoder::NormStyle;
-use tessera_vision::{FeatureLayer, VisionTowerConfig};
+use tessera_decoder::{Activation, NormStyle};
+use tessera_vision::{FeatureLayer, TowerKind, VisionTowerConfig};
 
+use super::image::{processor_stats, MmprojMetadata, MmprojTensor, ProcessorSettings};
 use super::llava::{PROJECTOR_ROOTS, TOWER_ROOTS};
+use super::llava_mmproj::under_roots;
 use super::mmproj::{MmprojInput, MmprojSide};
 use super::text::{TextFamily, TextSubConfig};
 use super::tower::{ConnectorConfig, Placeholder, ProcessorRule, TowerSpec, WeightRoots};
@@ -167,4 +169,77 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String>
         swapped_ffn: false,
         bidirectional_images: true,
     })
+}
+
+/// The `clip.*` metadata of the mmproj llama.cpp's converter writes for a Gemma 3 checkpoint
+/// (`Gemma3VisionModel` over `MmprojModel`), in its order: what [`from_mmproj`] reads back.
+/// `clip.vision.projector.scale_factor` (patches per side over image tokens per side) is
+/// written only when it is not 4, as the converter writes it; the mean and std are the
+/// processor's, else Gemma3ImageProcessor's 0.5.
+pub(super) fn mmproj_metadata(spec: &TowerSpec, settings: &ProcessorSettings, text_hidden: usize) -> MmprojMetadata {
+    use tessera_decoder::gguf_write::MetaValue::{Bool, F32s, Str, F32, U32};
+    let t = &spec.tower;
+    let u = |v: usize| u32::try_from(v).map(U32).map_err(|_| format!("{v} does not fit a GGUF u32"));
+    if t.kind != TowerKind::Siglip || t.hidden_act != Activation::GeluTanh || spec.feature != FeatureLayer::PostNorm {
+        return Err(format!(
+            "llama.cpp's gemma3 projector reads a tanh-GELU SigLIP tower's post-norm output, not {:?} {:?} {:?}",
+            t.kind, t.hidden_act, spec.feature
+        ));
+    }
+    let ConnectorConfig::AvgPool { tokens_per_side, .. } = spec.connector else {
+        return Err("llama.cpp's gemma3 projector average-pools the patch grid".into());
+    };
+    let scale = t.patches_per_side() / tokens_per_side.max(1);
+    if let Some(stated) = settings.processor.get("image_seq_length").and_then(serde_json::Value::as_u64) {
+        // The converter derives the pooling from the processor's `image_seq_length`.
+        if stated as usize != tokens_per_side * tokens_per_side {
+            return Err(format!(
+                "image_seq_length {stated} disagrees with the model's {} image tokens",
+                tokens_per_side * tokens_per_side
+            ));
+        }
+    }
+    let stats = |key: &str| processor_stats(settings, key, [0.5; 3]);
+    let mut md = vec![
+        ("general.architecture".to_string(), Str("clip".into())),
+        ("general.type".into(), Str("mmproj".into())),
+        ("clip.has_vision_encoder".into(), Bool(true)),
+        ("clip.vision.projection_dim".into(), u(text_hidden)?),
+        ("clip.vision.image_size".into(), u(t.image_size)?),
+        ("clip.vision.patch_size".into(), u(t.patch_size)?),
+        ("clip.vision.embedding_length".into(), u(t.hidden_size)?),
+        ("clip.vision.feed_forward_length".into(), u(t.intermediate_size)?),
+        ("clip.vision.block_count".into(), u(t.num_hidden_layers)?),
+        ("clip.vision.attention.head_count".into(), u(t.num_attention_heads)?),
+        ("clip.vision.image_mean".into(), F32s(stats("image_mean")?)),
+        ("clip.vision.image_std".into(), F32s(stats("image_std")?)),
+        ("clip.projector_type".into(), Str("gemma3".into())),
+        ("clip.vision.attention.layer_norm_epsilon".into(), F32(t.layer_norm_eps as f32)),
+        ("clip.use_gelu".into(), Bool(true)),
+    ];
+    if scale != 4 {
+        md.push(("clip.vision.projector.scale_factor".into(), u(scale)?));
+    }
+    Ok(md)
+}
+
+/// The mmproj tensor of the checkpoint tensor `stored`, named as
+/// [`gguf_vision_name`](tessera_decoder::weights::gguf_vision_name) reads it: the tower under
+/// `model.vision_model.` (its SigLIP pooling head, unused, dropped as the converter drops it),
+/// the projector's `mm_input_projection_weight` as the converter renames it
+/// (`mm_input_projection.weight`), `mm_soft_emb_norm` stored as `1 + w`.
+pub(super) fn mmproj_tensors(stored: &str, dims: &[usize]) -> Vec<MmprojTensor> {
+    let (name, shift) = if let Some(rest) = under_roots(stored, PROJECTOR_ROOTS) {
+        let rest = rest.replace("_weight", ".weight");
+        let shift = (rest == "mm_soft_emb_norm.weight").then_some(1.0);
+        (format!("multi_modal_projector.{rest}"), shift)
+    } else if let Some(rest) = under_roots(stored, TOWER_ROOTS) {
+        if rest.starts_with("head.") {
+            return Vec::new();
+        }
+        (format!("model.vision_model.{rest}"), None)
+    } else {
+        (stored.to_string(), None)
+    };
+    vec![MmprojTensor { name, dims: dims.to_vec(), part: None, shift }]
 }

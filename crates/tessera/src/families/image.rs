@@ -95,10 +95,16 @@ pub trait ImageSpec: fmt::Debug + Send + Sync + Any {
     fn mmproj_tensors(&self, stored: &str, dims: &[usize]) -> Vec<MmprojTensor> {
         MmprojTensor::whole(stored, dims)
     }
+
+    /// What the converter writes into the text model's GGUF (architecture `arch`) about this
+    /// image side (Qwen3-VL's `{arch}.n_deepstack_layers`); by default nothing.
+    fn text_gguf_metadata(&self, _arch: &str) -> Vec<(String, tessera_decoder::gguf_write::MetaValue)> {
+        Vec::new()
+    }
 }
 
 /// One tensor of an mmproj, from a checkpoint tensor ([`ImageSpec::mmproj_tensors`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct MmprojTensor {
     /// Its name as [`gguf_vision_name`](tessera_decoder::weights::gguf_vision_name) and the
     /// quantization rules read it (a Hugging Face name, or the converter's name for a part).
@@ -106,6 +112,9 @@ pub struct MmprojTensor {
     pub dims: Vec<usize>,
     /// The part of the checkpoint tensor it holds; `None`: all of it.
     pub part: Option<Part>,
+    /// A constant the converter adds to every value (Gemma 3's `mm_soft_emb_norm`, stored as
+    /// `1 + w`); `None`: the values as they are.
+    pub shift: Option<f32>,
 }
 
 /// Part `index` of `parts` equal parts along one axis of a tensor, viewed as
@@ -121,7 +130,7 @@ pub struct Part {
 impl MmprojTensor {
     /// The checkpoint tensor `stored` as it is.
     pub fn whole(stored: &str, dims: &[usize]) -> Vec<Self> {
-        vec![Self { name: stored.to_string(), dims: dims.to_vec(), part: None }]
+        vec![Self { name: stored.to_string(), dims: dims.to_vec(), part: None, shift: None }]
     }
 }
 

@@ -71,12 +71,11 @@ pub(super) fn metadata(spec: &TowerSpec, settings: &ProcessorSettings, config: &
 /// [`gguf_vision_name`](tessera_decoder::weights::gguf_vision_name) reads it (the tower under
 /// `model.vision_model.`, `fc1`/`fc2` swapped); none for what the script drops.
 pub(super) fn tensors(spec: &TowerSpec, stored: &str, dims: &[usize]) -> Vec<MmprojTensor> {
-    let one = |name: String| vec![MmprojTensor { name, dims: dims.to_vec(), part: None }];
-    let under = |roots: &[&str]| roots.iter().find_map(|r| stored.strip_prefix(r)?.strip_prefix('.'));
-    if let Some(rest) = under(PROJECTOR_ROOTS) {
+    let one = |name: String| vec![MmprojTensor { name, dims: dims.to_vec(), part: None, shift: None }];
+    if let Some(rest) = under_roots(stored, PROJECTOR_ROOTS) {
         return one(format!("multi_modal_projector.{rest}"));
     }
-    let Some(rest) = under(TOWER_ROOTS) else { return one(stored.to_string()) };
+    let Some(rest) = under_roots(stored, TOWER_ROOTS) else { return one(stored.to_string()) };
     let layer = rest.strip_prefix("encoder.layers.").and_then(|r| r.split('.').next()?.parse::<usize>().ok());
     let kept = match spec.feature {
         FeatureLayer::Hidden(k) => layer.is_none_or(|l| l < k),
@@ -91,4 +90,9 @@ pub(super) fn tensors(spec: &TowerSpec, stored: &str, dims: &[usize]) -> Vec<Mmp
         rest.replace(".mlp.fc2.", ".mlp.fc1.")
     };
     one(format!("model.vision_model.{swapped}"))
+}
+
+/// `stored` without the first of `roots` it lies under (and the dot), if any.
+pub(super) fn under_roots<'a>(stored: &'a str, roots: &[&str]) -> Option<&'a str> {
+    roots.iter().find_map(|r| stored.strip_prefix(r)?.strip_prefix('.'))
 }

@@ -436,7 +436,11 @@ impl ImageSpec for Qwen2VlSpec {
     }
 
     fn mmproj_tensors(&self, stored: &str, dims: &[usize]) -> Vec<MmprojTensor> {
-        super::qwen_vl_mmproj::tensors(stored, dims)
+        super::qwen_vl_mmproj::tensors(self.tower.qwen3.as_ref().map(|q| q.deepstack.as_slice()), stored, dims)
+    }
+
+    fn text_gguf_metadata(&self, arch: &str) -> Vec<(String, tessera_decoder::gguf_write::MetaValue)> {
+        super::qwen_vl_mmproj::text_metadata(self, arch)
     }
 }
 

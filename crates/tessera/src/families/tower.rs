@@ -410,7 +410,8 @@ impl ImageSpec for TowerSpec {
         Ok(Box::new(TowerImages::load(self, at)?))
     }
 
-    /// The projector llama.cpp names for the connector: Idefics3's pixel shuffle, LLaVA's MLP.
+    /// The projector llama.cpp names for the connector: Idefics3's pixel shuffle, LLaVA's MLP,
+    /// Gemma 3's pooling.
     fn mmproj_metadata(
         &self,
         settings: &ProcessorSettings,
@@ -422,6 +423,7 @@ impl ImageSpec for TowerSpec {
                 Some(super::idefics3::mmproj_metadata(&self.tower, scale_factor, settings, text_hidden))
             }
             ConnectorConfig::Mlp { .. } => Some(super::llava_mmproj::metadata(self, settings, config)),
+            ConnectorConfig::AvgPool { .. } => Some(super::gemma3::mmproj_metadata(self, settings, text_hidden)),
             _ => None,
         }
     }
@@ -429,6 +431,7 @@ impl ImageSpec for TowerSpec {
     fn mmproj_tensors(&self, stored: &str, dims: &[usize]) -> Vec<MmprojTensor> {
         match self.connector {
             ConnectorConfig::Mlp { .. } => super::llava_mmproj::tensors(self, stored, dims),
+            ConnectorConfig::AvgPool { .. } => super::gemma3::mmproj_tensors(stored, dims),
             _ => MmprojTensor::whole(stored, dims),
         }
     }

@@ -62,6 +62,36 @@ pub struct GgufText {
     /// `LlamaModel` adds `{arch}.vocab_size`, `rope.dimension_count` and the head widths
     /// (`attention.key_length` / `value_length`); `Qwen2Model` writes none of them.
     pub llama_keys: bool,
+    /// `attention.key_length` / `value_length` after the norm epsilon: `TextModel` writes them
+    /// from the config's `head_dim` (which Qwen3's and Gemma 3's configs state).
+    pub head_dim_keys: bool,
+    /// Every RMSNorm weight (`*norm.weight`) stored as `1 + w` (Gemma 3's norms scale by
+    /// `1 + w`, llama.cpp's by the stored weight).
+    pub norm_plus_one: bool,
+    /// The token embedding cut to the tokenizer's entries (`Gemma3Model`: the model entries and
+    /// the added tokens of tokenizer.json), where the checkpoint has more rows.
+    pub embedding_to_tokenizer: bool,
+    /// Sliding-window layers written as llama.cpp's architecture lays them out
+    /// ([`GgufRules::swa_pattern`]): `attention.sliding_window` and the local layers' RoPE base
+    /// `rope.freq_base_swa`.
+    pub sliding_window: bool,
+    /// Linear RoPE scaling written (`rope.scaling.type` / `factor`, the global layers').
+    pub linear_rope_scaling: bool,
+}
+
+impl GgufText {
+    /// `arch` with the base converter's keys only.
+    const fn new(arch: &'static str) -> Self {
+        Self {
+            arch,
+            llama_keys: false,
+            head_dim_keys: false,
+            norm_plus_one: false,
+            embedding_to_tokenizer: false,
+            sliding_window: false,
+            linear_rope_scaling: false,
+        }
+    }
 }
 
 impl TextFamily {
@@ -71,10 +101,23 @@ impl TextFamily {
     pub fn gguf_text(self) -> Option<GgufText> {
         match self {
             // The converter writes Mistral as a Llama (`MistralForCausalLM` is a `LlamaModel`).
-            Self::Llama | Self::Mistral => Some(GgufText { arch: "llama", llama_keys: true }),
-            Self::Qwen2 => Some(GgufText { arch: "qwen2", llama_keys: false }),
+            Self::Llama | Self::Mistral => Some(GgufText { llama_keys: true, ..GgufText::new("llama") }),
+            Self::Qwen2 => Some(GgufText::new("qwen2")),
             // Qwen2VLModel: Qwen2's keys and `rope.dimension_sections` (the M-RoPE sections).
-            Self::Qwen2Vl | Self::Qwen25Vl => Some(GgufText { arch: "qwen2vl", llama_keys: false }),
+            Self::Qwen2Vl | Self::Qwen25Vl => Some(GgufText::new("qwen2vl")),
+            // Qwen3VLTextModel: Qwen3's keys, the M-RoPE sections (interleaved by llama.cpp's
+            // architecture, [`gguf_mrope_interleaved`](Self::gguf_mrope_interleaved)); the
+            // image side adds `n_deepstack_layers`.
+            Self::Qwen3Vl => Some(GgufText { head_dim_keys: true, ..GgufText::new("qwen3vl") }),
+            // Gemma3Model (conversion/gemma.py).
+            Self::Gemma3 => Some(GgufText {
+                head_dim_keys: true,
+                norm_plus_one: true,
+                embedding_to_tokenizer: true,
+                sliding_window: true,
+                linear_rope_scaling: true,
+                ..GgufText::new("gemma3")
+            }),
             _ => None,
         }
     }
