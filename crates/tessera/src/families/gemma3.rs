@@ -166,5 +166,6 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String>
         width,
         swapped_ffn: false,
         bidirectional_images: true,
+        processor: serde_json::json!({}),
     })
 }

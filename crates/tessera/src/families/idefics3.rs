@@ -113,6 +113,7 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String>
         width: clip.usize("clip.vision.projection_dim")?,
         swapped_ffn: false,
         bidirectional_images: false,
+        processor: serde_json::json!({}),
     })
 }
 

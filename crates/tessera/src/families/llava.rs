@@ -208,5 +208,6 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String>
         width,
         swapped_ffn: true,
         bidirectional_images: false,
+        processor: serde_json::json!({}),
     })
 }

@@ -325,7 +325,17 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>, projector: &str) -> std::resu
     };
     let width = tower.hidden_size;
     let spec = std::sync::Arc::new(Qwen2VlSpec { tower, image_token_id });
-    Ok(MmprojSide { family: name, spec, image, text, width, swapped_ffn: false, bidirectional_images: false })
+    let processor = serde_json::json!({});
+    Ok(MmprojSide {
+        family: name,
+        spec,
+        image,
+        text,
+        width,
+        swapped_ffn: false,
+        bidirectional_images: false,
+        processor,
+    })
 }
 
 /// Qwen2-VL's processor settings, tower and merger.
