@@ -10,6 +10,8 @@
 //! merged patch, `[IMG_BREAK]` after each row of them and `[IMG_END]` in place of the last
 //! break. Only the `[IMG]` positions take image tokens; the break and end tokens are text.
 
+use std::sync::Arc;
+
 use candle_core::{Device, Tensor};
 use serde::Deserialize;
 use serde_json::Value;
@@ -17,6 +19,7 @@ use tessera_decoder::{Activation, RopeStyle};
 use tessera_vision::{Filter, PixtralProjector, PixtralVision, PixtralVisionConfig, PreprocessConfig, RgbImage, Size};
 
 use super::image::{first_prefix, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec, ProcessorSettings};
+use super::mmproj::{MmprojInput, MmprojSide};
 use super::text::{TextFamily, TextSubConfig};
 use super::{text_config, ModelConfig, PromptStyle, TokenIds};
 use crate::error::{Result, TesseraError};
@@ -145,8 +148,8 @@ impl Mistral3Config {
 /// llama.cpp's `clip.cpp` (`PROJECTOR_TYPE_PIXTRAL`, `clip_graph_pixtral`) makes of the file, and
 /// so tessera:
 /// - the tower: Pixtral from `clip.vision.{embedding_length, feed_forward_length, block_count,
-///   patch_size}` and `clip.vision.attention.head_count`, SiLU (`clip.use_silu`) or GELU
-///   (`clip.use_gelu`), 2-D RoPE of base 10000 (fixed in `clip.cpp`; the converter writes none
+///   patch_size}` and `clip.vision.attention.head_count`, SiLU (`clip.use_silu`), GELU
+///   (`clip.use_gelu`) or else quick GELU, 2-D RoPE of base 10000 (fixed in `clip.cpp`; the converter writes none
 ///   for a Hugging Face checkpoint); its q/k rows are permuted by the converter, so it rotates
 ///   them interleaved;
 /// - the projector: `mm.input_norm` (RMSNorm with `clip.vision.attention.layer_norm_epsilon`,
@@ -161,13 +164,14 @@ impl Mistral3Config {
 ///   checkpoint's `vision_config.image_size`, which is the processor's `longest_edge` in Mistral
 ///   Small 3.1: 1540), sides rounded up to `patch × merge`, `clip.vision.image_mean` / `image_std`
 ///   (llama.cpp bounds the token count to 8–1024 instead; tessera keeps transformers' rule).
-pub(crate) fn from_mmproj(
-    input: &super::mmproj::MmprojInput<'_>,
-) -> std::result::Result<super::mmproj::MmprojSide, String> {
+pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> std::result::Result<MmprojSide, String> {
     let clip = &input.clip;
-    let hidden_act = match (clip.bool("clip.use_silu")?, clip.bool("clip.use_gelu")?) {
-        (Some(true), _) => Activation::Silu,
-        _ => Activation::Gelu,
+    // As `clip.cpp` reads the two flags (neither: quick GELU).
+    let hidden_act = match (clip.bool("clip.use_gelu")? == Some(true), clip.bool("clip.use_silu")? == Some(true)) {
+        (true, true) => return Err("both `clip.use_gelu` and `clip.use_silu` are true".into()),
+        (true, false) => Activation::Gelu,
+        (false, true) => Activation::Silu,
+        (false, false) => Activation::QuickGelu,
     };
     let tower = PixtralVisionConfig {
         hidden_size: clip.usize("clip.vision.embedding_length")?,
@@ -187,6 +191,9 @@ pub(crate) fn from_mmproj(
             .into());
     }
     let merge = clip.usize_opt("clip.vision.spatial_merge_size")?.unwrap_or(1);
+    if merge == 0 {
+        return Err("`clip.vision.spatial_merge_size` is 0".into());
+    }
     let d = tower.hidden_size;
     match input.shape("mm.patch_merger.weight")? {
         [rows, cols] if *rows == d && *cols == d * merge * merge => {}
@@ -202,9 +209,10 @@ pub(crate) fn from_mmproj(
         [rows, _] => *rows,
         other => return Err(format!("`mm.2.weight` has shape {other:?}, not a matrix")),
     };
-    let tokens = ["[IMG]", "[IMG_BREAK]", "[IMG_END]"];
-    let ids = tokens.map(|t| input.token("pixtral", t));
-    let image_token_id = ids.into_iter().collect::<std::result::Result<Vec<_>, _>>()?[0];
+    let image_token_id = input.token("pixtral", "[IMG]")?;
+    for text in ["[IMG_BREAK]", "[IMG_END]"] {
+        input.token("pixtral", text)?;
+    }
     let spec = Mistral3Spec {
         tower,
         merge,
@@ -221,9 +229,9 @@ pub(crate) fn from_mmproj(
     }))?;
     let patch = spec.tower.patch_size;
     let processor = serde_json::json!({"patch_size": patch, "spatial_merge_size": merge});
-    Ok(super::mmproj::MmprojSide {
+    Ok(MmprojSide {
         family: "mistral3",
-        spec: std::sync::Arc::new(spec),
+        spec: Arc::new(spec),
         image,
         text: &[TextFamily::Mistral, TextFamily::Llama],
         width,
