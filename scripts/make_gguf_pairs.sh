@@ -7,6 +7,8 @@
 #   qwen2_vl, qwen2_5_vl, qwen3_vl  qwen2-vl-tiny, qwen2.5-vl-tiny, qwen3-vl-tiny → <name>-f32.gguf + mmproj-<name>-f32.gguf
 #   gemma3            gemma3-tiny           → gemma3-tiny-f32.gguf + mmproj-gemma3-tiny-f32.gguf, and
 #                     f16/mmproj-gemma3-tiny-f16.gguf (the converter's f16 output, unwrapped)
+#   mistral3          mistral3-pair-tiny    → mistral3-pair-tiny-f32.gguf + mmproj-mistral3-pair-tiny-f32.gguf, and
+#                     f16/mmproj-mistral3-pair-tiny-f16.gguf (the converter's f16 output)
 # Usage: scripts/make_gguf_pairs.sh [family…] (default: all). One function per family below.
 #
 # The converter is convert_hf_to_gguf.py (+ its conversion/ package and gguf-py) from the
@@ -70,7 +72,7 @@ import json, sys
 d = sys.argv[1]
 t = json.load(open(f"{d}/tokenizer_config.json"))
 t["tokenizer_class"] = "PreTrainedTokenizerFast"
-t["additional_special_tokens"] = t.pop("extra_special_tokens")
+t["additional_special_tokens"] = t.pop("extra_special_tokens", [])
 json.dump(t, open(f"{d}/tokenizer_config.json", "w"), indent=2)
 EOF
 }
@@ -281,14 +283,39 @@ PY
   ls -l "$out"/*.gguf "$out"/f16/*.gguf >&2
 }
 
+# --- Mistral 3 ------------------------------------------------------------------------------------
+# convert_hf_to_gguf.py on the whole checkpoint: Mistral3ForConditionalGeneration's text model
+# (`mistral3`, Llama's tensors with q/k rows permuted for interleaved RoPE) and, with --mmproj,
+# its Pixtral tower and projector (`conversion/llava.py`, LlavaVisionModel: `clip.projector_type =
+# pixtral`, `clip.use_silu`, `clip.vision.spatial_merge_size`, the tower's q/k rows permuted as
+# the text model's, `v.token_embd.img_break` the [IMG_BREAK] row of the embeddings). The
+# checkpoint is mistral3-pair-tiny, mistral3-tiny with a 3-layer tower: the mmproj's tensor map
+# is sized by the tower's layer count and finds the projector's `linear_2` as block 2, so the
+# 2-layer tower of mistral3-tiny stops it ("Can not map tensor
+# 'multi_modal_projector.linear_2.weight'"). Staged: the tokenizer_config.json change only.
+mistral3() {
+  local name=mistral3-pair-tiny out="$fixtures/mistral3-pair-tiny-gguf"
+  stage_checkpoint "$name"
+  mkdir -p "$out"
+  log "mistral3: text model"
+  convert "$name" --outfile "$out/$name-f32.gguf"
+  log "mistral3: mmproj"
+  convert "$name" --mmproj --outfile "$out/mmproj-$name-f32.gguf"
+  log "mistral3: mmproj in f16, as the converter writes it"
+  mkdir -p "$out/f16"
+  (cd "$stage" && "$venv/bin/python" "$repo/scripts/peers/convert_hf.py" "$llama" "$stage/$name" --outtype f16 --mmproj \
+    --outfile "$out/f16/mmproj-$name-f16.gguf" 2>&1 | grep -E "ERROR|Error|successfully" >&2)
+  ls -l "$out"/*.gguf "$out"/f16/*.gguf >&2
+}
+
 # --- run -----------------------------------------------------------------------------------------
 families=("$@")
-[ ${#families[@]} -gt 0 ] || families=(smolvlm llava llava_interleave qwen2_vl qwen2_5_vl qwen3_vl gemma3)
+[ ${#families[@]} -gt 0 ] || families=(smolvlm llava llava_interleave qwen2_vl qwen2_5_vl qwen3_vl gemma3 mistral3)
 for f in "${families[@]}"; do
   case "$f" in
-    smolvlm | llava | llava_interleave | qwen2_vl | qwen2_5_vl | qwen3_vl | gemma3) "$f" ;;
+    smolvlm | llava | llava_interleave | qwen2_vl | qwen2_5_vl | qwen3_vl | gemma3 | mistral3) "$f" ;;
     *)
-      echo "unknown family \`$f\` (smolvlm, llava, llava_interleave, qwen2_vl, qwen2_5_vl, qwen3_vl, gemma3)" >&2
+      echo "unknown family \`$f\` (smolvlm, llava, llava_interleave, qwen2_vl, qwen2_5_vl, qwen3_vl, gemma3, mistral3)" >&2
       exit 2
       ;;
   esac

@@ -29,9 +29,9 @@ Writes tests/fixtures/vlm/<name>/ for
   internvl-tiny          InternVLForConditionalGeneration (layer-scaled InternViT with a CLS token, pixel shuffle 0.5,
                          LayerNorm + MLP projector, Qwen2 text) + InternVLProcessor (GotOcr2 crop_to_patches: aspect-ratio
                          tile grid + thumbnail; <img><IMG_CONTEXT>...</img>); built in scripts/tiny_vlms/internvl.py
-  mistral3-tiny          Mistral3ForConditionalGeneration (Pixtral tower: 2-D RoPE, RMSNorm + SiLU-gated MLP, images
-                         attending only to themselves; RMSNorm + 2x2 patch merger + MLP projector, Mistral text) +
-                         PixtralProcessor ([IMG] rows closed by [IMG_BREAK], [IMG_END]); scripts/tiny_vlms/mistral3.py
+  mistral3-tiny          Mistral3ForConditionalGeneration (Pixtral tower: 2-D RoPE, gated MLP, images attending only to
+                         themselves; RMSNorm + 2x2 patch merger + MLP projector, Mistral text) + PixtralProcessor ([IMG]
+                         rows, [IMG_BREAK], [IMG_END]); also mistral3-pair-tiny (3 tower layers); tiny_vlms/mistral3.py
   qwen3.5-tiny           Qwen3_5ForConditionalGeneration (Qwen3-VL's tower without DeepStack; Gated DeltaNet layers
                          x3 then a gated attention layer, partial rotary, (1 + w) norms) + Qwen3VLProcessor and the
                          real Qwen3.5 chat template; scripts/tiny_vlms/qwen3_5.py
@@ -564,7 +564,7 @@ def main():
                                     qwen2_5_vl_spec, qwen2_vl_spec, qwen3_vl_spec, smolvlm_spec)
     from tiny_vlms.internvl import internvl_spec
     from tiny_vlms.gemma4 import gemma4_spec
-    from tiny_vlms.mistral3 import mistral3_spec
+    from tiny_vlms.mistral3 import SPECS as mistral3_specs
     from tiny_vlms.qwen3_5 import qwen3_5_spec
     from tiny_vlms.minicpmv4_6 import minicpmv4_6_spec
     wanted = set(sys.argv[1:])
@@ -574,7 +574,7 @@ def main():
     specs = {"smolvlm-tiny": smolvlm_spec, "llava-tiny": llava_spec, "llava-interleave-tiny": llava_interleave_spec,
              "paligemma-tiny": paligemma_spec, "paligemma2-tiny": paligemma2_spec, "gemma3-tiny": gemma3_spec,
              "qwen2-vl-tiny": qwen2_vl_spec, "qwen2.5-vl-tiny": qwen2_5_vl_spec, "qwen3-vl-tiny": qwen3_vl_spec,
-             "internvl-tiny": internvl_spec, "mistral3-tiny": mistral3_spec, "qwen3.5-tiny": qwen3_5_spec,
+             "internvl-tiny": internvl_spec, **mistral3_specs, "qwen3.5-tiny": qwen3_5_spec,
              "gemma4-tiny": gemma4_spec, "minicpm-v4.6-tiny": minicpmv4_6_spec}
     for name, make in specs.items():
         if wanted and name not in wanted:
@@ -587,11 +587,8 @@ def main():
         for c in ref["cases"]:
             print(f"  {c['name']}: {len(c['input_ids'])} input ids, {c['num_image_tokens']} image tokens, "
                   f"pixel_values {c['pixel_values_shape']}, greedy {c['greedy_ids']}, margin {c['min_greedy_margin']}")
-        if "after" in spec:  # references of the folder's parts (minicpm-v4.6-tiny's tower)
-            spec["after"]()
-        if spec["name"] == "smolvlm-tiny":
-            legacy = write_legacy(folder, ref, tensors)
-            print(f"smolvlm-tiny-legacy: files {sorted(os.listdir(legacy))} (chelsea case checked through AutoProcessor)")
+        if "after" in spec:  # what is written from the folder (smolvlm-tiny-legacy, minicpm-v4.6-tiny's tower)
+            spec["after"](folder, ref, tensors)
     for variant in ("gemma", "gemma2", "gemma3"):
         if not wanted or variant in wanted:
             build_gemma_text(variant)

@@ -252,6 +252,16 @@ def gen_mmproj(c: Corpus):
           [tail(gemma3_mmproj), "gemma3", "<image_soft_token>"])
     c.add(cls, "mmproj-idefics3-with-gemma3", gen(gemma3_text, smol_mmproj), "error",
           [tail(smol_mmproj), "idefics3", "<image>"])
+    # Mistral 3's Pixtral mmproj with Gemma 3's text model (no [IMG]): both files, the text model's
+    # family; and with its spatial_merge_size changed, which its patch merger's shape contradicts.
+    pixtral = pairs + "mistral3-pair-tiny-gguf/mmproj-mistral3-pair-tiny-f32.gguf"
+    c.add(cls, "mmproj-pixtral-with-gemma3", gen(gemma3_text, "{repo}/" + pixtral), "error",
+          [pixtral.split("tests/fixtures/", 1)[1], tail(gemma3_text), "pixtral", "gemma3_text", "[IMG]"])
+    patched_copy(REPO / pixtral, c.dir("mmproj-pixtral-merge-3") / "mmproj-merge3.gguf",
+                 b"clip.vision.spatial_merge_size", struct.pack("<I", 2), struct.pack("<I", 3))
+    mistral3_text = "{repo}/" + pairs + "mistral3-pair-tiny-gguf/mistral3-pair-tiny-f32.gguf"
+    c.add(cls, "mmproj-pixtral-merge-3", gen(mistral3_text, "{case}/mmproj-merge3.gguf"), "error",
+          ["{case}/mmproj-merge3.gguf", "mm.patch_merger.weight", "spatial_merge_size", "3"])
 
 
 def gen_cli(c: Corpus):

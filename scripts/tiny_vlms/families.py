@@ -21,7 +21,7 @@ from transformers.models.paligemma.processing_paligemma import EXTRA_TOKENS as P
 from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
 
 from make_tiny_vlms import (DERIVED, GEMMA3_CHAT, IMAGES, QWEN2_VL_CHAT, REAL, TEXT, VISION, append_special, bpe,
-                            chat_case, prefix_case)
+                            chat_case, prefix_case, write_legacy)
 
 
 def smolvlm_tokenizer():
@@ -96,6 +96,11 @@ def gemma3_tokenizer():
 # ----------------------------------------------------------------------------------------------------------------
 # Weights
 
+def smolvlm_legacy(folder, ref, tensors):
+    legacy = write_legacy(folder, ref, tensors)
+    print(f"smolvlm-tiny-legacy: files {sorted(os.listdir(legacy))} (chelsea case checked through AutoProcessor)")
+
+
 def smolvlm_spec():
     tok = smolvlm_tokenizer()
     ids = tok.convert_tokens_to_ids
@@ -117,6 +122,7 @@ def smolvlm_spec():
     crop = os.path.join(DERIVED, "chelsea_crop_20x14.png")
     return dict(
         name="smolvlm-tiny", cls=Idefics3ForConditionalGeneration, config=config, processor=processor, seed=100,
+        after=smolvlm_legacy,
         connector=lambda m: m.model.connector, text_model=lambda m: m.model.text_model,
         generation=dict(bos_token_id=ids("<|im_start|>"), eos_token_id=ids("<end_of_utterance>"),
                         pad_token_id=ids("<|im_end|>")),

@@ -18,7 +18,7 @@ from transformers.models.minicpmv4_6.video_processing_minicpmv4_6 import MiniCPM
 from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
 
 from make_tiny_vlms import IMAGES, REAL, append_special, bpe
-from tiny_vlms.minicpmv4_6_tower import main as tower_reference
+from tiny_vlms.minicpmv4_6_tower import main as tower
 from tiny_vlms.qwen3_5 import case
 
 NAMED = {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>", "image_start_token": "<image>",
@@ -63,7 +63,7 @@ def minicpmv4_6_spec():
         name="minicpm-v4.6-tiny", cls=MiniCPMV4_6ForConditionalGeneration, config=config, processor=processor,
         seed=4600, std=0.2, connector=lambda m: m.model.merger, text_model=lambda m: m.model.language_model,
         generation=dict(eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|endoftext|>")),
-        image_token="<|image_pad|>", after=tower_reference,
+        image_token="<|image_pad|>", after=lambda *_: tower(),
         cases=[
             case("chelsea", [f"{IMAGES}/chelsea.png"], "Describe this image."),
             case("two_images", [f"{IMAGES}/chelsea.png", f"{IMAGES}/astronaut.png"],

@@ -49,7 +49,13 @@ def case(name, images, text, earlier=None):
     return dict(name=name, images=images, messages=messages, prompt=text)
 
 
-def mistral3_spec():
+def mistral3_pair_spec():
+    spec = mistral3_spec(vision_layers=3)
+    spec["cases"] = [c for c in spec["cases"] if c["name"] != "earlier_turn"]
+    return dict(spec, name="mistral3-pair-tiny", seed=1500)
+
+
+def mistral3_spec(vision_layers=2):
     tok = mistral_tokenizer()
     ids = tok.convert_tokens_to_ids
     assert (ids("[IMG]"), ids("[IMG_BREAK]"), ids("[IMG_END]")) == (10, 12, 13)
@@ -63,8 +69,8 @@ def mistral3_spec():
     text = MistralConfig(vocab_size=len(tok), **TEXT, head_dim=32, rms_norm_eps=1e-5, rope_theta=1000000000.0,
                          sliding_window=None, tie_word_embeddings=False, hidden_act="silu",
                          bos_token_id=ids("<s>"), eos_token_id=ids("</s>"), pad_token_id=ids("<pad>"))
-    vision = PixtralVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                 num_channels=3, image_size=112, patch_size=7, hidden_act="silu",
+    vision = PixtralVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=vision_layers,
+                                 num_attention_heads=4, num_channels=3, image_size=112, patch_size=7, hidden_act="silu",
                                  rope_parameters={"rope_type": "axial", "rope_theta": 10000.0})
     config = Mistral3Config(text_config=text, vision_config=vision, image_token_index=ids("[IMG]"),
                             projector_hidden_act="gelu", vision_feature_layer=-1, multimodal_projector_bias=False,
@@ -86,3 +92,7 @@ def mistral3_spec():
                  earlier=("A cat.", "What color is the cat?")),
             case("text_only", [], "Hello, who are you?"),
         ])
+
+
+# The folders this module writes, for scripts/make_tiny_vlms.py.
+SPECS = {"mistral3-tiny": mistral3_spec, "mistral3-pair-tiny": mistral3_pair_spec}

@@ -217,6 +217,27 @@ fn generate_answers_from_the_gemma3_pair_as_transformers_does() -> Result<()> {
     Ok(())
 }
 
+/// Mistral 3's pair (the mmproj found beside the model, the f16 one kept in a folder of its own):
+/// 48 `[IMG]` tokens (6 rows of 8, each row closed by `[IMG_BREAK]` or `[IMG_END]`), the
+/// reference's system turn, transformers' greedy ids, and `info` naming the family and decoder.
+#[test]
+fn generate_answers_from_the_mistral3_pair_as_transformers_does() -> Result<()> {
+    let greedy = reference_greedy_of("mistral3-pair-tiny")?;
+    let model = fixture("mistral3-pair-tiny-gguf", "mistral3-pair-tiny-f32.gguf");
+    let o = describe_with(&model, &["--system", "You are a small assistant that can see images."]);
+    ensure!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("mmproj-mistral3-pair-tiny-f32.gguf"), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim())?;
+    assert_eq!(v["image_tokens"], 48);
+    assert_eq!(v["generated_tokens"], greedy);
+    let o = tessera(&["info", "--model", &model]);
+    ensure!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("architecture:   mistral3 (mistral decoder)"), "{out}");
+    assert!(out.contains("Pixtral tower (3 layers, width 32"), "{out}");
+    Ok(())
+}
+
 /// A copy of `file` with the bytes `from` (once, after the key `key`) replaced by `to`, of the
 /// same length, so the GGUF stays valid.
 fn patched(file: &str, key: &str, from: &[u8], to: &[u8], out: &std::path::Path) -> Result<String> {

@@ -21,6 +21,7 @@ pub mod mask;
 pub mod mlp;
 pub mod norm;
 pub mod per_layer;
+pub mod pixtral_names;
 pub mod quant;
 pub mod qwen_vl_names;
 pub mod rope;

@@ -497,14 +497,20 @@ fn text_gguf_name(hf: &str, sandwich: bool) -> Option<String> {
 /// vendored by llama-cpp-python 0.3.36). The tower under `model.vision_model` (SigLIP, or CLIP
 /// with its class embedding and `pre_layrnorm`), the connector under `model.connector`
 /// (Idefics3's pixel-shuffle projection) or `multi_modal_projector` (LLaVA's two linears, Gemma
-/// 3's soft-embedding norm and input projection). The converters store every one of them as it is in the checkpoint (no permutation or
-/// transpose: GGUF's reversed dimension order is undone by the reader), the patch embedding as
+/// 3's soft-embedding norm and input projection); Qwen's towers under `visual.`
+/// ([`qwen_vl_names`](crate::qwen_vl_names)), Mistral 3's Pixtral under `pixtral.`
+/// ([`pixtral_names`](crate::pixtral_names), whose tower's q/k rows are permuted). The
+/// converters store every other one as it is in the checkpoint (no permutation or transpose:
+/// GGUF's reversed dimension order is undone by the reader), the patch embedding as
 /// the Conv2d kernel `(d, 3, p, p)`. `mlp.fc1` / `fc2` are `ffn_up` / `ffn_down` as the current
 /// converter names them; the LLaVA script writes them the other way round, which the mmproj
 /// reader undoes as llama.cpp's `clip.cpp` does.
 pub fn gguf_vision_name(hf: &str) -> Option<String> {
     if let Some(rest) = hf.strip_prefix("visual.") {
         return crate::qwen_vl_names::gguf_name(rest);
+    }
+    if let Some(rest) = hf.strip_prefix("pixtral.") {
+        return crate::pixtral_names::gguf_name(rest);
     }
     if let Some(kind) = hf.strip_prefix("model.connector.modality_projection.proj.") {
         return Some(format!("mm.model.fc.{kind}"));

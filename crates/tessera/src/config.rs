@@ -32,6 +32,8 @@ impl ModelConfig {
             "qwen2vl" => TextFamily::Qwen2Vl,
             "qwen3vl" => TextFamily::Qwen3Vl,
             "gemma3" => TextFamily::Gemma3,
+            // Mistral 3's text model (Llama's tensors; older converters wrote it as `llama`).
+            "mistral3" => TextFamily::Mistral,
             "clip" => {
                 return Err(err(
                     "this is an mmproj file (`general.architecture` = clip: a vision tower and projector), not a \

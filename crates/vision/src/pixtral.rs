@@ -19,7 +19,7 @@
 use candle_core::{DType, Tensor};
 use tessera_decoder::{
     Activation, Attention, AttentionConfig, AttentionInput, AttentionMask, GatedMlp, Linear, NormStyle, RmsNorm,
-    Weights,
+    RopeStyle, Weights,
 };
 
 use crate::error::{Result, VisionError};
@@ -39,6 +39,9 @@ pub struct PixtralVisionConfig {
     pub hidden_act: Activation,
     /// The 2-D RoPE base.
     pub rope_theta: f64,
+    /// How the q/k rows are laid out: `Half` as transformers stores them, `Interleaved` as
+    /// llama.cpp's converter writes them into an mmproj (permuted as a Llama's).
+    pub rope_style: RopeStyle,
 }
 
 /// The epsilon of every Pixtral RMSNorm (`PixtralAttentionLayer`, `ln_pre`: fixed in code).
@@ -178,7 +181,8 @@ impl PixtralVision {
         let x = self.patch.forward_unfold(&pixels.to_dtype(self.dtype)?)?; // (1, rows·cols, d)
         let mut x = self.ln_pre.forward(&x)?;
         let positions = (0..rows * cols).map(|i| (i / cols, i % cols));
-        let rope = axial_angles(positions, &self.row_freqs, &self.col_freqs, self.dtype, x.device())?;
+        let freqs = (self.row_freqs.as_slice(), self.col_freqs.as_slice());
+        let rope = axial_angles(positions, freqs, self.cfg.rope_style, self.dtype, x.device())?;
         for layer in &self.layers {
             let input = AttentionInput {
                 rope: Some(&rope),

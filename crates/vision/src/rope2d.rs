@@ -12,11 +12,12 @@ use crate::error::Result;
 
 /// The angles of patches at `positions` `(row, col)`: per patch, `row · f` for each of
 /// `row_freqs`, then `col · f` for each of `col_freqs`, as `RopeAngles` over heads of
-/// `2 · (row_freqs + col_freqs)` dimensions.
+/// `2 · (row_freqs + col_freqs)` dimensions, applied in `style` (`Half`: `rotate_half` as
+/// transformers; `Interleaved` for q/k rows llama.cpp's converter permuted, the same scores).
 pub fn axial_angles(
     positions: impl ExactSizeIterator<Item = (usize, usize)>,
-    row_freqs: &[f32],
-    col_freqs: &[f32],
+    (row_freqs, col_freqs): (&[f32], &[f32]),
+    style: RopeStyle,
     dtype: DType,
     device: &Device,
 ) -> Result<RopeAngles> {
@@ -28,7 +29,7 @@ pub fn axial_angles(
         angles.extend(col_freqs.iter().map(|f| c as f32 * f));
     }
     let angles = Tensor::from_vec(angles, (n, half), device)?;
-    Ok(RopeAngles::from_angles(&angles, RopeStyle::Half, 2 * half, dtype)?)
+    Ok(RopeAngles::from_angles(&angles, style, 2 * half, dtype)?)
 }
 
 /// The standard RoPE frequency ladder `1 / θ^(i / dim)` for even `i` below `dim`, in f32 as

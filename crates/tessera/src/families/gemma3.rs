@@ -123,11 +123,7 @@ fn tower_spec(
 ///   (llama.cpp has none, and the file states none of its settings).
 pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String> {
     let clip = &input.clip;
-    let token = |text: &str| {
-        input.tokenizer.token_to_id(text).ok_or_else(|| {
-            format!("projector type `gemma3` needs the text model's `{text}` token, which its vocabulary lacks")
-        })
-    };
+    let token = |text: &str| input.token("gemma3", text);
     let tower = clip.siglip_tower("Gemma 3")?;
     let image_size = tower.image_size;
     let patches = tower.patches_per_side();
@@ -168,6 +164,7 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String>
         width,
         swapped_ffn: false,
         bidirectional_images: true,
+        processor: serde_json::json!({}),
     })
 }
 

@@ -90,9 +90,7 @@ fn tower_spec(tower: VisionTowerConfig, scale_factor: usize, image_token_id: u32
 ///   1), image splitting on, rescale by 1/255, the tiles' rows and columns and a global view.
 pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String> {
     let clip = &input.clip;
-    let image_token_id = input.tokenizer.token_to_id("<image>").ok_or_else(|| {
-        "projector type `idefics3` needs the text model's `<image>` token, which its vocabulary lacks".to_string()
-    })?;
+    let image_token_id = input.token("idefics3", "<image>")?;
     let tower = clip.siglip_tower("Idefics3")?;
     let image_size = tower.image_size;
     let scale_factor = clip.usize_opt("clip.vision.projector.scale_factor")?.unwrap_or(2);
@@ -113,6 +111,7 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String>
         width: clip.usize("clip.vision.projection_dim")?,
         swapped_ffn: false,
         bidirectional_images: false,
+        processor: serde_json::json!({}),
     })
 }
 

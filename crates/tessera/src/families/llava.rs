@@ -131,9 +131,7 @@ impl LlavaConfig {
 ///   instead; tessera keeps the family's processor.
 pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String> {
     let clip = &input.clip;
-    let image_token_id = input.tokenizer.token_to_id("<image>").ok_or_else(|| {
-        "projector type `mlp` (LLaVA) needs the text model's `<image>` token, which its vocabulary lacks".to_string()
-    })?;
+    let image_token_id = input.token("mlp", "<image>")?;
     let is_clip = input.tensors.contains_key("v.class_embd");
     let layers = clip.usize("clip.vision.block_count")?;
     let feature = match clip.ints_opt("clip.vision.feature_layer")?.as_deref() {
@@ -208,5 +206,6 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String>
         width,
         swapped_ffn: true,
         bidirectional_images: false,
+        processor: serde_json::json!({}),
     })
 }

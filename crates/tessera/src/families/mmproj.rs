@@ -45,6 +45,9 @@ pub const PROJECTORS: &[(&str, FromMmproj)] = &[
     // Gemma 3 (llama.cpp's conversion/gemma.py): SigLIP, average pooling, soft-emb norm, one
     // projection.
     ("gemma3", super::gemma3::from_mmproj),
+    // Mistral 3 (llama.cpp's conversion/llava.py, LlavaVisionModel): Pixtral, 2-D RoPE, RMSNorm,
+    // a 2x2 patch merger, two linears.
+    ("pixtral", super::mistral3::from_mmproj),
 ];
 
 /// What a family's `from_mmproj` reads: the mmproj's metadata, and the text model it is paired
@@ -55,6 +58,9 @@ pub struct MmprojInput<'a> {
     pub tensors: &'a HashMap<String, gguf_file::TensorInfo>,
     /// The text model's tokenizer (the family's image token ids).
     pub tokenizer: &'a Tokenizer,
+    /// The text model's file and family (errors about its vocabulary name them).
+    pub model: &'a Path,
+    pub text_family: TextFamily,
 }
 
 /// A family's image side as an mmproj gives it.
@@ -73,12 +79,28 @@ pub struct MmprojSide {
     pub swapped_ffn: bool,
     /// Each image's tokens attend to each other both ways (`ModelConfig::bidirectional_images`).
     pub bidirectional_images: bool,
+    /// The processor's own settings in `processor_config.json`'s terms (Pixtral's patch and
+    /// merge sizes); `{}` for most.
+    pub processor: serde_json::Value,
 }
 
 impl MmprojInput<'_> {
     /// The row-major shape of the tensor the file names `name`.
     pub fn shape(&self, name: &str) -> std::result::Result<&[usize], String> {
         self.tensors.get(name).map(|t| t.shape.dims()).ok_or_else(|| format!("the mmproj has no tensor `{name}`"))
+    }
+
+    /// The id of `text` in the text model's vocabulary; the error names the model's file
+    /// (`projector` names the type that needs it).
+    pub fn token(&self, projector: &str, text: &str) -> std::result::Result<u32, String> {
+        self.tokenizer.token_to_id(text).ok_or_else(|| {
+            format!(
+                "projector type `{projector}` needs the `{text}` token, which the vocabulary of the text model {} \
+                 ({}) lacks",
+                self.model.display(),
+                self.text_family.name()
+            )
+        })
     }
 }
 
@@ -232,7 +254,7 @@ pub fn read(
             names.join(", ")
         )));
     };
-    let input = MmprojInput { clip, tensors: &content.tensor_infos, tokenizer };
+    let input = MmprojInput { clip, tensors: &content.tensor_infos, tokenizer, model, text_family };
     let side = from_mmproj(&input).map_err(err)?;
     if !side.text.contains(&text_family) {
         let names: Vec<&str> = side.text.iter().map(|f| f.name()).collect();
@@ -252,8 +274,7 @@ pub fn read(
     if side.swapped_ffn {
         swap_ffn_names(content);
     }
-    let MmprojSide { family, spec, image, bidirectional_images, .. } = side;
-    let processor = serde_json::Value::Object(Default::default());
+    let MmprojSide { family, spec, image, bidirectional_images, processor, .. } = side;
     let settings = ProcessorSettings { image, processor, origin: path.to_path_buf() };
     Ok(Mmproj { family, spec, settings, bidirectional_images })
 }

@@ -235,15 +235,13 @@ impl Qwen2VlConfig {
 /// Qwen2VLImageProcessor's bicubic resize, rescale by 1/255 and, without the budget keys, its
 /// default budget of 56·56 to 28·28·1280 pixels.
 pub(crate) fn from_mmproj(input: &MmprojInput<'_>, projector: &str) -> std::result::Result<MmprojSide, String> {
-    let (clip, tokenizer, tensors) = (&input.clip, input.tokenizer, input.tensors);
+    let (clip, tensors) = (&input.clip, input.tensors);
     let generation = match projector {
         "qwen2vl_merger" => Generation::Qwen2Vl,
         "qwen2.5vl_merger" => Generation::Qwen25Vl,
         _ => Generation::Qwen3Vl,
     };
-    let image_token_id = tokenizer.token_to_id("<|image_pad|>").ok_or_else(|| {
-        format!("projector type `{projector}` needs the text model's `<|image_pad|>` token, which its vocabulary lacks")
-    })?;
+    let image_token_id = input.token(projector, "<|image_pad|>")?;
     let embed_dim = clip.usize("clip.vision.embedding_length")?;
     let ffn = clip.usize("clip.vision.feed_forward_length")?;
     let depth = clip.usize("clip.vision.block_count")?;
@@ -325,7 +323,17 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>, projector: &str) -> std::resu
     };
     let width = tower.hidden_size;
     let spec = std::sync::Arc::new(Qwen2VlSpec { tower, image_token_id });
-    Ok(MmprojSide { family: name, spec, image, text, width, swapped_ffn: false, bidirectional_images: false })
+    let processor = serde_json::json!({});
+    Ok(MmprojSide {
+        family: name,
+        spec,
+        image,
+        text,
+        width,
+        swapped_ffn: false,
+        bidirectional_images: false,
+        processor,
+    })
 }
 
 /// Qwen2-VL's processor settings, tower and merger.

@@ -391,7 +391,13 @@ impl Qwen2VisionTower {
         let positions = patch_positions(rows, cols, self.cfg.spatial_merge_size);
         // Rows and columns on the same frequencies.
         let ordered = patch_order.iter().map(|&p| positions[p as usize]);
-        let rope = crate::rope2d::axial_angles(ordered, &self.inv_freq, &self.inv_freq, dtype, x.device())?;
+        let rope = crate::rope2d::axial_angles(
+            ordered,
+            (&self.inv_freq, &self.inv_freq),
+            tessera_decoder::RopeStyle::Half,
+            dtype,
+            x.device(),
+        )?;
         let windowed = match windows {
             Some(lengths) => {
                 let mut at = 0;
