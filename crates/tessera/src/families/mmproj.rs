@@ -55,6 +55,8 @@ pub struct MmprojInput<'a> {
     pub tensors: &'a HashMap<String, gguf_file::TensorInfo>,
     /// The text model's tokenizer (the family's image token ids).
     pub tokenizer: &'a Tokenizer,
+    /// The text model's family (one projector type can serve two families' towers).
+    pub text_family: TextFamily,
 }
 
 /// A family's image side as an mmproj gives it.
@@ -232,7 +234,7 @@ pub fn read(
             names.join(", ")
         )));
     };
-    let input = MmprojInput { clip, tensors: &content.tensor_infos, tokenizer };
+    let input = MmprojInput { clip, tensors: &content.tensor_infos, tokenizer, text_family };
     let side = from_mmproj(&input).map_err(err)?;
     if !side.text.contains(&text_family) {
         let names: Vec<&str> = side.text.iter().map(|f| f.name()).collect();
