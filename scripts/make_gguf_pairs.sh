@@ -4,7 +4,8 @@
 #   smolvlm           smolvlm-tiny          → smolvlm-tiny-f32.gguf + mmproj-smolvlm-tiny-f32.gguf
 #   llava             llava-tiny            → llava-tiny-f32.gguf + mmproj-llava-tiny-f32.gguf
 #   llava_interleave  llava-interleave-tiny → llava-interleave-tiny-f32.gguf + mmproj-…-f32.gguf
-#   qwen2_vl, qwen2_5_vl, qwen3_vl  qwen2-vl-tiny, qwen2.5-vl-tiny, qwen3-vl-tiny → <name>-f32.gguf + mmproj-<name>-f32.gguf
+#   qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5  qwen2-vl-tiny, qwen2.5-vl-tiny, qwen3-vl-tiny, qwen3.5-tiny
+#                     → <name>-f32.gguf + mmproj-<name>-f32.gguf
 #   gemma3            gemma3-tiny           → gemma3-tiny-f32.gguf + mmproj-gemma3-tiny-f32.gguf, and
 #                     f16/mmproj-gemma3-tiny-f16.gguf (the converter's f16 output, unwrapped)
 #   mistral3          mistral3-pair-tiny    → mistral3-pair-tiny-f32.gguf + mmproj-mistral3-pair-tiny-f32.gguf, and
@@ -209,15 +210,18 @@ sys.argv[0] = script
 runpy.run_path(script, run_name="__main__")
 EOF
 
-# The pair of the tiny checkpoint tests/fixtures/vlm/$1, in tests/fixtures/vlm/$1-gguf/.
+# The pair of the tiny checkpoint tests/fixtures/vlm/$1, in tests/fixtures/vlm/$1-gguf/; further
+# arguments go to the text model's conversion.
 qwen_pair() {
   local name="$1" dir="$stage/$1" pair_out="$repo/tests/fixtures/vlm/$1-gguf"
+  shift
+  local text_args=("$@")
   stage_checkpoint "$name"
   mkdir -p "$pair_out"
   run() { (cd "$stage" && "$venv/bin/python" convert_qwen.py "$repo/scripts/peers/convert_hf.py" "$llama" "$dir" --outtype f32 "$@" 2>&1 \
     | grep -E "ERROR|WARNING|Error|successfully" >&2); }
   log "$name: text model"
-  run --outfile "$pair_out/$name-f32.gguf"
+  run "${text_args[@]}" --outfile "$pair_out/$name-f32.gguf"
   log "$name: mmproj"
   run --mmproj --outfile "$pair_out/mmproj-$name-f32.gguf"
   ls -l "$pair_out"/*.gguf >&2
@@ -226,6 +230,10 @@ qwen_pair() {
 qwen2_vl() { qwen_pair qwen2-vl-tiny; }
 qwen2_5_vl() { qwen_pair qwen2.5-vl-tiny; }
 qwen3_vl() { qwen_pair qwen3-vl-tiny; }
+# Qwen3.5 (`conversion/qwen.py`'s Qwen3_5TextModel, a `qwen35` text GGUF; its tower is Qwen3-VL's
+# `qwen3vl_merger` without DeepStack blocks): --no-mtp, since the checkpoint has no
+# multi-token-prediction layers (the converter otherwise counts them from the tensors it finds).
+qwen3_5() { qwen_pair qwen3.5-tiny --no-mtp; }
 
 # --- Gemma 3 ----------------------------------------------------------------------------------------
 # convert_hf_to_gguf.py on the whole checkpoint: Gemma3ForConditionalGeneration's text model
@@ -310,12 +318,12 @@ mistral3() {
 
 # --- run -----------------------------------------------------------------------------------------
 families=("$@")
-[ ${#families[@]} -gt 0 ] || families=(smolvlm llava llava_interleave qwen2_vl qwen2_5_vl qwen3_vl gemma3 mistral3)
+[ ${#families[@]} -gt 0 ] || families=(smolvlm llava llava_interleave qwen2_vl qwen2_5_vl qwen3_vl qwen3_5 gemma3 mistral3)
 for f in "${families[@]}"; do
   case "$f" in
-    smolvlm | llava | llava_interleave | qwen2_vl | qwen2_5_vl | qwen3_vl | gemma3 | mistral3) "$f" ;;
+    smolvlm | llava | llava_interleave | qwen2_vl | qwen2_5_vl | qwen3_vl | qwen3_5 | gemma3 | mistral3) "$f" ;;
     *)
-      echo "unknown family \`$f\` (smolvlm, llava, llava_interleave, qwen2_vl, qwen2_5_vl, qwen3_vl, gemma3, mistral3)" >&2
+      echo "unknown family \`$f\` (smolvlm, llava, llava_interleave, qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5, gemma3, mistral3)" >&2
       exit 2
       ;;
   esac

@@ -1,5 +1,5 @@
-//! `tessera generate` on llama.cpp's GGUF + mmproj pairs of the tiny Qwen2-VL, Qwen2.5-VL and
-//! Qwen3-VL (tests/fixtures/vlm/<name>-gguf, written by scripts/make_gguf_pairs.sh): the image
+//! `tessera generate` on llama.cpp's GGUF + mmproj pairs of the tiny Qwen2-VL, Qwen2.5-VL,
+//! Qwen3-VL and Qwen3.5 (tests/fixtures/vlm/<name>-gguf, written by scripts/make_gguf_pairs.sh): the image
 //! token count and the 16 greedy ids transformers gives for the same checkpoint.
 
 use std::path::PathBuf;
@@ -29,9 +29,12 @@ fn reference_chelsea(name: &str) -> Result<serde_json::Value> {
 
 #[test]
 fn generate_answers_from_each_qwen_pair_as_transformers_does() -> Result<()> {
-    for (name, family) in
-        [("qwen2-vl-tiny", "qwen2_vl"), ("qwen2.5-vl-tiny", "qwen2_5_vl"), ("qwen3-vl-tiny", "qwen3_vl")]
-    {
+    for (name, family) in [
+        ("qwen2-vl-tiny", "qwen2_vl"),
+        ("qwen2.5-vl-tiny", "qwen2_5_vl"),
+        ("qwen3-vl-tiny", "qwen3_vl"),
+        ("qwen3.5-tiny", "qwen3_5"),
+    ] {
         let case = reference_chelsea(name)?;
         let model = fixture(&format!("vlm/{name}-gguf/{name}-f32.gguf"));
         let mmproj = fixture(&format!("vlm/{name}-gguf/mmproj-{name}-f32.gguf"));

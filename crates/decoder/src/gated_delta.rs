@@ -19,7 +19,8 @@
 //! in pieces or a token at a time leaves the same state and gives the same outputs bit for bit.
 //! The projections are [`Linear`] layers (dense or quantized). Weight names are the checkpoint's
 //! (`in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`, `conv1d`, `A_log`, `dt_bias`,
-//! `norm`, `out_proj`).
+//! `norm`, `out_proj`); a GGUF source maps them to llama.cpp's, whose converter also changes
+//! three things the [`DeltaLayout`] says how to read.
 
 use candle_core::{DType, Tensor};
 
@@ -43,6 +44,26 @@ pub struct GatedDeltaConfig {
     pub conv_kernel: usize,
     /// The gated norm's epsilon (`rms_norm_eps`).
     pub eps: f64,
+    /// How the weights are laid out: transformers' or llama.cpp's.
+    pub layout: DeltaLayout,
+}
+
+/// How a Gated DeltaNet layer's weights are stored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeltaLayout {
+    /// transformers' checkpoint: `A_log`, the conv kernel `(channels, 1, kernel)`, value heads
+    /// grouped by key head (value head `h` reads key head `h / (value_heads / key_heads)`).
+    #[default]
+    Checkpoint,
+    /// llama.cpp's converter (`conversion/qwen.py`, `Qwen3NextModel` and
+    /// `_LinearAttentionVReorderBase`): `A_log` stored as `A = −exp(A_log)` (`ssm_a`), the conv
+    /// kernel squeezed to `(channels, kernel)`, and, where value heads outnumber key heads, the
+    /// value heads tiled over the key heads (value head `h` reads key head `h % key_heads`): the
+    /// converter permutes every per-value-head row and column alike (`in_proj_qkv`'s value rows,
+    /// `in_proj_z`, `in_proj_a` / `b`, the conv's value channels, `dt_bias`, `A`, `out_proj`'s
+    /// columns), so the layer runs its heads in that order rather than permuting back — the
+    /// same sums, and matrices quantized in the file stay as they are.
+    LlamaCpp,
 }
 
 impl GatedDeltaConfig {
@@ -116,15 +137,19 @@ impl GatedDeltaNet {
     pub fn new(cfg: &GatedDeltaConfig, vb: &Weights) -> Result<Self> {
         cfg.check()?;
         let (h, k) = (cfg.hidden_size, cfg.conv_kernel);
-        let a_log = host(vb, &[cfg.value_heads], "A_log")?;
+        let a = host(vb, &[cfg.value_heads], "A_log")?;
+        let (neg_a, conv_shape) = match cfg.layout {
+            DeltaLayout::Checkpoint => (a.iter().map(|a| -a.exp()).collect(), vec![cfg.conv_dim(), 1, k]),
+            DeltaLayout::LlamaCpp => (a, vec![cfg.conv_dim(), k]),
+        };
         Ok(Self {
             in_proj_qkv: vb.linear(h, cfg.conv_dim(), false, "in_proj_qkv")?,
             in_proj_z: vb.linear(h, cfg.value_dim(), false, "in_proj_z")?,
             in_proj_b: vb.linear(h, cfg.value_heads, false, "in_proj_b")?,
             in_proj_a: vb.linear(h, cfg.value_heads, false, "in_proj_a")?,
             out_proj: vb.linear(cfg.value_dim(), h, false, "out_proj")?,
-            conv: host(vb, &[cfg.conv_dim(), 1, k], "conv1d.weight")?,
-            neg_a: a_log.iter().map(|a| -a.exp()).collect(),
+            conv: host(vb, &conv_shape, "conv1d.weight")?,
+            neg_a,
             dt_bias: host(vb, &[cfg.value_heads], "dt_bias")?,
             norm: host(vb, &[cfg.value_head_dim], "norm.weight")?,
             cfg: cfg.clone(),
@@ -190,7 +215,10 @@ impl GatedDeltaNet {
         let scale = 1.0 / (kd as f32).sqrt();
         let (mut q, mut k) = (vec![0f32; kd], vec![0f32; kd]);
         for h in 0..c.value_heads {
-            let kh = h / group;
+            let kh = match c.layout {
+                DeltaLayout::Checkpoint => h / group,
+                DeltaLayout::LlamaCpp => h % c.key_heads,
+            };
             l2_normalized(&row[kh * kd..(kh + 1) * kd], &mut q, scale);
             l2_normalized(&row[key_dim + kh * kd..key_dim + (kh + 1) * kd], &mut k, 1.0);
             let v = &row[2 * key_dim + h * vd..2 * key_dim + (h + 1) * vd];

@@ -35,7 +35,7 @@ pub use attention::{
 pub use cpu_op::kernels_run_on;
 pub use decoder::{Decoder, DecoderConfig, LayerInputs, LinearLayers, LocalRope, Trace};
 pub use error::{DecoderError, Result};
-pub use gated_delta::{DeltaState, GatedDeltaConfig, GatedDeltaNet};
+pub use gated_delta::{DeltaLayout, DeltaState, GatedDeltaConfig, GatedDeltaNet};
 pub use kv_cache::KvCache;
 pub use linear::Linear;
 pub use mask::{AttentionMask, Blocks, MaskBiases, MaskPlan};

@@ -35,7 +35,7 @@ struct GgufSource {
     content: gguf_file::Content,
     file: WeightFile,
     mode: GgufMode,
-    /// The layers have Gemma 2/3's four norms (llama.cpp names them apart: [`gguf_sandwich_name`]).
+    /// The layers' norms are named as Gemma 2/3's four ([`gguf_sandwich_name`]).
     sandwich: bool,
 }
 
@@ -85,7 +85,9 @@ impl Weights {
         device: &Device,
     ) -> Result<Self> {
         let file = WeightFile::open(path)?;
-        let sandwich = content.tensor_infos.contains_key("blk.0.post_ffw_norm.weight");
+        let sandwich = ["blk.0.post_ffw_norm.weight", "blk.0.post_attention_norm.weight"]
+            .iter()
+            .any(|n| content.tensor_infos.contains_key(*n));
         Ok(Self {
             source: Arc::new(Source::Gguf(GgufSource { path: path.to_path_buf(), content, file, mode, sandwich })),
             prefix: String::new(),
@@ -450,7 +452,10 @@ pub fn gguf_name(hf: &str) -> Option<String> {
 /// map (gguf-py's `tensor_mapping.py`, `llama-arch.cpp`) names apart from Llama's:
 /// `post_attention_layernorm` (the attention output's norm) is `post_attention_norm`,
 /// `pre_feedforward_layernorm` (the MLP input's) `ffn_norm`, `post_feedforward_layernorm`
-/// `post_ffw_norm`. A GGUF is read this way when it holds `blk.0.post_ffw_norm.weight`.
+/// `post_ffw_norm`. A GGUF is read this way when it holds `blk.0.post_ffw_norm.weight` or
+/// `blk.0.post_attention_norm.weight`: Qwen3.5's (`qwen35`) one norm after attention, the MLP's
+/// input norm that transformers calls `post_attention_layernorm`, is llama.cpp's
+/// `post_attention_norm` too.
 pub fn gguf_sandwich_name(hf: &str) -> Option<String> {
     text_gguf_name(hf, true)
 }
@@ -468,6 +473,13 @@ fn text_gguf_name(hf: &str, sandwich: bool) -> Option<String> {
     let rest = hf.strip_prefix("model.layers.")?;
     let (layer, rest) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
+    // Gated DeltaNet's parameters without a `.weight` (llama.cpp's `ssm_a` holds −exp(A_log):
+    // `DeltaLayout::LlamaCpp`).
+    match rest {
+        "linear_attn.A_log" => return Some(format!("blk.{layer}.ssm_a")),
+        "linear_attn.dt_bias" => return Some(format!("blk.{layer}.ssm_dt.bias")),
+        _ => {}
+    }
     let (module, kind) = rest.rsplit_once('.')?;
     let mapped = match (module, sandwich) {
         ("post_attention_layernorm", true) => "post_attention_norm",
@@ -485,6 +497,14 @@ fn text_gguf_name(hf: &str, sandwich: bool) -> Option<String> {
             "mlp.gate_proj" => "ffn_gate",
             "mlp.up_proj" => "ffn_up",
             "mlp.down_proj" => "ffn_down",
+            // Gated DeltaNet (llama.cpp's `qwen35` / `qwen3next` tensors).
+            "linear_attn.in_proj_qkv" => "attn_qkv",
+            "linear_attn.in_proj_z" => "attn_gate",
+            "linear_attn.in_proj_a" => "ssm_alpha",
+            "linear_attn.in_proj_b" => "ssm_beta",
+            "linear_attn.conv1d" => "ssm_conv1d",
+            "linear_attn.norm" => "ssm_norm",
+            "linear_attn.out_proj" => "ssm_out",
             _ => return None,
         },
     };

@@ -26,6 +26,7 @@ fn layer(prefix: &str, value_heads: usize) -> Result<GatedDeltaNet> {
         value_head_dim: 6,
         conv_kernel: 4,
         eps: 1e-6,
+        layout: Default::default(),
     };
     Ok(GatedDeltaNet::new(&cfg, &vb.pp(format!("{prefix}linear_attn")))?)
 }

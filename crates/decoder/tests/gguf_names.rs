@@ -25,6 +25,31 @@ fn gemma_layer_norms_take_their_own_names() {
     assert_eq!(gguf_name("model.layers.0.pre_feedforward_layernorm.weight"), None);
 }
 
+/// Qwen3.5's Gated DeltaNet layers, as gguf-py's tensor map names them for `qwen35` (a layer's
+/// one post-attention norm, the MLP's input, is `post_attention_norm` there: the sandwich names).
+#[test]
+fn gated_delta_net_names_translate_as_the_converter_writes_them() {
+    for (hf, gguf) in [
+        ("model.layers.1.linear_attn.in_proj_qkv.weight", "blk.1.attn_qkv.weight"),
+        ("model.layers.1.linear_attn.in_proj_z.weight", "blk.1.attn_gate.weight"),
+        ("model.layers.1.linear_attn.in_proj_a.weight", "blk.1.ssm_alpha.weight"),
+        ("model.layers.1.linear_attn.in_proj_b.weight", "blk.1.ssm_beta.weight"),
+        ("model.layers.1.linear_attn.conv1d.weight", "blk.1.ssm_conv1d.weight"),
+        ("model.layers.1.linear_attn.norm.weight", "blk.1.ssm_norm.weight"),
+        ("model.layers.1.linear_attn.out_proj.weight", "blk.1.ssm_out.weight"),
+        ("model.layers.1.linear_attn.A_log", "blk.1.ssm_a"),
+        ("model.layers.1.linear_attn.dt_bias", "blk.1.ssm_dt.bias"),
+    ] {
+        assert_eq!(gguf_name(hf).as_deref(), Some(gguf), "{hf}");
+        assert_eq!(gguf_sandwich_name(hf).as_deref(), Some(gguf), "{hf}");
+    }
+    assert_eq!(
+        gguf_sandwich_name("model.layers.3.post_attention_layernorm.weight").as_deref(),
+        Some("blk.3.post_attention_norm.weight")
+    );
+    assert_eq!(gguf_name("model.layers.1.linear_attn.unknown.weight"), None);
+}
+
 #[test]
 fn text_and_vision_names_translate_as_the_converter_writes_them() {
     for (hf, gguf) in [

@@ -59,6 +59,7 @@ fn config() -> DecoderConfig {
                 value_head_dim: 6,
                 conv_kernel: 4,
                 eps: 1e-6,
+                layout: Default::default(),
             },
             layers: vec![true, true, true, false],
         }),

@@ -31,6 +31,8 @@ impl ModelConfig {
             // Qwen2-VL's and Qwen2.5-VL's text model; Qwen3-VL's.
             "qwen2vl" => TextFamily::Qwen2Vl,
             "qwen3vl" => TextFamily::Qwen3Vl,
+            // Qwen3.5's hybrid text model (Gated DeltaNet and gated attention layers).
+            "qwen35" => TextFamily::Qwen35,
             "gemma3" => TextFamily::Gemma3,
             // Mistral 3's text model (Llama's tensors; older converters wrote it as `llama`).
             "mistral3" => TextFamily::Mistral,
@@ -101,7 +103,7 @@ impl ModelConfig {
                 mrope: gguf_mrope(md, &key("rope.dimension_sections"), family).map_err(err)?,
             },
             max_position_embeddings: get_u("context_length")?,
-            qkv_bias: content.tensor_infos.contains_key("blk.0.attn_q.bias"),
+            qkv_bias: any_block_holds(content, "attn_q.bias"),
             hidden_act: rules.hidden_act,
             // llama.cpp's converters store Gemma's `1 + w` norm scales.
             norm_style: NormStyle::Plain,
@@ -109,7 +111,7 @@ impl ModelConfig {
             position_offset: 0,
             attn_logit_softcapping: None,
             sandwich_norms: rules.sandwich_norms,
-            qk_norm: content.tensor_infos.contains_key("blk.0.attn_q_norm.weight"),
+            qk_norm: any_block_holds(content, "attn_q_norm.weight"),
             local_rope: None,
             rotary_dim: None,
             attn_output_gate: false,
@@ -129,6 +131,9 @@ impl ModelConfig {
             }
             _ => vec![false; layers],
         };
+        if let Some(family_keys) = rules.family_keys {
+            family_keys(md, &arch_name, &mut decoder).map_err(err)?;
+        }
         // The checks speak Hugging Face's field names; the file has llama.cpp's keys.
         decoder.validate().map_err(|e| {
             let mut reason = e.to_string();
@@ -147,11 +152,11 @@ impl ModelConfig {
             }
             err(reason)
         })?;
-        // RoPE turns whole heads here (no partial rotary dimensions).
+        // RoPE turns whole heads unless the family's keys say otherwise (Qwen3.5's partial RoPE).
         if let Ok(rot) = get_u("rope.dimension_count") {
-            if rot != head_dim {
+            if rot != decoder.rotary_dim.unwrap_or(head_dim) {
                 return Err(err(format!(
-                    "`{}` is {rot} but the heads are {head_dim} wide (partial RoPE is not supported)",
+                    "`{}` is {rot} but the heads are {head_dim} wide (partial RoPE is not supported for `{arch_name}`)",
                     key("rope.dimension_count")
                 )));
             }
@@ -197,6 +202,14 @@ impl ModelConfig {
             vision: None,
         })
     }
+}
+
+/// Whether some layer's tensors include `blk.N.{suffix}` (layer 0 may be one without attention).
+fn any_block_holds(content: &gguf_file::Content, suffix: &str) -> bool {
+    content.tensor_infos.keys().any(|n| {
+        n.starts_with("blk.")
+            && n.split_once('.').is_some_and(|(_, r)| r.split_once('.').is_some_and(|(_, t)| t == suffix))
+    })
 }
 
 /// Multimodal RoPE from `{arch}.rope.dimension_sections` (`key`): llama.cpp writes four

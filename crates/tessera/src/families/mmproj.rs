@@ -58,7 +58,8 @@ pub struct MmprojInput<'a> {
     pub tensors: &'a HashMap<String, gguf_file::TensorInfo>,
     /// The text model's tokenizer (the family's image token ids).
     pub tokenizer: &'a Tokenizer,
-    /// The text model's file and family (errors about its vocabulary name them).
+    /// The text model's file and family (errors about its vocabulary name them; one projector
+    /// type can serve two families' towers).
     pub model: &'a Path,
     pub text_family: TextFamily,
 }

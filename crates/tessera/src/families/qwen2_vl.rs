@@ -236,9 +236,12 @@ impl Qwen2VlConfig {
 /// default budget of 56·56 to 28·28·1280 pixels.
 pub(crate) fn from_mmproj(input: &MmprojInput<'_>, projector: &str) -> std::result::Result<MmprojSide, String> {
     let (clip, tensors) = (&input.clip, input.tensors);
+    // Qwen3.5's mmproj is Qwen3-VL's projector type (no DeepStack blocks flagged); the text
+    // model beside it tells them apart.
     let generation = match projector {
         "qwen2vl_merger" => Generation::Qwen2Vl,
         "qwen2.5vl_merger" => Generation::Qwen25Vl,
+        _ if input.text_family == TextFamily::Qwen35 => Generation::Qwen35,
         _ => Generation::Qwen3Vl,
     };
     let image_token_id = input.token(projector, "<|image_pad|>")?;
@@ -279,12 +282,20 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>, projector: &str) -> std::resu
         Generation::Qwen3Vl | Generation::Qwen35 => {
             let side = clip.usize("clip.vision.image_size")? / patch_size.max(1);
             let flags = clip.bools("clip.vision.is_deepstack_layers")?.unwrap_or_default();
+            if generation == Generation::Qwen35 && flags.contains(&true) {
+                return Err(
+                    "its tower has DeepStack blocks (`clip.vision.is_deepstack_layers`), which is Qwen3-VL's; \
+                            a Qwen3.5 text model takes none"
+                        .into(),
+                );
+            }
             let q = Qwen3Vision {
                 num_position_embeddings: side * side,
                 deepstack: flags.iter().enumerate().filter(|(_, &f)| f).map(|(b, _)| b).collect(),
             };
             let act = act("clip.use_gelu", Activation::GeluTanh)?;
-            ("qwen3_vl", VisionNorm::Layer, VisionMlp::Linear { intermediate: ffn }, None, Some(q), act)
+            let name = if generation == Generation::Qwen35 { "qwen3_5" } else { "qwen3_vl" };
+            (name, VisionNorm::Layer, VisionMlp::Linear { intermediate: ffn }, None, Some(q), act)
         }
     };
     let tower = Qwen2VisionConfig {
@@ -319,6 +330,7 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>, projector: &str) -> std::resu
     }
     let text: &'static [TextFamily] = match generation {
         Generation::Qwen3Vl => &[TextFamily::Qwen3Vl],
+        Generation::Qwen35 => &[TextFamily::Qwen35],
         _ => &[TextFamily::Qwen2Vl, TextFamily::Qwen25Vl],
     };
     let width = tower.hidden_size;

@@ -13,13 +13,20 @@
 //! Real checkpoints also hold multi-token-prediction layers (`mtp.*`, `mtp_num_hidden_layers`):
 //! tessera does not run them and leaves their tensors unread. A model with linear layers keeps
 //! no prefix cache (a recurrent state cannot be cut to a shorter prefix; `engine/caches.rs`).
+//!
+//! llama.cpp's `qwen35` text GGUF is read by [`gguf_keys`] (its `ssm.*` keys, in llama.cpp's
+//! weight layout); its mmproj is Qwen3-VL's `qwen3vl_merger` (`qwen2_vl::from_mmproj`).
 
+use std::collections::HashMap;
+
+use candle_core::quantized::gguf_file;
 use serde::Deserialize;
 use serde_json::Value;
-use tessera_decoder::{DecoderConfig, GatedDeltaConfig, LinearLayers, NormStyle};
+use tessera_decoder::{DecoderConfig, DeltaLayout, GatedDeltaConfig, LinearLayers, NormStyle};
 
 use super::qwen2_vl::{Generation, Qwen2VlConfig};
 use super::{parse, ModelConfig};
+use crate::config::gguf_usize;
 
 /// `Qwen3_5TextConfig`'s fields beyond the ones every text model has (`null` counts as absent).
 #[derive(Debug, Default, Deserialize)]
@@ -91,10 +98,6 @@ fn hybrid(f: &HybridFields, d: &mut DecoderConfig) -> Result<(), String> {
     if !(factor > 0.0 && factor <= 1.0) {
         return Err(format!("`partial_rotary_factor` must be in (0, 1], got {factor}"));
     }
-    // transformers: int(head_dim * factor).
-    d.rotary_dim = Some((d.head_dim as f64 * factor) as usize);
-    d.attn_output_gate = true;
-    d.norm_style = NormStyle::OnePlusWeight;
     let delta = GatedDeltaConfig {
         hidden_size: d.hidden_size,
         key_heads: f.linear_num_key_heads.unwrap_or(16),
@@ -103,7 +106,145 @@ fn hybrid(f: &HybridFields, d: &mut DecoderConfig) -> Result<(), String> {
         value_head_dim: f.linear_value_head_dim.unwrap_or(128),
         conv_kernel: f.linear_conv_kernel_dim.unwrap_or(4),
         eps: d.rms_norm_eps,
+        layout: DeltaLayout::Checkpoint,
     };
-    d.linear = Some(LinearLayers { delta, layers });
+    // transformers: int(head_dim * factor).
+    let rotary_dim = (d.head_dim as f64 * factor) as usize;
+    apply(d, LinearLayers { delta, layers }, rotary_dim);
     Ok(())
+}
+
+/// Makes `d` Qwen3.5's text model with these linear layers and rotary width: the output gate,
+/// and `1 + w` norms where the checkpoint stores `w` (llama.cpp's converter stores `1 + w`).
+fn apply(d: &mut DecoderConfig, linear: LinearLayers, rotary_dim: usize) {
+    d.rotary_dim = Some(rotary_dim);
+    d.attn_output_gate = true;
+    if linear.delta.layout == DeltaLayout::Checkpoint {
+        d.norm_style = NormStyle::OnePlusWeight;
+    }
+    d.linear = Some(linear);
+}
+
+/// llama.cpp's `qwen35` GGUF keys (`conversion/qwen.py`'s `Qwen3NextModel.set_gguf_parameters`,
+/// llama.cpp 0c1e57098) for the decoder `d` read from the common ones: `ssm.conv_kernel`,
+/// `ssm.state_size` (the key heads' width), `ssm.group_count` (key heads),
+/// `ssm.time_step_rank` (value heads), `ssm.inner_size` (value heads × their width),
+/// `attention.recurrent_layers` (one flag per layer; else every `full_attention_interval`-th
+/// layer is full attention) and `rope.dimension_count` (the rotary width). The weights are in
+/// [`DeltaLayout::LlamaCpp`], every norm but the DeltaNet's stored as `1 + w`. Serves any
+/// `qwen35` text model (MiniCPM-V 4.6's too).
+pub(crate) fn gguf_keys(
+    md: &HashMap<String, gguf_file::Value>,
+    arch: &str,
+    d: &mut DecoderConfig,
+) -> Result<(), String> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let get = |k: &str| -> Result<Option<usize>, String> {
+        md.get(&key(k)).map(|v| gguf_usize(v).ok_or_else(|| format!("`{}` is not an integer", key(k)))).transpose()
+    };
+    let need = |k: &str| get(k)?.ok_or_else(|| format!("GGUF metadata is missing `{}`", key(k)));
+    let (key_heads, value_heads) = (need("ssm.group_count")?, need("ssm.time_step_rank")?);
+    let inner = need("ssm.inner_size")?;
+    if key_heads == 0
+        || value_heads == 0
+        || !value_heads.is_multiple_of(key_heads)
+        || !inner.is_multiple_of(value_heads)
+    {
+        return Err(format!(
+            "`{}` {value_heads} must be a positive multiple of `{}` {key_heads}, and `{}` {inner} of it",
+            key("ssm.time_step_rank"),
+            key("ssm.group_count"),
+            key("ssm.inner_size")
+        ));
+    }
+    let n = d.num_hidden_layers;
+    let layers = match md.get(&key("attention.recurrent_layers")) {
+        Some(v) => {
+            let bad = || format!("`{}` is not a list of booleans", key("attention.recurrent_layers"));
+            let flags = v.to_vec().map_err(|_| bad())?;
+            let flags = flags.iter().map(|f| f.to_bool().map_err(|_| bad())).collect::<Result<Vec<bool>, _>>()?;
+            if flags.len() != n {
+                return Err(format!(
+                    "`{}` has {} flags for {n} layers",
+                    key("attention.recurrent_layers"),
+                    flags.len()
+                ));
+            }
+            flags
+        }
+        None => match get("full_attention_interval")?.unwrap_or(4) {
+            0 => return Err(format!("`{}` must be positive", key("full_attention_interval"))),
+            every => (0..n).map(|i| (i + 1) % every != 0).collect(),
+        },
+    };
+    let delta = GatedDeltaConfig {
+        hidden_size: d.hidden_size,
+        key_heads,
+        value_heads,
+        key_head_dim: need("ssm.state_size")?,
+        value_head_dim: inner / value_heads,
+        conv_kernel: need("ssm.conv_kernel")?,
+        eps: d.rms_norm_eps,
+        layout: DeltaLayout::LlamaCpp,
+    };
+    apply(d, LinearLayers { delta, layers }, need("rope.dimension_count")?);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gguf_file::Value as V;
+
+    fn decoder(layers: usize) -> DecoderConfig {
+        let json = serde_json::json!({"model_type": "qwen3_5_text", "hidden_size": 64, "num_hidden_layers": layers,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 128,
+            "vocab_size": 100});
+        let sub: super::super::text::TextSubConfig = serde_json::from_value(json).expect("a text config");
+        super::super::text_config(&Some(sub), super::super::TextFamily::Qwen35).expect("resolved").decoder
+    }
+
+    fn keys(extra: &[(&str, V)]) -> HashMap<String, V> {
+        let mut md: HashMap<String, V> = [
+            ("ssm.conv_kernel", V::U32(4)),
+            ("ssm.state_size", V::U32(16)),
+            ("ssm.group_count", V::U32(2)),
+            ("ssm.time_step_rank", V::U32(4)),
+            ("ssm.inner_size", V::U32(64)),
+            ("rope.dimension_count", V::U32(8)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (format!("qwen35.{k}"), v))
+        .collect();
+        md.extend(extra.iter().map(|(k, v)| (format!("qwen35.{k}"), v.clone())));
+        md
+    }
+
+    #[test]
+    fn qwen35_keys_give_the_linear_layers_in_llama_cpps_layout() {
+        let mut d = decoder(8);
+        gguf_keys(&keys(&[("full_attention_interval", V::U32(4))]), "qwen35", &mut d).expect("keys");
+        let linear = d.linear.expect("linear layers");
+        assert_eq!(linear.layers, [true, true, true, false, true, true, true, false]);
+        let c = &linear.delta;
+        assert_eq!((c.key_heads, c.value_heads, c.key_head_dim, c.value_head_dim, c.conv_kernel), (2, 4, 16, 16, 4));
+        assert_eq!((c.layout, d.rotary_dim, d.norm_style), (DeltaLayout::LlamaCpp, Some(8), NormStyle::Plain));
+    }
+
+    #[test]
+    fn bad_qwen35_keys_are_named() {
+        let flags = V::Array(vec![V::Bool(true), V::Bool(false)]);
+        for (md, named) in [
+            (keys(&[("attention.recurrent_layers", flags)]), "`qwen35.attention.recurrent_layers` has 2 flags for 4"),
+            (keys(&[("ssm.time_step_rank", V::U32(3))]), "`qwen35.ssm.time_step_rank` 3"),
+            (keys(&[("full_attention_interval", V::U32(0))]), "`qwen35.full_attention_interval` must be positive"),
+        ] {
+            let err = gguf_keys(&md, "qwen35", &mut decoder(4)).expect_err("refused");
+            assert!(err.contains(named), "{err}");
+        }
+        let mut md = keys(&[]);
+        md.remove("qwen35.ssm.state_size");
+        let err = gguf_keys(&md, "qwen35", &mut decoder(4)).expect_err("refused");
+        assert!(err.contains("missing `qwen35.ssm.state_size`"), "{err}");
+    }
 }

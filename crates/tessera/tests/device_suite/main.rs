@@ -21,6 +21,8 @@ mod gguf_pairs_gemma3;
 mod gguf_pairs_mistral3;
 #[path = "../gguf_pairs_qwen.rs"]
 mod gguf_pairs_qwen;
+#[path = "../gguf_pairs_qwen3_5.rs"]
+mod gguf_pairs_qwen3_5;
 #[path = "../half_attention.rs"]
 mod half_attention;
 #[path = "../half_precision.rs"]

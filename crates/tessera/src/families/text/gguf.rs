@@ -2,7 +2,10 @@
 //! file saying it (read by [`crate::ModelConfig::from_gguf`]), and how llama.cpp's converter writes
 //! the family (`tessera quantize`).
 
-use tessera_decoder::Activation;
+use std::collections::HashMap;
+
+use candle_core::quantized::gguf_file;
+use tessera_decoder::{Activation, DecoderConfig};
 
 use super::{Sliding, TextFamily};
 
@@ -26,7 +29,13 @@ pub struct GgufRules {
     pub swa_pattern: Option<usize>,
     /// The local layers' RoPE base unless `{arch}.rope.freq_base_swa` states one.
     pub local_rope_theta: Option<f64>,
+    /// The family's own keys beyond every text model's (Qwen3.5's linear layers).
+    pub family_keys: Option<GgufKeys>,
 }
+
+/// Reads a family's own keys of GGUF metadata `md` (under `{arch}.`, `arch` given) into the
+/// decoder `d` read from the common ones; the error is a reason naming the key.
+pub type GgufKeys = fn(&HashMap<String, gguf_file::Value>, &str, &mut DecoderConfig) -> Result<(), String>;
 
 impl GgufRules {
     /// llama.cpp's attention scale as `query_pre_attn_scalar` (`llama_model_gemma3::
@@ -50,6 +59,11 @@ impl TextFamily {
                 _ => None,
             },
             local_rope_theta: c.local_rope_theta,
+            family_keys: match self {
+                // llama.cpp's `qwen35` (Qwen3.5's text model, also MiniCPM-V 4.6's).
+                Self::Qwen35 => Some(crate::families::qwen3_5::gguf_keys),
+                _ => None,
+            },
         }
     }
 }
@@ -123,9 +137,9 @@ impl TextFamily {
     }
 
     /// Whether llama.cpp's GGUF of this family lays the multimodal RoPE streams out
-    /// interleaved over the frequencies (Qwen3-VL, llama.cpp's `LLAMA_ROPE_TYPE_IMROPE`) rather
+    /// interleaved over the frequencies (Qwen3-VL and Qwen3.5, llama.cpp's `LLAMA_ROPE_TYPE_IMROPE`) rather
     /// than in consecutive sections (Qwen2-VL, `LLAMA_ROPE_TYPE_MROPE`).
     pub fn gguf_mrope_interleaved(self) -> bool {
-        self == Self::Qwen3Vl
+        matches!(self, Self::Qwen3Vl | Self::Qwen35)
     }
 }
