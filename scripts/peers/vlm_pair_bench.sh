@@ -21,13 +21,16 @@
 # On a shared machine, run it under something that pauses other work, and from a directory and a
 # binary outside the worktrees if that pauser stops processes there.
 # Usage: scripts/peers/vlm_pair_bench.sh [--shape smolvlm-256m|qwen2vl-2b|all]
-#        (ROUNDS=2 THREADS=2 TESSERA=target/release/tessera)
+#        (ROUNDS=2 THREADS=2 TESSERA=target/release/tessera; TESSERA_BASE=another/tessera adds that
+#        binary as a third engine, `tessera-base`, in the same rounds: a before/after comparison)
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$repo/scripts/peers/llamacpp_source.sh"
 llama="$src/vendor/llama.cpp" bin="$src/build/bin"
 rounds="${ROUNDS:-2}" threads="${THREADS:-2}" n=64
-tessera="${TESSERA:-$repo/target/release/tessera}"
+tessera="${TESSERA:-$repo/target/release/tessera}" base="${TESSERA_BASE:-}"
+engines="tessera llama"
+[ -z "$base" ] || engines="tessera-base tessera llama"
 image="$repo/tests/fixtures/images/chelsea.png" prompt="What is in this image?"
 shape=smolvlm-256m
 while [ $# -gt 0 ]; do
@@ -44,6 +47,7 @@ case "$shape" in
 esac
 [ -x "$bin/llama-mtmd-cli" ] && [ -x "$bin/llama-quantize" ] || { echo "build llama-mtmd-cli and llama-quantize first (see the header)" >&2; exit 1; }
 [ -x "$tessera" ] || { echo "no tessera at $tessera: cargo build --release -p tessera-cli" >&2; exit 1; }
+[ -z "$base" ] || [ -x "$base" ] || { echo "no tessera at TESSERA_BASE=$base" >&2; exit 1; }
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 
@@ -67,6 +71,8 @@ llama_run() { wall env LD_LIBRARY_PATH="$bin" "$bin/llama-mtmd-cli" -m "$m" --mm
 llama_rate() { sed -n 's/.* eval time .*, *\([0-9.]*\) tokens per second.*/\1/p' "$log" | grep -v '^$' | tail -1; }
 tessera_run() { wall "$tessera" generate -m "$m" --mmproj "$mm" --image "$image" -p "$prompt" --max-new-tokens "$1" \
   --temperature 0 --ignore-eos --threads "$threads"; }
+tessera-base_run() { tessera="$base" tessera_run "$@"; }
+tessera-base_rate() { tessera_rate; }
 tessera_rate() { sed -n 's/.*generated [0-9]* tokens, \([0-9.]*\) tok\/s.*/\1/p' "$log" | tail -1; }
 
 for s in $shapes; do
@@ -81,7 +87,7 @@ for s in $shapes; do
   [ -n "${mm:-}" ] || exit 1
   declare -A first=() decode=()
   for r in $(seq "$rounds"); do
-    for e in tessera llama; do
+    for e in $engines; do
       a=$(${e}_run 1)
       ${e}_run $((n + 1)) >/dev/null
       d=$(${e}_rate)
@@ -95,8 +101,10 @@ for s in $shapes; do
   echo "$title, text Q4_K_M + mmproj f16 by llama.cpp's converter, $threads threads, $(date -u +%F), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
   echo "| engine | image → first token (s) | decode (tok/s) |"
   echo "| --- | --- | --- |"
-  for e in tessera llama; do printf '| %s | %.2f | %.1f |\n' "$([ $e = llama ] && echo llama-mtmd-cli || echo tessera)" "${first[$e]}" "${decode[$e]}"; done
+  for e in $engines; do printf '| %s | %.2f | %.1f |\n' "$([ $e = llama ] && echo llama-mtmd-cli || echo $e)" "${first[$e]}" "${decode[$e]}"; done
   printf 'tessera / llama-mtmd-cli: image -> first token %.2fx (target <= 0.7x), decode %.2fx (target >= 1.0x)\n\n' \
     "$(echo "${first[tessera]} / ${first[llama]}" | bc -l)" "$(echo "${decode[tessera]} / ${decode[llama]}" | bc -l)"
+  [ -z "$base" ] || printf 'tessera / tessera-base: image -> first token %.2fx, decode %.2fx\n\n' \
+    "$(echo "${first[tessera]} / ${first[tessera-base]}" | bc -l)" "$(echo "${decode[tessera]} / ${decode[tessera-base]}" | bc -l)"
   unset first decode
 done
