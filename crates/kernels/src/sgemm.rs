@@ -164,6 +164,19 @@ pub(crate) unsafe fn gemm(
 /// `a` holds those rows; `ap` holds `m.div_ceil(MR)·MR·kc` values.
 unsafe fn pack_a(a: *const f32, lda: usize, m: usize, kc: usize, ap: &mut [f32]) {
     for (t, out) in ap[..m.div_ceil(MR) * MR * kc].chunks_exact_mut(MR * kc).enumerate() {
+        if (t + 1) * MR <= m {
+            // A whole tile: each step of k writes its MR values side by side.
+            // SAFETY: rows t·MR .. t·MR + MR < m of A, kc values each.
+            let rows: [&[f32]; MR] =
+                std::array::from_fn(|i| unsafe { std::slice::from_raw_parts(a.add((t * MR + i) * lda), kc) });
+            for (p, o) in out.chunks_exact_mut(MR).enumerate() {
+                for (o, row) in o.iter_mut().zip(&rows) {
+                    // SAFETY: out has kc chunks of MR, so p < kc = row.len().
+                    *o = unsafe { *row.get_unchecked(p) };
+                }
+            }
+            continue;
+        }
         for i in 0..MR {
             let r = t * MR + i;
             if r >= m {
