@@ -1,13 +1,15 @@
 //! A linear layer whose weight is a dense tensor or quantized GGUF blocks. On the CPU,
 //! quantized weights go through tessera's own kernels (`tessera-kernels`: SIMD int8 dot
 //! products for decode, a tiled GEMM for prefill); on GPUs through Candle's quantized matmul.
+//! An f32 weight on a CPU whose kernels multiply packed weights (AVX-512) is packed once, as
+//! the layer is made, into `tessera_kernels::PackedF32` (same memory; the tensor is dropped).
 
 use std::sync::Arc;
 
 use candle_core::quantized::QMatMul;
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Module, Shape, Tensor};
-use tessera_kernels::dense::Epilogue;
-use tessera_kernels::QMatrix;
+use tessera_kernels::dense::{DenseWeight, Epilogue};
+use tessera_kernels::{PackedF32, QMatrix};
 
 use crate::activation::Activation;
 use crate::cpu_op::kernels_take;
@@ -25,12 +27,36 @@ pub struct Linear {
 #[derive(Clone, Debug)]
 enum LinearWeight {
     Dense(candle_nn::Linear),
+    /// An f32 weight on the CPU, packed for tessera's GEMM.
+    DensePacked(Arc<PackedF32>),
     Packed(PackedMatMul),
     Quantized(QMatMul),
 }
 
 impl Linear {
     pub fn new(weight: MatrixWeight, bias: Option<Tensor>) -> Result<Self> {
+        if let MatrixWeight::Dense(w) = &weight {
+            if kernels_take(w) && tessera_kernels::dense::packs_weights() {
+                let (n, k) = w.dims2()?;
+                let packed = {
+                    let w = w.contiguous()?;
+                    let (s, l) = w.storage_and_layout();
+                    PackedF32::new(crate::cpu_op::storage_f32(&s, l, "linear weight")?, n, k)
+                        .map_err(|e| DecoderError::Config(e.to_string()))?
+                };
+                return Ok(Self { weight: LinearWeight::DensePacked(Arc::new(packed)), bias, out_dim: n });
+            }
+        }
+        Self::unpacked(weight, bias)
+    }
+
+    /// A layer whose weight is shared with another user (a head tied to the token
+    /// embeddings): kept as it is, never packed (a packed copy would double its memory).
+    pub fn shared(weight: MatrixWeight, bias: Option<Tensor>) -> Result<Self> {
+        Self::unpacked(weight, bias)
+    }
+
+    fn unpacked(weight: MatrixWeight, bias: Option<Tensor>) -> Result<Self> {
         let (weight, out_dim) = match weight {
             MatrixWeight::Dense(w) => {
                 let out = w.dim(0)?;
@@ -69,7 +95,7 @@ impl Linear {
             .iter()
             .map(|l| match &l.weight {
                 LinearWeight::Packed(p) => Some(&*p.0),
-                LinearWeight::Dense(_) | LinearWeight::Quantized(_) => None,
+                LinearWeight::Dense(_) | LinearWeight::DensePacked(_) | LinearWeight::Quantized(_) => None,
             })
             .collect();
         let outs = match packed {
@@ -117,15 +143,15 @@ impl Linear {
     /// The dense f32 CPU path (`tessera_kernels::dense::linear`): bias, residual and epilogue
     /// in the matmul's pass. `None` where it does not apply (other devices, dtypes, weights).
     fn dense_cpu(&self, x: &Tensor, residual: Option<&Tensor>, epilogue: Epilogue) -> Result<Option<Tensor>> {
-        let LinearWeight::Dense(l) = &self.weight else { return Ok(None) };
-        if !kernels_take(x)
-            || !kernels_take(l.weight())
-            || !self.bias.as_ref().is_none_or(kernels_take)
-            || !residual.is_none_or(kernels_take)
-        {
+        let w = match &self.weight {
+            LinearWeight::Dense(l) if kernels_take(l.weight()) => DenseW::Rows(l.weight()),
+            LinearWeight::DensePacked(p) => DenseW::Packed(p),
+            _ => return Ok(None),
+        };
+        if !kernels_take(x) || !self.bias.as_ref().is_none_or(kernels_take) || !residual.is_none_or(kernels_take) {
             return Ok(None);
         }
-        let op = DenseLinear { w: l.weight(), bias: self.bias.as_ref(), epilogue };
+        let op = DenseLinear { w, bias: self.bias.as_ref(), epilogue };
         let x = x.contiguous()?;
         Ok(Some(match residual {
             Some(r) => x.apply_op2_no_bwd(&r.contiguous()?, &op)?,
@@ -136,6 +162,13 @@ impl Linear {
     fn unfused(&self, x: &Tensor) -> Result<Tensor> {
         let y = match &self.weight {
             LinearWeight::Dense(l) => l.forward(x)?,
+            LinearWeight::DensePacked(p) => {
+                // The packed kernels take f32 activations on the CPU (where the weight is).
+                let dtype = x.dtype();
+                let op = DenseLinear { w: DenseW::Packed(p), bias: None, epilogue: Epilogue::None };
+                let xf = x.to_dtype(DType::F32)?.to_device(&candle_core::Device::Cpu)?.contiguous()?;
+                xf.apply_op1_no_bwd(&op)?.to_dtype(dtype)?.to_device(x.device())?
+            }
             LinearWeight::Packed(p) => {
                 // The kernels take f32 activations.
                 let dtype = x.dtype();
@@ -212,24 +245,47 @@ fn shared_qmatmul(mats: &[&QMatrix], x: &Tensor) -> Result<Vec<Tensor>> {
     Ok(out)
 }
 
+/// A dense layer's weight as the CPU op reads it: a tensor `(out, in)`, or packed.
+#[derive(Clone, Copy)]
+enum DenseW<'a> {
+    Rows(&'a Tensor),
+    Packed(&'a PackedF32),
+}
+
+impl DenseW<'_> {
+    /// `(out, in)`.
+    fn dims(&self) -> candle_core::Result<(usize, usize)> {
+        match self {
+            Self::Rows(w) => w.dims2(),
+            Self::Packed(p) => Ok((p.rows(), p.cols())),
+        }
+    }
+}
+
 /// `epilogue([residual +] x Wᵀ + b)` by `tessera_kernels::dense` as a Candle CPU op: `x`
 /// `(..., in)` and the residual `(..., out)` are the op's inputs, the weight and bias are read
-/// from their tensors.
+/// from where the layer holds them.
 struct DenseLinear<'a> {
-    w: &'a Tensor,
+    w: DenseW<'a>,
     bias: Option<&'a Tensor>,
     epilogue: Epilogue,
 }
 
 impl DenseLinear<'_> {
     fn run(&self, x: &[f32], dims: &[usize], residual: Option<&[f32]>) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (n, k) = self.w.dims2()?;
+        let (n, k) = self.w.dims()?;
         if dims.last() != Some(&k) {
             candle_core::bail!("linear: input {dims:?}, the weight takes {k} values per row");
         }
         let m = x.len() / k.max(1);
-        let (ws, wl) = self.w.storage_and_layout();
-        let w = crate::cpu_op::storage_f32(&ws, wl, "linear weight")?;
+        let storage;
+        let w = match self.w {
+            DenseW::Rows(w) => {
+                storage = w.storage_and_layout();
+                DenseWeight::Rows(crate::cpu_op::storage_f32(&storage.0, storage.1, "linear weight")?)
+            }
+            DenseW::Packed(p) => DenseWeight::Packed(p),
+        };
         let bias = self.bias.map(|b| b.storage_and_layout());
         let bias = match &bias {
             Some((bs, bl)) => Some(crate::cpu_op::storage_f32(bs, bl, "linear bias")?),
@@ -266,7 +322,7 @@ impl CustomOp2 for DenseLinear<'_> {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (x, residual) = with_residual("linear", self.w.dim(0)?, (s1, l1), (s2, l2))?;
+        let (x, residual) = with_residual("linear", self.w.dims()?.0, (s1, l1), (s2, l2))?;
         self.run(x, l1.shape().dims(), Some(residual))
     }
 }

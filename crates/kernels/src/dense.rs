@@ -2,15 +2,18 @@
 //! with its bias, its residual add and its activation done inside the matmul's pass, and
 //! attention over many queries as two GEMMs per head that read the projections where they
 //! are (any row stride), so no head is transposed or copied and no score tensor of every head
-//! exists at once. The f32 micro-kernels are the `gemm` crate's (AVX-512 on x86-64 where the
-//! CPU has it), run single-threaded inside the pool's parts.
+//! exists at once. On CPUs with AVX-512 the products are tessera's own f32 GEMM (`sgemm.rs`:
+//! weights packed once at load into [`PackedF32`], a head's keys packed per call); elsewhere,
+//! and for weights left unpacked, the `gemm` crate's micro-kernels. Either runs
+//! single-threaded inside the pool's parts.
 
 use std::ops::Range;
 
-use crate::attention::{softmax_in_place, AttentionShape, KvLayout};
+use crate::attention::{AttentionShape, KvLayout};
 use crate::error::{KernelError, Result};
-use crate::ops::{gelu_tanh_one, wide};
+use crate::ops::{gelu_tanh_one, softmax_numerators, wide};
 use crate::pool::{SendPtr, ThreadPool};
+use crate::sgemm::{self, PackedF32, Panels, NR};
 
 /// What is applied to each output value after `x·Wᵀ + bias (+ residual)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,14 +23,29 @@ pub enum Epilogue {
     GeluTanh,
 }
 
-/// The operands of one [`linear`]: `x` `(m, k)` row-major, `w` `(n, k)` row-major (a
-/// PyTorch `Linear` weight), `bias` `(n)`, `residual` `(m, n)`.
+/// A linear layer's weight `W` `(n, k)` (a PyTorch `Linear` weight).
+#[derive(Clone, Copy, Debug)]
+pub enum DenseWeight<'a> {
+    /// Row-major, as stored (the `gemm` crate multiplies it).
+    Rows(&'a [f32]),
+    /// Packed at load for tessera's GEMM ([`PackedF32::new`], where [`packs_weights`]).
+    Packed(&'a PackedF32),
+}
+
+/// Whether this CPU multiplies [`DenseWeight::Packed`] weights on its fast kernel (AVX-512):
+/// where it does, a layer packs its f32 weight once when it loads.
+pub fn packs_weights() -> bool {
+    sgemm::fast()
+}
+
+/// The operands of one [`linear`]: `x` `(m, k)` row-major, `w` `(n, k)`, `bias` `(n)`,
+/// `residual` `(m, n)`.
 #[derive(Clone, Copy, Debug)]
 pub struct LinearArgs<'a> {
     pub x: &'a [f32],
     pub m: usize,
     pub k: usize,
-    pub w: &'a [f32],
+    pub w: DenseWeight<'a>,
     pub n: usize,
     pub bias: Option<&'a [f32]>,
     pub residual: Option<&'a [f32]>,
@@ -38,19 +56,23 @@ pub struct LinearArgs<'a> {
 const MIN_ROWS_PER_PART: usize = 32;
 
 /// `out` `(m, n)` ← `epilogue(residual + x·Wᵀ + bias)`. Long inputs are split by rows of `x`
-/// across the pool (each part reads all of `W`), short ones by rows of `W`.
+/// across the pool (each part reads all of `W`), short ones by rows of `W` (a packed weight's
+/// by whole panels).
 pub fn linear(pool: &ThreadPool, a: LinearArgs<'_>, out: &mut [f32]) -> Result<()> {
     let LinearArgs { x, m, k, w, n, bias, residual, epilogue } = a;
+    let w_fits = match w {
+        DenseWeight::Rows(w) => w.len() == n * k,
+        DenseWeight::Packed(p) => p.rows() == n && p.cols() == k,
+    };
     let bad = x.len() != m * k
-        || w.len() != n * k
+        || !w_fits
         || out.len() != m * n
         || bias.is_some_and(|b| b.len() != n)
         || residual.is_some_and(|r| r.len() != m * n);
     if bad {
         return Err(KernelError::Shape(format!(
-            "linear: x {} values for ({m}, {k}), W {} for ({n}, {k}), bias {:?}, residual {:?}, out {}",
+            "linear: x {} values for ({m}, {k}), W {w:?} for ({n}, {k}), bias {:?}, residual {:?}, out {}",
             x.len(),
-            w.len(),
             bias.map(<[f32]>::len),
             residual.map(<[f32]>::len),
             out.len()
@@ -60,54 +82,85 @@ pub fn linear(pool: &ThreadPool, a: LinearArgs<'_>, out: &mut [f32]) -> Result<(
         return Ok(());
     }
     let parts = pool.threads();
-    // Row-invariant calls split like a single row (by W's rows), whatever their length.
-    let invariant = crate::invariant::active();
+    // Row-invariant calls split like a single row (by W's rows), whatever their length (a
+    // packed weight's rows are invariant however they split).
+    let invariant = crate::invariant::active() && matches!(w, DenseWeight::Rows(_));
     let by_rows = m >= MIN_ROWS_PER_PART * parts && !invariant;
     let dst = SendPtr(out.as_mut_ptr());
     pool.run(&|p| {
         let dst = &dst;
-        let (r, c) = if by_rows { (split(m, parts, p), 0..n) } else { (0..m, split(n, parts, p)) };
+        let (r, c) = match w {
+            _ if by_rows => (split(m, parts, p), 0..n),
+            DenseWeight::Rows(_) => (0..m, split(n, parts, p)),
+            DenseWeight::Packed(_) => {
+                let panels = split(n.div_ceil(NR), parts, p);
+                (0..m, panels.start * NR..(panels.end * NR).min(n))
+            }
+        };
         if r.is_empty() || c.is_empty() {
             return;
         }
-        // SAFETY: part p writes only rows r × columns c of out, which no other part writes;
-        // every slice below is in bounds (sizes checked above).
-        unsafe {
-            let at = |i: usize| dst.0.add(i * n + c.start);
-            let init = bias.is_some() || residual.is_some();
-            for i in r.clone() {
-                let row = std::slice::from_raw_parts_mut(at(i), c.len());
-                match (residual, bias) {
-                    (Some(res), Some(b)) => {
-                        for ((o, &x), &y) in row.iter_mut().zip(&res[i * n + c.start..]).zip(&b[c.start..]) {
-                            *o = x + y;
+        // Blocks of rows, each initialised, multiplied and finished while it is in cache (a
+        // packed weight's blocks of sgemm::MC rows), or every row alone (row-invariant).
+        let block = match w {
+            DenseWeight::Packed(_) => sgemm::MC,
+            DenseWeight::Rows(_) if invariant => 1,
+            DenseWeight::Rows(_) => r.len(),
+        };
+        // The `gemm` crate adds its product to outputs preloaded with bias and residual; tessera's
+        // GEMM starts each product from zero and adds them after (an accumulator that starts at
+        // a large residual would round every step to its ulp).
+        let preload = matches!(w, DenseWeight::Rows(_)) && (bias.is_some() || residual.is_some());
+        for g in r.clone().step_by(block) {
+            let rows = g..(g + block).min(r.end);
+            // SAFETY: part p writes only rows r × columns c of out, which no other part writes;
+            // every slice below is in bounds (sizes checked above).
+            unsafe {
+                let at = |i: usize| dst.0.add(i * n + c.start);
+                let row = |i: usize| std::slice::from_raw_parts_mut(at(i), c.len());
+                let res = |i: usize| residual.map(|r| &r[i * n + c.start..i * n + c.end]);
+                let b = bias.map(|b| &b[c.clone()]);
+                if preload {
+                    for i in rows.clone() {
+                        match (res(i), b) {
+                            (Some(res), Some(b)) => {
+                                row(i).iter_mut().zip(res).zip(b).for_each(|((o, &x), &y)| *o = x + y)
+                            }
+                            (Some(v), None) | (None, Some(v)) => row(i).copy_from_slice(v),
+                            (None, None) => {}
                         }
                     }
-                    (Some(res), None) => row.copy_from_slice(&res[i * n + c.start..i * n + c.end]),
-                    (None, Some(b)) => row.copy_from_slice(&b[c.clone()]),
-                    (None, None) => {}
                 }
-            }
-            // dst(r, c) = [dst +] x(r, :) · W(c, :)ᵀ; rhs (k, c) is W's rows read transposed.
-            // Row-invariant: each row as the one-row product it is alone (same columns).
-            let step = if invariant { 1 } else { r.len() };
-            for g in r.clone().step_by(step) {
-                let rows = step.min(r.end - g);
-                sgemm(
-                    (rows, c.len(), k),
-                    at(g),
-                    n,
-                    init,
-                    x.as_ptr().add(g * k),
-                    k,
-                    w.as_ptr().add(c.start * k),
-                    (1, k),
-                );
-            }
-            if epilogue == Epilogue::GeluTanh {
-                for i in r {
-                    let row = std::slice::from_raw_parts_mut(at(i), c.len());
-                    wide(|| row.iter_mut().for_each(|v| *v = gelu_tanh_one(*v)));
+                match w {
+                    // dst(rows, c) = x(rows, :) · W(c, :)ᵀ, by panels of Wᵀ's columns.
+                    DenseWeight::Packed(pw) => {
+                        sgemm::gemm(rows.clone(), c.clone(), k, (x.as_ptr(), k), pw.panels(), (dst.0, n), false)
+                    }
+                    // rhs (k, c) is W's rows read transposed.
+                    DenseWeight::Rows(w) => sgemm(
+                        (rows.len(), c.len(), k),
+                        at(g),
+                        n,
+                        preload,
+                        x.as_ptr().add(g * k),
+                        k,
+                        w.as_ptr().add(c.start * k),
+                        (1, k),
+                    ),
+                }
+                for i in rows {
+                    let row = row(i);
+                    if !preload {
+                        if let Some(b) = b {
+                            row.iter_mut().zip(b).for_each(|(o, &y)| *o += y);
+                        }
+                        if let Some(res) = res(i) {
+                            row.iter_mut().zip(res).for_each(|(o, &x)| *o += x);
+                        }
+                    }
+                    if epilogue == Epilogue::GeluTanh {
+                        wide(|| row.iter_mut().for_each(|v| *v = gelu_tanh_one(*v)));
+                    }
                 }
             }
         }
@@ -189,6 +242,22 @@ pub fn attend_many(
     visible: &(dyn Fn(usize) -> Range<usize> + Sync),
     out: &mut [f32],
 ) -> Result<()> {
+    attend_many_on(sgemm::fast(), pool, s, (q, ql), (k, kl), (v, vl), scale, visible, out)
+}
+
+/// [`attend_many`] on tessera's GEMM (`fast`) or the `gemm` crate's.
+#[allow(clippy::too_many_arguments)]
+fn attend_many_on(
+    fast: bool,
+    pool: &ThreadPool,
+    s: AttentionShape,
+    (q, ql): (&[f32], KvLayout),
+    (k, kl): (&[f32], KvLayout),
+    (v, vl): (&[f32], KvLayout),
+    scale: f32,
+    visible: &(dyn Fn(usize) -> Range<usize> + Sync),
+    out: &mut [f32],
+) -> Result<()> {
     let d = s.head_dim;
     if s.kv_heads == 0 || !s.heads.is_multiple_of(s.kv_heads) || s.tk < s.tq {
         return Err(KernelError::Shape(format!("attention shape {s:?}")));
@@ -211,10 +280,14 @@ pub fn attend_many(
     let jobs = s.batch * s.heads * blocks;
     let parts = pool.threads();
     let first_q = s.tk - s.tq;
+    // tessera's GEMM: a head's keys packed once per thread as panels of NR keys (a job's
+    // scores then start at a panel's first key), its values read in place.
     let dst = SendPtr(out.as_mut_ptr());
     pool.run(&|p| {
         let dst = &dst;
         let mut scores = Vec::new();
+        let mut sums = [0f32; QUERY_ROWS];
+        let (mut keys, mut keys_of) = (Vec::new(), None);
         for job in (p..jobs).step_by(parts) {
             let (bh, blk) = (job / blocks, job % blocks);
             let (b, h) = (bh / s.heads, bh % s.heads);
@@ -227,6 +300,9 @@ pub fn attend_many(
                 let r = visible(first_q + i);
                 lo = lo.min(r.start);
                 hi = hi.max(r.end.min(s.tk));
+            }
+            if fast && lo < hi {
+                lo = lo / NR * NR;
             }
             let nr = rows.len();
             // SAFETY: job (b, h, blk) writes only out[b, rows, h, :], which no other job
@@ -243,20 +319,41 @@ pub fn attend_many(
                 scores.resize(nr * span, 0f32);
                 let qp =
                     q.as_ptr().add(ql.offset + b * ql.batch_stride + h * ql.head_stride + rows.start * ql.row_stride);
-                let kp = k.as_ptr().add(kl.offset + b * kl.batch_stride + kvh * kl.head_stride + lo * kl.row_stride);
+                let k0 = k.as_ptr().add(kl.offset + b * kl.batch_stride + kvh * kl.head_stride);
                 let vp = v.as_ptr().add(vl.offset + b * vl.batch_stride + kvh * vl.head_stride + lo * vl.row_stride);
-                // scores (nr, span) = q (nr, d) · keys (d, span), keys read transposed.
-                sgemm((nr, span, d), scores.as_mut_ptr(), span, false, qp, ql.row_stride, kp, (1, kl.row_stride));
-                for (i, row) in scores.chunks_exact_mut(span).enumerate() {
+                // scores (nr, span) = q (nr, d) · keys (d, span).
+                if fast {
+                    if keys_of != Some((b, kvh)) {
+                        keys.resize(s.tk.div_ceil(NR) * d * NR, 0f32);
+                        sgemm::pack_rows(k0, kl.row_stride, s.tk, d, &mut keys);
+                        keys_of = Some((b, kvh));
+                    }
+                    let kp = Panels { ptr: keys.as_ptr().add(lo / NR * d * NR), panel_stride: d * NR, ldb: NR };
+                    sgemm::gemm(0..nr, 0..span, d, (qp, ql.row_stride), kp, (scores.as_mut_ptr(), span), false);
+                } else {
+                    let kp = k0.add(lo * kl.row_stride);
+                    sgemm((nr, span, d), scores.as_mut_ptr(), span, false, qp, ql.row_stride, kp, (1, kl.row_stride));
+                }
+                // Softmax's numerators; each output row is divided by its sum below.
+                for ((i, row), sum) in scores.chunks_exact_mut(span).enumerate().zip(&mut sums) {
                     let r = visible(first_q + rows.start + i);
                     let a = r.start.clamp(lo, hi) - lo;
                     let z = r.end.clamp(lo, hi).max(r.start.clamp(lo, hi)) - lo;
                     row[..a].fill(0.0);
                     row[z..].fill(0.0);
-                    wide(|| softmax_in_place(&mut row[a..z], scale));
+                    *sum = softmax_numerators(&mut row[a..z], scale);
                 }
                 // out rows (nr, d), row stride heads·d = scores (nr, span) · values (span, d).
-                sgemm((nr, d, span), o, s.heads * d, false, scores.as_ptr(), span, vp, (vl.row_stride, 1));
+                if fast {
+                    let vpanels = Panels { ptr: vp, panel_stride: NR, ldb: vl.row_stride };
+                    sgemm::gemm(0..nr, 0..d, span, (scores.as_ptr(), span), vpanels, (o, s.heads * d), false);
+                } else {
+                    sgemm((nr, d, span), o, s.heads * d, false, scores.as_ptr(), span, vp, (vl.row_stride, 1));
+                }
+                for (i, &sum) in sums[..nr].iter().enumerate() {
+                    let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+                    std::slice::from_raw_parts_mut(o.add(i * s.heads * d), d).iter_mut().for_each(|v| *v *= inv);
+                }
             }
         }
     })
@@ -283,9 +380,11 @@ mod tests {
     #[test]
     fn linear_matches_f64_reference_with_bias_residual_and_gelu() -> Result<()> {
         // Row counts on both sides of the row/column split, odd sizes everywhere.
-        for (m, k, n) in [(1, 7, 5), (3, 33, 17), (70, 65, 31), (129, 48, 96)] {
+        for (m, k, n) in [(1, 7, 5), (3, 33, 17), (70, 65, 31), (129, 48, 96), (40, 530, 40)] {
             let (x, w, b, res) = (rand(m * k, 1), rand(n * k, 2), rand(n, 3), rand(m * n, 4));
-            for threads in [1, 2, 3] {
+            let packed = PackedF32::new(&w, n, k)?;
+            let weights = [1, 2, 3].map(|t| [(t, DenseWeight::Rows(&w)), (t, DenseWeight::Packed(&packed))]);
+            for (threads, weight) in weights.into_iter().flatten() {
                 let pool = ThreadPool::new(threads);
                 for (bias, residual, epilogue) in [
                     (None, None, Epilogue::None),
@@ -294,7 +393,7 @@ mod tests {
                     (Some(&b[..]), Some(&res[..]), Epilogue::GeluTanh),
                 ] {
                     let mut out = vec![f32::NAN; m * n];
-                    linear(&pool, LinearArgs { x: &x, m, k, w: &w, n, bias, residual, epilogue }, &mut out)?;
+                    linear(&pool, LinearArgs { x: &x, m, k, w: weight, n, bias, residual, epilogue }, &mut out)?;
                     for i in 0..m {
                         for j in 0..n {
                             let mut want: f64 = (0..k).map(|t| x[i * k + t] as f64 * w[j * k + t] as f64).sum();
@@ -305,7 +404,7 @@ mod tests {
                             let got = out[i * n + j] as f64;
                             assert!(
                                 (got - want).abs() < 1e-5 * (1.0 + k as f64).sqrt() * (1.0 + want.abs()),
-                                "({m},{k},{n}) {threads} threads [{i},{j}]: {got} vs {want}"
+                                "({m},{k},{n}) {threads} threads {weight:?} [{i},{j}]: {got} vs {want}"
                             );
                         }
                     }
@@ -317,13 +416,16 @@ mod tests {
             x: &[0.0; 6],
             m: 2,
             k: 3,
-            w: &[0.0; 6],
+            w: DenseWeight::Rows(&[0.0; 6]),
             n: 2,
             bias: Some(&[0.0]),
             residual: None,
             epilogue: Epilogue::None,
         };
         assert!(linear(&pool, args, &mut [0.0; 4]).is_err(), "a bias of the wrong length is refused");
+        let packed = PackedF32::new(&[0.0; 6], 3, 2)?;
+        let args = LinearArgs { w: DenseWeight::Packed(&packed), bias: None, ..args };
+        assert!(linear(&pool, args, &mut [0.0; 4]).is_err(), "a packed weight of another shape is refused");
         Ok(())
     }
 
@@ -332,8 +434,15 @@ mod tests {
     /// grouped heads, cached keys before the queries, and a causal rule.
     #[test]
     fn attend_many_matches_f64_reference_on_strided_heads() -> Result<()> {
-        for (tq, tk, causal) in [(5, 5, false), (130, 130, true), (300, 310, true), (200, 200, false)] {
-            let (b, heads, kv_heads, d) = (2, 4, 2, 24);
+        let cases = [
+            (5, 5, false, 24),
+            (130, 130, true, 24),
+            (300, 310, true, 24),
+            (200, 200, false, 24),
+            (140, 150, true, 80),
+        ];
+        for (tq, tk, causal, d) in cases {
+            let (b, heads, kv_heads) = (2, 4, 2);
             let s = AttentionShape { batch: b, heads, kv_heads, tq, tk, head_dim: d };
             // q: (b, tq, heads, d) read as (b, heads, tq, d).
             let q = rand(b * tq * heads * d, 5);
@@ -370,6 +479,40 @@ mod tests {
                         let got = out[((bi * tq + i) * heads + h) * d + c] as f64;
                         assert!((got - want).abs() < 1e-5, "tq {tq} tk {tk} ({bi},{h},{i},{c}): {got} vs {want}");
                     }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `attend_many` on tessera's GEMM (keys packed per head, each job's keys starting at a
+    /// panel's first key) gives every output the `gemm` crate's path gives, within f32
+    /// rounding: causal, sliding windows whose first key is not on a panel boundary, cached
+    /// keys before the queries, head widths that fill no panel.
+    #[test]
+    fn attend_many_on_packed_keys_matches_the_gemm_crate_path() -> Result<()> {
+        type Rule = fn(usize) -> Range<usize>;
+        let rules: [(&str, Rule); 3] =
+            [("causal", |p| 0..p + 1), ("window 45", |p| p.saturating_sub(44)..p + 1), ("full", |_| 0..1000)];
+        for (tq, tk, d) in [(7, 7, 24), (150, 181, 64), (300, 300, 80), (129, 140, 33)] {
+            let (b, heads, kv_heads) = (2, 6, 2);
+            let s = AttentionShape { batch: b, heads, kv_heads, tq, tk, head_dim: d };
+            let q = rand(b * tq * heads * d, 8);
+            let ql = KvLayout { offset: 0, batch_stride: tq * heads * d, head_stride: d, row_stride: heads * d };
+            let kvl = KvLayout { offset: 0, batch_stride: kv_heads * tk * d, head_stride: tk * d, row_stride: d };
+            let (k, v) = (rand(b * kv_heads * tk * d, 9), rand(b * kv_heads * tk * d, 10));
+            for (name, rule) in rules {
+                let visible = move |pos: usize| {
+                    let r = rule(pos);
+                    r.start..r.end.min(tk)
+                };
+                let pool = ThreadPool::new(2);
+                let mut outs = [true, false].map(|_| vec![f32::NAN; b * tq * heads * d]);
+                for (fast, out) in [true, false].into_iter().zip(&mut outs) {
+                    attend_many_on(fast, &pool, s, (&q, ql), (&k, kvl), (&v, kvl), 0.2, &visible, out)?;
+                }
+                for (i, (a, z)) in outs[0].iter().zip(&outs[1]).enumerate() {
+                    assert!((a - z).abs() < 2e-6 * (1.0 + z.abs()), "{name} tq {tq} tk {tk} d {d} [{i}]: {a} vs {z}");
                 }
             }
         }

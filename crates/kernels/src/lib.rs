@@ -7,6 +7,7 @@
 //!   Candle's device-generic ops): [`QMatrix`] from its linear layer (`matmul_uninit`,
 //!   `matmul_add_uninit`, `matmul_shared_uninit`) and weight loading (`new`, `dequantize`),
 //!   [`quantize::quantize_rows`] (load-time quantization), [`dense::linear`], [`dense::attend_many`],
+//!   [`PackedF32`] and [`dense::packs_weights`] (f32 weights packed when a layer loads),
 //!   [`attention::attend`], [`attention::attend_rows`], [`attention::scale_mask_softmax`],
 //!   [`ops::rms_norm`], [`ops::silu_mul`], [`ops::gelu_tanh`], [`ops::f32_to_f16`] (KV writes),
 //!   [`for_each_row`] on [`ThreadPool::global`], and [`row_invariant`] around a batched decode step;
@@ -38,7 +39,8 @@
 //! - [`ThreadPool`]: a persistent pool, one part per thread per matmul;
 //! - [`attention`]: fused attention for decode steps (scores, softmax and values in one pass),
 //!   [`dense`]: f32 linear layers with bias, residual and GELU in the matmul's pass, and
-//!   attention over many queries as two GEMMs per head on strided projections,
+//!   attention over many queries as two GEMMs per head on strided projections, on AVX-512 by
+//!   `sgemm` (tessera's f32 GEMM; weights packed at load into [`PackedF32`]),
 //!   and [`ops`]: the polynomial `exp`, SwiGLU's `silu(gate)·up`, the tanh GELU, RMSNorm and
 //!   f16 conversion.
 //!
@@ -62,6 +64,7 @@ pub mod ops;
 mod panels;
 mod pool;
 pub mod quantize;
+mod sgemm;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -71,3 +74,4 @@ pub use error::{KernelError, Result};
 pub use invariant::row_invariant;
 pub use matmul::{enabled, Isa, Layout, QMatrix, GEMM_MIN_TOKENS};
 pub use pool::{default_threads, for_each_row, ThreadPool, MAX_THREADS};
+pub use sgemm::PackedF32;

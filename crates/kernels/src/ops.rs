@@ -61,6 +61,53 @@ pub(crate) fn wide<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Softmax's numerators in place: `s[i] ← exp(scale·s[i] − max_j scale·s[j])` (each product
+/// rounded, then the shift subtracted: the arguments `attention::softmax_in_place` forms), and
+/// their sum, for the caller to divide by where it is cheaper (attention over many queries
+/// divides each output row, `head_dim` values, instead of the row of scores). Sixteen lanes
+/// wide on AVX-512, eight on AVX2. An empty `s`, or one of `-inf`s, gives zeros and a sum of 0.
+pub(crate) fn softmax_numerators(s: &mut [f32], scale: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if crate::Isa::best() == crate::Isa::Avx512Vnni {
+        // SAFETY: the chosen instruction set has AVX-512 F.
+        return unsafe { crate::x86::softmax_numerators_512(s, scale) };
+    }
+    wide(|| softmax_numerators_portable(s, scale))
+}
+
+/// The portable twin of the AVX-512 `softmax_numerators`: sixteen lanes of maxima and sums,
+/// the lanes' sums added in order, then the values past the last sixteen.
+#[inline(always)]
+pub(crate) fn softmax_numerators_portable(s: &mut [f32], scale: f32) -> f32 {
+    const L: usize = 16;
+    // The largest scaled value: scale·max for scale ≥ 0, scale·min below (rounding is
+    // monotonic, so this is the largest rounded product).
+    let (mut max, mut min) = (f32::NEG_INFINITY, f32::INFINITY);
+    for &v in s.iter() {
+        max = max.max(v);
+        min = min.min(v);
+    }
+    let shift = if scale >= 0.0 { max * scale } else { min * scale };
+    if shift == f32::NEG_INFINITY || s.is_empty() {
+        s.fill(0.0);
+        return 0.0;
+    }
+    let mut sums = [0f32; L];
+    let mut chunks = s.chunks_exact_mut(L);
+    for c in &mut chunks {
+        for l in 0..L {
+            c[l] = exp(c[l] * scale - shift);
+            sums[l] += c[l];
+        }
+    }
+    let mut total: f32 = sums.iter().sum();
+    for v in chunks.into_remainder() {
+        *v = exp(*v * scale - shift);
+        total += *v;
+    }
+    total
+}
+
 /// `dst[i] = f16(src[i])`, rounded to nearest even as `half` rounds (F16C eight at a time where
 /// the kernels use AVX2: `half`'s slice conversion spends about as long per call checking the
 /// CPU and looping over 8-value helper calls as converting, and a KV cache write converts a
@@ -242,6 +289,33 @@ fn par_chunks<F: Fn(usize, &mut [f32]) + Sync>(pool: &ThreadPool, out: &mut [f32
 
 #[cfg(test)]
 mod tests {
+    /// This CPU's `softmax_numerators` gives the portable loop's bits (values and sum), at every
+    /// length around the sixteen lanes, both signs of the scale, and for a row of `-inf`; and the
+    /// values over the sum are a softmax (f64 reference).
+    #[test]
+    fn softmax_numerators_match_portable_twin_and_softmax() {
+        let row = |n: usize| -> Vec<f32> { (0..n).map(|i| ((i * 7919 % 1013) as f32 - 500.0) * 0.037).collect() };
+        for n in [0, 1, 15, 16, 17, 33, 1000] {
+            for scale in [0.125f32, 1.0, -0.3] {
+                let (mut fast, mut slow) = (row(n), row(n));
+                let (sf, ss) =
+                    (super::softmax_numerators(&mut fast, scale), super::softmax_numerators_portable(&mut slow, scale));
+                assert_eq!(sf.to_bits(), ss.to_bits(), "sum, n {n} scale {scale}");
+                assert!(fast.iter().zip(&slow).all(|(a, b)| a.to_bits() == b.to_bits()), "values, n {n} scale {scale}");
+                let logits: Vec<f64> = row(n).iter().map(|&v| v as f64 * scale as f64).collect();
+                let max = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let total: f64 = logits.iter().map(|l| (l - max).exp()).sum();
+                for (l, &v) in logits.iter().zip(&fast) {
+                    let want = (l - max).exp() / total;
+                    assert!((v as f64 / sf as f64 - want).abs() < 1e-6, "n {n} scale {scale}: {} vs {want}", v / sf);
+                }
+            }
+        }
+        let mut masked = vec![f32::NEG_INFINITY; 20];
+        assert_eq!(super::softmax_numerators(&mut masked, 0.5), 0.0);
+        assert!(masked.iter().all(|&v| v == 0.0));
+    }
+
     #[test]
     fn add_scaled_u8_is_the_scalar_sum() {
         let row: Vec<u8> = (0..1003u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();

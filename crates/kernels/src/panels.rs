@@ -71,49 +71,54 @@ pub(crate) fn byte_len(t: QType, rows: usize, cols: usize) -> usize {
     rows.div_ceil(PANEL_ROWS) * (cols / t.block_elems()) * chunk_bytes(t)
 }
 
-/// Repacks GGUF rows (`data`, `rows × cols` of `t`) into panels.
+/// Repacks GGUF rows (`data`, `rows × cols` of `t`) into panels, the panels shared out over
+/// the global pool's threads (a model's load repacks every matrix: 0.5 s of SmolVLM's Q5_0 text
+/// model on one thread).
 pub(crate) fn repack(t: QType, rows: usize, cols: usize, data: &[u8]) -> Vec<u8> {
-    if kpanels::is_kpanel(t) {
-        let (nb, bb) = (cols / t.block_elems(), t.block_bytes());
-        let mut out = vec![0u8; byte_len(t, rows, cols)];
-        for r in 0..rows {
-            let (p, lane) = (r / PANEL_ROWS, r % PANEL_ROWS);
-            for b in 0..nb {
-                let chunk = &mut out[(p * nb + b) * chunk_bytes(t)..][..chunk_bytes(t)];
-                kpanels::put_block(t, chunk, lane, &data[(r * nb + b) * bb..][..bb]);
+    let (nb, bb, cb) = (cols / t.block_elems(), t.block_bytes(), chunk_bytes(t));
+    let mut out = vec![0u8; byte_len(t, rows, cols)];
+    let panel = |p: usize, chunks: &mut [u8]| {
+        for r in p * PANEL_ROWS..((p + 1) * PANEL_ROWS).min(rows) {
+            for (b, chunk) in chunks.chunks_exact_mut(cb).enumerate() {
+                put_block(t, chunk, r % PANEL_ROWS, &data[(r * nb + b) * bb..][..bb]);
             }
         }
-        return out;
-    }
-    let (nb, bb, cb, hdr) = (cols / 32, t.block_bytes(), chunk_bytes(t), header_bytes(t));
-    let mut out = vec![0u8; byte_len(t, rows, cols)];
-    for r in 0..rows {
-        let (p, lane) = (r / PANEL_ROWS, r % PANEL_ROWS);
-        for b in 0..nb {
-            let block = &data[(r * nb + b) * bb..(r * nb + b + 1) * bb];
-            let v = unpack32(t, block);
-            let chunk = &mut out[(p * nb + b) * cb..(p * nb + b + 1) * cb];
-            // d (and m): the block's own f16 bytes.
-            chunk[2 * lane..2 * lane + 2].copy_from_slice(&block[..2]);
-            if has_min(t) {
-                chunk[2 * PANEL_ROWS + 2 * lane..2 * PANEL_ROWS + 2 * lane + 2].copy_from_slice(&block[2..4]);
-            }
-            let u = v.q.map(|q| (q as i32 + unsigned_bias(t)) as u8);
-            for (j, &u) in u.iter().enumerate() {
-                let (step, k) = (j / 4, j % 4);
-                if t == QType::Q8_0 {
-                    chunk[hdr + (step * PANEL_ROWS + lane) * 4 + k] = u;
-                    continue;
-                }
-                chunk[hdr + ((step % 4) * PANEL_ROWS + lane) * 4 + k] |= (u & 0x0F) << (4 * (step / 4));
-                if has_fifth_bit(t) && u & 0x10 != 0 {
-                    let bit = 4 * lane + k;
-                    chunk[fifth_bits_at(t) + 8 * step + bit / 8] |= 1 << (bit % 8);
-                }
-            }
+    };
+    // A panel's chunks are one run of `nb · cb` bytes, which one part writes alone.
+    if crate::for_each_row(crate::ThreadPool::global(), &mut out, nb * cb, 2, &panel).is_err() {
+        // A worker panicked (no panel's input can make it): the same work on this thread.
+        for (p, chunks) in out.chunks_exact_mut((nb * cb).max(1)).enumerate() {
+            panel(p, chunks);
         }
     }
     out
+}
+
+/// Writes one GGUF block (row `lane` of its panel) into its chunk.
+fn put_block(t: QType, chunk: &mut [u8], lane: usize, block: &[u8]) {
+    if kpanels::is_kpanel(t) {
+        return kpanels::put_block(t, chunk, lane, block);
+    }
+    let hdr = header_bytes(t);
+    let v = unpack32(t, block);
+    // d (and m): the block's own f16 bytes.
+    chunk[2 * lane..2 * lane + 2].copy_from_slice(&block[..2]);
+    if has_min(t) {
+        chunk[2 * PANEL_ROWS + 2 * lane..2 * PANEL_ROWS + 2 * lane + 2].copy_from_slice(&block[2..4]);
+    }
+    let u = v.q.map(|q| (q as i32 + unsigned_bias(t)) as u8);
+    for (j, &u) in u.iter().enumerate() {
+        let (step, k) = (j / 4, j % 4);
+        if t == QType::Q8_0 {
+            chunk[hdr + (step * PANEL_ROWS + lane) * 4 + k] = u;
+            continue;
+        }
+        chunk[hdr + ((step % 4) * PANEL_ROWS + lane) * 4 + k] |= (u & 0x0F) << (4 * (step / 4));
+        if has_fifth_bit(t) && u & 0x10 != 0 {
+            let bit = 4 * lane + k;
+            chunk[fifth_bits_at(t) + 8 * step + bit / 8] |= 1 << (bit % 8);
+        }
+    }
 }
 
 /// The unsigned values of row `lane` of one chunk (the block's 32 values in order).

@@ -325,7 +325,7 @@ impl Model {
             None => None,
         };
         let lm_head = if config.tie_word_embeddings || !vb.contains(&format!("{head_name}.weight")) {
-            Linear::new(embed_weight, None)?
+            Linear::shared(embed_weight, None)?
         } else {
             vb.linear(d.hidden_size, config.vocab_size, false, head_name)?
         };

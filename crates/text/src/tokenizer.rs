@@ -7,14 +7,23 @@ use std::path::Path;
 use candle_core::quantized::gguf_file;
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::BPE;
+use tokenizers::normalizers::unicode::NFC;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::processors::template::TemplateProcessing;
-use tokenizers::AddedToken;
+use tokenizers::{AddedToken, SplitDelimiterBehavior};
 
 use crate::error::{Result, TextError};
+
+/// Qwen2's pre-tokenizer split (Qwen2-VL-2B-Instruct's tokenizer.json; llama.cpp's
+/// `LLAMA_VOCAB_PRE_TYPE_QWEN2` is the same expression with the contractions' cases spelled out):
+/// contractions, letters with one leading non-letter, single digits, punctuation runs, newlines,
+/// spaces. Its tokenizer.json composes the text (NFC) first; tessera does too (llama.cpp does not).
+const QWEN2_SPLIT: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// Special token ids and strings the generation loop and templates need.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -134,17 +143,30 @@ impl Tokenizer {
         let mut inner = tokenizers::Tokenizer::new(bpe);
 
         let byte_level = ByteLevel::new(false, true, true);
-        let pre: PreTokenizerWrapper = match get_str("tokenizer.ggml.pre")?.map(String::as_str) {
+        let pre_name = get_str("tokenizer.ggml.pre")?.map(String::as_str);
+        let qwen2 = pre_name == Some("qwen2");
+        let pre: PreTokenizerWrapper = match pre_name {
             // SmolLM's own tokenizer.json splits digits one by one before the byte-level split.
             Some("smollm") => Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into(),
+            // Qwen2's (Qwen2-VL, Qwen2.5-VL): its tokenizer.json's split, then bytes to symbols.
+            Some("qwen2") => {
+                let split =
+                    Split::new(SplitPattern::Regex(QWEN2_SPLIT.into()), SplitDelimiterBehavior::Isolated, false)
+                        .map_err(|e| TextError::Tokenize(format!("Qwen2's pre-tokenizer: {e}")))?;
+                Sequence::new(vec![split.into(), ByteLevel::new(false, false, false).into()]).into()
+            }
             None | Some("default") | Some("gpt2") | Some("gpt-2") => byte_level.into(),
             Some(other) => {
                 return Err(TextError::Unsupported(format!(
-                    "GGUF tokenizer.ggml.pre `{other}` (supported: smollm, gpt2, default)"
+                    "GGUF tokenizer.ggml.pre `{other}` (supported: smollm, qwen2, gpt2, default)"
                 )))
             }
         };
         inner.with_pre_tokenizer(Some(pre));
+        if qwen2 {
+            // Qwen2's tokenizer.json composes text (NFC) before it splits it.
+            inner.with_normalizer(Some(NFC));
+        }
         inner.with_decoder(Some(ByteLevelDecoder::default()));
 
         // Control (3) and user-defined (4) tokens are never split; an empty one (which would

@@ -8,6 +8,8 @@
 //! - [`panel_dots`]: decode over the 16-row panel layout (`panels.rs`), 512-bit VNNI;
 //! - [`kpanel_dots`]: the same over `Q4_K`'s panels (`kpanels.rs`);
 //! - [`igemm`]: the int8 prefill GEMM's micro-kernel (`igemm.rs` packs its panels), 512-bit VNNI;
+//! - [`sgemm512`]: the f32 GEMM's micro-kernel (`sgemm.rs` drives it), AVX-512 F;
+//! - [`softmax512`]: softmax's numerators for attention over many queries, AVX-512 F;
 //! - [`activations`]: passes over f32 activation rows: `Q8` quantization and RMSNorm of eight rows (AVX2).
 //!
 //! This file holds what they share: CPU feature detection, the block-type codes the kernels are
@@ -30,6 +32,8 @@ mod kquants;
 mod kquants512;
 mod panel_dots;
 mod rows;
+mod sgemm512;
+mod softmax512;
 
 use std::arch::x86_64::*;
 
@@ -42,6 +46,8 @@ pub(crate) use kpanel_dots::kpanel_dots_fn;
 pub(crate) use kquants::row_k_fn;
 pub(crate) use panel_dots::panel_dots_fn;
 pub(crate) use rows::{row_fn, rows4_fn};
+pub(crate) use sgemm512::tile as sgemm_tile;
+pub(crate) use softmax512::softmax_numerators as softmax_numerators_512;
 
 pub(crate) fn has_avx2() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
