@@ -13,6 +13,7 @@ pub mod decoder;
 pub mod error;
 pub mod gated_delta;
 pub mod gguf_layout;
+mod gguf_names;
 pub mod gguf_write;
 pub mod kv_cache;
 mod layer;

@@ -62,6 +62,10 @@ impl Linear {
                 let out = w.dim(0)?;
                 (LinearWeight::Dense(candle_nn::Linear::new(w, None)), out)
             }
+            MatrixWeight::DensePacked(p) => {
+                let out = p.rows();
+                (LinearWeight::DensePacked(p), out)
+            }
             MatrixWeight::Packed(m) => {
                 let out = m.rows();
                 (LinearWeight::Packed(PackedMatMul(m)), out)

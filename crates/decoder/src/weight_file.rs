@@ -108,6 +108,53 @@ impl WeightFile {
         })
     }
 
+    /// `shape`'s values, stored as `kind` from `offset`, as an f32 tensor: one read, then
+    /// widened (exactly) on every thread of the global pool — Candle's readers widen on one
+    /// thread, a second of a 2B model's f16 vision tower.
+    pub(crate) fn read_f32(&self, offset: u64, kind: Float, shape: &[usize], device: &Device) -> StrResult<Tensor> {
+        let len: usize = shape.iter().product();
+        let cols = shape.last().copied().unwrap_or(1).max(1);
+        let mut out: Vec<f32> = Vec::new();
+        out.try_reserve_exact(len).map_err(|e| format!("{len} values: {e}"))?;
+        out.resize(len, 0.0);
+        if kind == Float::F32 {
+            // SAFETY: any 4 bytes are an f32; the slice covers exactly `out`'s values.
+            let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), len * 4) };
+            self.read_at(offset, bytes)?;
+            out.iter_mut().for_each(|v| *v = f32::from_bits(u32::from_le(v.to_bits())));
+        } else {
+            let mut raw = vec![0u16; len];
+            // SAFETY: any 2 bytes are a u16; the slice covers exactly `raw`'s values.
+            self.read_at(offset, unsafe { std::slice::from_raw_parts_mut(raw.as_mut_ptr().cast::<u8>(), len * 2) })?;
+            raw.iter_mut().for_each(|v| *v = u16::from_le(*v));
+            let widen = |r: usize, row: &mut [f32]| {
+                use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+                let bits = &raw[r * cols..][..row.len()];
+                match kind {
+                    Float::BF16 => bits.reinterpret_cast::<half::bf16>().convert_to_f32_slice(row),
+                    _ => bits.reinterpret_cast::<half::f16>().convert_to_f32_slice(row),
+                }
+            };
+            if tessera_kernels::for_each_row(tessera_kernels::ThreadPool::global(), &mut out, cols, 16, &widen).is_err()
+            {
+                // A worker panicked (no input can make it): the same work on this thread.
+                out.chunks_exact_mut(cols).enumerate().for_each(|(r, row)| widen(r, row));
+            }
+        }
+        Tensor::from_vec(out, shape, device).map_err(|e| e.to_string())
+    }
+
+    /// `count` f16 values from `offset`, as stored (kept in f16: [`PackedF32::from_f16`](tessera_kernels::PackedF32::from_f16)).
+    pub(crate) fn read_f16(&self, offset: u64, count: usize) -> StrResult<Vec<half::f16>> {
+        let mut out: Vec<half::f16> = Vec::new();
+        out.try_reserve_exact(count).map_err(|e| format!("{count} values: {e}"))?;
+        out.resize(count, half::f16::ZERO);
+        // SAFETY: any 2 bytes are an f16; the slice covers exactly `out`'s values.
+        self.read_at(offset, unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), count * 2) })?;
+        out.iter_mut().for_each(|v| *v = half::f16::from_bits(u16::from_le(v.to_bits())));
+        Ok(out)
+    }
+
     /// Fails if the open file or the file its path names now is not what was opened.
     pub(crate) fn check_unchanged(&self) -> Result<()> {
         let changed = |what: String| DecoderError::WeightFile {
@@ -122,6 +169,28 @@ impl WeightFile {
         match self.identity.change(&FileIdentity::of(&named)) {
             Some(what) => Err(changed(what)),
             None => Ok(()),
+        }
+    }
+}
+
+type StrResult<T> = std::result::Result<T, String>;
+
+/// Stored float formats that widen to f32 exactly ([`WeightFile::read_f32`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Float {
+    F32,
+    F16,
+    BF16,
+}
+
+impl Float {
+    /// The kind of a safetensors dtype name, if a float one.
+    pub(crate) fn of_safetensors(dtype: &str) -> Option<Self> {
+        match dtype {
+            "F32" => Some(Self::F32),
+            "F16" => Some(Self::F16),
+            "BF16" => Some(Self::BF16),
+            _ => None,
         }
     }
 }
@@ -181,6 +250,18 @@ impl Safetensors {
 
     pub(crate) fn names(&self) -> impl Iterator<Item = &String> {
         self.tensors.keys()
+    }
+
+    /// Values `start .. start + count` of an f16 `t`, kept in f16 ([`WeightFile::read_f16`]);
+    /// None for other dtypes.
+    pub(crate) fn read_f16(&self, t: &StoredTensor, start: usize, count: usize) -> Option<StrResult<Vec<half::f16>>> {
+        (t.dtype == "F16").then(|| self.files[t.file].read_f16(t.offset.saturating_add(2 * start as u64), count))
+    }
+
+    /// Reads a float `t` as f32 ([`WeightFile::read_f32`]); None for other dtypes.
+    pub(crate) fn load_f32(&self, t: &StoredTensor, device: &Device) -> Option<StrResult<Tensor>> {
+        let kind = Float::of_safetensors(&t.dtype)?;
+        Some(self.files[t.file].read_f32(t.offset, kind, &t.shape, device))
     }
 
     /// Reads `t` onto `device` in its stored dtype.

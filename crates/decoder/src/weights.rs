@@ -15,9 +15,10 @@ use candle_core::{DType, Device, Tensor};
 use tessera_kernels::{QMatrix, QType};
 
 use crate::error::{DecoderError, Result};
+pub use crate::gguf_names::{gguf_name, gguf_sandwich_name, gguf_vision_name};
 use crate::linear::Linear;
 use crate::quant::QuantPlan;
-use crate::weight_file::{Safetensors, WeightFile};
+use crate::weight_file::{Float, Safetensors, WeightFile};
 
 /// How GGUF weights are used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -288,17 +289,36 @@ impl Weights {
                         reason: format!("stored as {}, not floating point: not a weight", stored.dtype),
                     });
                 }
-                st.load(stored, &self.device).map_err(|reason| DecoderError::TensorData {
-                    name: full.clone(),
-                    source_desc: self.describe(),
-                    reason,
+                let widened = (dtype == DType::F32 && self.device.is_cpu()).then(|| st.load_f32(stored, &self.device));
+                widened.flatten().unwrap_or_else(|| st.load(stored, &self.device)).map_err(|reason| {
+                    DecoderError::TensorData { name: full.clone(), source_desc: self.describe(), reason }
                 })?
             }
             Source::Gguf(g) => {
                 let info = g.content.tensor_infos.get(&stored).ok_or_else(|| self.missing(&full))?;
                 self.check_shape(&full, shape, info.shape.dims())?;
-                let q = self.read_qtensor(g, &full, &stored)?;
-                q.dequantize(&self.device)?
+                let kind = match info.ggml_dtype {
+                    GgmlDType::F32 => Some(Float::F32),
+                    GgmlDType::F16 => Some(Float::F16),
+                    GgmlDType::BF16 => Some(Float::BF16),
+                    _ => None,
+                };
+                match kind.filter(|_| dtype == DType::F32 && self.device.is_cpu()) {
+                    Some(kind) => g
+                        .file
+                        .read_f32(
+                            g.content.tensor_data_offset.saturating_add(info.offset),
+                            kind,
+                            info.shape.dims(),
+                            &self.device,
+                        )
+                        .map_err(|reason| DecoderError::TensorData {
+                            name: format!("{full} (`{stored}` in the GGUF)"),
+                            source_desc: self.describe(),
+                            reason,
+                        })?,
+                    None => self.read_qtensor(g, &full, &stored)?.dequantize(&self.device)?,
+                }
             }
         };
         Ok(tensor.to_dtype(dtype)?)
@@ -375,8 +395,54 @@ impl Weights {
                 return Ok(MatrixWeight::Dense(dense.narrow(0, rows.start, n)?.contiguous()?.to_dtype(self.dtype)?));
             }
         }
+        if let Some(packed) = self.packed_f16(out_dim, in_dim, name, &rows)? {
+            return Ok(MatrixWeight::DensePacked(Arc::new(packed)));
+        }
         let dense = self.get(&[out_dim, in_dim], name)?;
         Ok(MatrixWeight::Dense(if n == out_dim { dense } else { dense.narrow(0, rows.start, n)?.contiguous()? }))
+    }
+
+    /// Rows `rows` of an f16 matrix (an f16 mmproj or checkpoint) for the CPU's f32 GEMM: packed
+    /// as stored, half the memory of f32, widened exactly as the GEMM reads them (the products
+    /// are the f32 path's). None where the f32 path does not pack ([`Linear::new`]), for other
+    /// stored types, and for the token embeddings (read by rows, not multiplied).
+    fn packed_f16(
+        &self,
+        out_dim: usize,
+        in_dim: usize,
+        name: &str,
+        rows: &std::ops::Range<usize>,
+    ) -> Result<Option<tessera_kernels::PackedF32>> {
+        let full = self.full_name(name);
+        let packs = self.dtype == DType::F32
+            && crate::cpu_op::kernels_run_on(&self.device)
+            && tessera_kernels::dense::packs_weights()
+            && crate::quant::role_of(&full) != crate::quant::Role::TokenEmbd;
+        let Some(stored) = self.stored_name(&full).filter(|_| packs) else {
+            return Ok(None);
+        };
+        let (start, count) = (rows.start * in_dim, rows.len() * in_dim);
+        let err =
+            |reason: String| DecoderError::TensorData { name: full.clone(), source_desc: self.describe(), reason };
+        let values = match &*self.source {
+            Source::Safetensors(st) => {
+                let Some(t) = st.get(&stored) else { return Ok(None) };
+                self.check_shape(&full, &[out_dim, in_dim], &t.shape)?;
+                st.read_f16(t, start, count)
+            }
+            Source::Gguf(g) => {
+                let Some(info) = g.content.tensor_infos.get(&stored) else { return Ok(None) };
+                self.check_shape(&full, &[out_dim, in_dim], info.shape.dims())?;
+                let at = g.content.tensor_data_offset.saturating_add(info.offset).saturating_add(2 * start as u64);
+                (info.ggml_dtype == GgmlDType::F16).then(|| g.file.read_f16(at, count))
+            }
+        };
+        match values.transpose().map_err(err)? {
+            Some(v) => {
+                Ok(Some(tessera_kernels::PackedF32::from_f16(&v, rows.len(), in_dim).map_err(|e| err(e.to_string()))?))
+            }
+            None => Ok(None),
+        }
     }
 
     /// A linear layer `in_dim → out_dim` named `name` (with `name.weight`, optionally `name.bias`).
@@ -408,6 +474,8 @@ fn kernel_type(t: GgmlDType) -> Option<QType> {
 #[derive(Clone)]
 pub enum MatrixWeight {
     Dense(Tensor),
+    /// Packed for tessera's f32 GEMM as stored (f16: [`tessera_kernels::PackedF32::from_f16`]).
+    DensePacked(Arc<tessera_kernels::PackedF32>),
     Packed(Arc<QMatrix>),
     Quantized(Arc<QTensor>),
 }
@@ -417,6 +485,9 @@ impl MatrixWeight {
     pub fn dense(&self, dtype: DType) -> Result<Tensor> {
         match self {
             Self::Dense(t) => Ok(t.to_dtype(dtype)?),
+            Self::DensePacked(p) => {
+                Ok(Tensor::from_vec(p.unpack(), (p.rows(), p.cols()), &Device::Cpu)?.to_dtype(dtype)?)
+            }
             Self::Packed(m) => {
                 Ok(Tensor::from_vec(m.dequantize(), (m.rows(), m.cols()), &Device::Cpu)?.to_dtype(dtype)?)
             }
@@ -441,145 +512,4 @@ pub fn read_gguf(path: &Path) -> Result<gguf_file::Content> {
 /// reader of a `len`-byte file; the error says what is wrong without the file's name.
 pub fn check_safetensors_header(file: impl std::io::Read, len: u64) -> std::result::Result<(), String> {
     crate::weight_file::parse_safetensors_header(file, len).map(|_| ())
-}
-
-/// Translates a Hugging Face tensor name to llama.cpp's GGUF name (Llama-family decoders).
-pub fn gguf_name(hf: &str) -> Option<String> {
-    text_gguf_name(hf, false)
-}
-
-/// [`gguf_name`] for decoders with Gemma 2/3's four norms per layer, which llama.cpp's tensor
-/// map (gguf-py's `tensor_mapping.py`, `llama-arch.cpp`) names apart from Llama's:
-/// `post_attention_layernorm` (the attention output's norm) is `post_attention_norm`,
-/// `pre_feedforward_layernorm` (the MLP input's) `ffn_norm`, `post_feedforward_layernorm`
-/// `post_ffw_norm`. A GGUF is read this way when it holds `blk.0.post_ffw_norm.weight` or
-/// `blk.0.post_attention_norm.weight`: Qwen3.5's (`qwen35`) one norm after attention, the MLP's
-/// input norm that transformers calls `post_attention_layernorm`, is llama.cpp's
-/// `post_attention_norm` too.
-pub fn gguf_sandwich_name(hf: &str) -> Option<String> {
-    text_gguf_name(hf, true)
-}
-
-fn text_gguf_name(hf: &str, sandwich: bool) -> Option<String> {
-    let top = match hf {
-        "model.embed_tokens.weight" => Some("token_embd.weight"),
-        "model.norm.weight" => Some("output_norm.weight"),
-        "lm_head.weight" => Some("output.weight"),
-        _ => None,
-    };
-    if let Some(t) = top {
-        return Some(t.to_string());
-    }
-    let rest = hf.strip_prefix("model.layers.")?;
-    let (layer, rest) = rest.split_once('.')?;
-    let layer: usize = layer.parse().ok()?;
-    // Gated DeltaNet's parameters without a `.weight` (llama.cpp's `ssm_a` holds −exp(A_log):
-    // `DeltaLayout::LlamaCpp`).
-    match rest {
-        "linear_attn.A_log" => return Some(format!("blk.{layer}.ssm_a")),
-        "linear_attn.dt_bias" => return Some(format!("blk.{layer}.ssm_dt.bias")),
-        _ => {}
-    }
-    let (module, kind) = rest.rsplit_once('.')?;
-    let mapped = match (module, sandwich) {
-        ("post_attention_layernorm", true) => "post_attention_norm",
-        ("pre_feedforward_layernorm", true) => "ffn_norm",
-        ("post_feedforward_layernorm", true) => "post_ffw_norm",
-        (module, _) => match module {
-            "input_layernorm" => "attn_norm",
-            "post_attention_layernorm" => "ffn_norm",
-            "self_attn.q_proj" => "attn_q",
-            "self_attn.k_proj" => "attn_k",
-            "self_attn.v_proj" => "attn_v",
-            "self_attn.o_proj" => "attn_output",
-            "self_attn.q_norm" => "attn_q_norm",
-            "self_attn.k_norm" => "attn_k_norm",
-            "mlp.gate_proj" => "ffn_gate",
-            "mlp.up_proj" => "ffn_up",
-            "mlp.down_proj" => "ffn_down",
-            // Gated DeltaNet (llama.cpp's `qwen35` / `qwen3next` tensors).
-            "linear_attn.in_proj_qkv" => "attn_qkv",
-            "linear_attn.in_proj_z" => "attn_gate",
-            "linear_attn.in_proj_a" => "ssm_alpha",
-            "linear_attn.in_proj_b" => "ssm_beta",
-            "linear_attn.conv1d" => "ssm_conv1d",
-            "linear_attn.norm" => "ssm_norm",
-            "linear_attn.out_proj" => "ssm_out",
-            _ => return None,
-        },
-    };
-    Some(format!("blk.{layer}.{mapped}.{kind}"))
-}
-
-/// Translates a Hugging Face vision tower or connector tensor name to the name llama.cpp's
-/// converters write in an `mmproj` GGUF (gguf-py's `tensor_mapping.py` and `constants.py`, and
-/// `tools/mtmd/legacy-models/convert_image_encoder_to_gguf.py` for LLaVA; llama.cpp 0c1e57098 as
-/// vendored by llama-cpp-python 0.3.36). The tower under `model.vision_model` (SigLIP, or CLIP
-/// with its class embedding and `pre_layrnorm`), the connector under `model.connector`
-/// (Idefics3's pixel-shuffle projection) or `multi_modal_projector` (LLaVA's two linears, Gemma
-/// 3's soft-embedding norm and input projection); Qwen's towers under `visual.`
-/// ([`qwen_vl_names`](crate::qwen_vl_names)), Mistral 3's Pixtral under `pixtral.`
-/// ([`pixtral_names`](crate::pixtral_names), whose tower's q/k rows are permuted). The
-/// converters store every other one as it is in the checkpoint (no permutation or transpose:
-/// GGUF's reversed dimension order is undone by the reader), the patch embedding as
-/// the Conv2d kernel `(d, 3, p, p)`. `mlp.fc1` / `fc2` are `ffn_up` / `ffn_down` as the current
-/// converter names them; the LLaVA script writes them the other way round, which the mmproj
-/// reader undoes as llama.cpp's `clip.cpp` does.
-pub fn gguf_vision_name(hf: &str) -> Option<String> {
-    if let Some(rest) = hf.strip_prefix("visual.") {
-        return crate::qwen_vl_names::gguf_name(rest);
-    }
-    if let Some(rest) = hf.strip_prefix("pixtral.") {
-        return crate::pixtral_names::gguf_name(rest);
-    }
-    if let Some(kind) = hf.strip_prefix("model.connector.modality_projection.proj.") {
-        return Some(format!("mm.model.fc.{kind}"));
-    }
-    if let Some(rest) = hf.strip_prefix("multi_modal_projector.") {
-        // Gemma 3's projector (the converter writes `mm_input_projection_weight` as
-        // `mm_input_projection.weight`).
-        match rest {
-            "mm_input_projection_weight" | "mm_input_projection.weight" => {
-                return Some("mm.input_projection.weight".into())
-            }
-            "mm_soft_emb_norm.weight" => return Some("mm.soft_emb_norm.weight".into()),
-            _ => {}
-        }
-        let (module, kind) = rest.rsplit_once('.')?;
-        let index = match module {
-            "linear_1" => 0,
-            "linear_2" => 2,
-            _ => return None,
-        };
-        return Some(format!("mm.{index}.{kind}"));
-    }
-    let rest = hf.strip_prefix("model.vision_model.")?;
-    if rest == "embeddings.class_embedding" {
-        return Some("v.class_embd".into());
-    }
-    let (module, kind) = rest.rsplit_once('.')?;
-    let top = match module {
-        "embeddings.patch_embedding" => Some("v.patch_embd"),
-        "embeddings.position_embedding" => Some("v.position_embd"),
-        "pre_layrnorm" => Some("v.pre_ln"),
-        "post_layernorm" => Some("v.post_ln"),
-        _ => None,
-    };
-    if let Some(t) = top {
-        return Some(format!("{t}.{kind}"));
-    }
-    let (layer, module) = module.strip_prefix("encoder.layers.")?.split_once('.')?;
-    let layer: usize = layer.parse().ok()?;
-    let mapped = match module {
-        "layer_norm1" => "ln1",
-        "layer_norm2" => "ln2",
-        "self_attn.q_proj" => "attn_q",
-        "self_attn.k_proj" => "attn_k",
-        "self_attn.v_proj" => "attn_v",
-        "self_attn.out_proj" => "attn_out",
-        "mlp.fc1" => "ffn_up",
-        "mlp.fc2" => "ffn_down",
-        _ => return None,
-    };
-    Some(format!("v.blk.{layer}.{mapped}.{kind}"))
 }

@@ -122,3 +122,44 @@ fn a_gguf_file_cut_short_after_opening_is_an_error_and_refused() -> Result<()> {
     ensure!(err.contains("smolvlm-tiny-f32.gguf") && err.contains(&format!("{len} bytes when opened")), "{err}");
     Ok(())
 }
+
+/// Float tensors read as f32 (widened on every thread of the pool) are Candle's widening of the
+/// stored values bit for bit — f16 and bf16 (subnormals, infinities and NaN among them) and f32,
+/// from safetensors and from GGUF.
+#[test]
+fn float_tensors_widen_to_f32_bit_for_bit_from_safetensors_and_gguf() -> Result<()> {
+    use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+    use candle_core::Tensor;
+    let dir = root().join("target/test-scratch/weight-files/widen");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    // 96 rows (more than one thread's share) of 40, the odd values at the front.
+    let mut values: Vec<f32> =
+        vec![0.0, -0.0, 1e-7, -6e-8, 65504.0, 1e6, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 3.3e38];
+    values.extend((values.len()..96 * 40).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 37.0));
+    let base = Tensor::from_vec(values, (96, 40), &Device::Cpu)?;
+    let bits = |t: &Tensor| -> Result<Vec<u32>> {
+        Ok(t.flatten_all()?.to_vec1::<f32>()?.into_iter().map(f32::to_bits).collect())
+    };
+    for dtype in [DType::F16, DType::BF16, DType::F32] {
+        let stored = base.to_dtype(dtype)?;
+        let want = bits(&stored.to_dtype(DType::F32)?)?;
+        let st = dir.join(format!("{dtype:?}.safetensors"));
+        candle_core::safetensors::save(&std::collections::HashMap::from([("w".to_string(), stored.clone())]), &st)?;
+        let got = Weights::from_safetensors(&[st], DType::F32, &Device::Cpu)?.get(&[96, 40], "w")?;
+        ensure!(bits(&got)? == want, "{dtype:?} from safetensors differs from Candle's widening");
+        if dtype == DType::BF16 {
+            continue; // Candle's GGUF writer takes f32 and f16 only.
+        }
+        let gg = dir.join(format!("{dtype:?}.gguf"));
+        let q = QTensor::quantize(
+            &stored.to_dtype(DType::F32)?,
+            if dtype == DType::F16 { GgmlDType::F16 } else { GgmlDType::F32 },
+        )?;
+        gguf_file::write(&mut std::fs::File::create(&gg)?, &[], &[("token_embd.weight", &q)])?;
+        let gguf = Weights::from_gguf(&gg, GgufMode::Dequantized, DType::F32, &Device::Cpu)?;
+        let got = gguf.get(&[96, 40], "model.embed_tokens.weight")?;
+        ensure!(bits(&got)? == want, "{dtype:?} from GGUF differs from Candle's widening");
+    }
+    Ok(())
+}

@@ -13,7 +13,7 @@ use crate::attention::{AttentionShape, KvLayout};
 use crate::error::{KernelError, Result};
 use crate::ops::{gelu_tanh_one, softmax_numerators, wide};
 use crate::pool::{SendPtr, ThreadPool};
-use crate::sgemm::{self, PackedF32, Panels, NR};
+use crate::sgemm::{self, PackedF32, PanelPtr, Panels, NR};
 
 /// What is applied to each output value after `x·Wᵀ + bias (+ residual)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -328,7 +328,11 @@ fn attend_many_on(
                         sgemm::pack_rows(k0, kl.row_stride, s.tk, d, &mut keys);
                         keys_of = Some((b, kvh));
                     }
-                    let kp = Panels { ptr: keys.as_ptr().add(lo / NR * d * NR), panel_stride: d * NR, ldb: NR };
+                    let kp = Panels {
+                        ptr: PanelPtr::F32(keys.as_ptr().add(lo / NR * d * NR)),
+                        panel_stride: d * NR,
+                        ldb: NR,
+                    };
                     sgemm::gemm(0..nr, 0..span, d, (qp, ql.row_stride), kp, (scores.as_mut_ptr(), span), false);
                 } else {
                     let kp = k0.add(lo * kl.row_stride);
@@ -345,7 +349,7 @@ fn attend_many_on(
                 }
                 // out rows (nr, d), row stride heads·d = scores (nr, span) · values (span, d).
                 if fast {
-                    let vpanels = Panels { ptr: vp, panel_stride: NR, ldb: vl.row_stride };
+                    let vpanels = Panels { ptr: PanelPtr::F32(vp), panel_stride: NR, ldb: vl.row_stride };
                     sgemm::gemm(0..nr, 0..d, span, (scores.as_ptr(), span), vpanels, (o, s.heads * d), false);
                 } else {
                     sgemm((nr, d, span), o, s.heads * d, false, scores.as_ptr(), span, vp, (vl.row_stride, 1));

@@ -48,7 +48,7 @@ pub(crate) struct Tile {
     pub n: usize,
     pub kc: usize,
     pub a: *const f32,
-    pub b: *const f32,
+    pub b: PanelPtr,
     pub ldb: usize,
     pub d: *mut f32,
     pub ldd: usize,
@@ -68,7 +68,7 @@ pub(crate) unsafe fn tile_portable(t: &Tile) {
                 let d = t.d.add(i * t.ldd + j);
                 let mut acc = 0f32;
                 for p in 0..t.kc {
-                    acc = (*t.a.add(p * MR + i)).mul_add(*t.b.add(p * t.ldb + j), acc);
+                    acc = (*t.a.add(p * MR + i)).mul_add(t.b.get(p * t.ldb + j), acc);
                 }
                 *d = if t.accumulate { *d + acc } else { acc };
             }
@@ -91,12 +91,51 @@ unsafe fn tile(t: &Tile) {
     }
 }
 
+/// Where `B`'s values are: f32, or f16 widened (exactly) as the tile reads them. f16 panels are
+/// always whole ([`PackedF32`]'s, padded to [`NR`] columns): the tile reads all `NR` values of a
+/// row of them.
+#[derive(Clone, Copy)]
+pub(crate) enum PanelPtr {
+    F32(*const f32),
+    F16(*const half::f16),
+}
+
+impl PanelPtr {
+    /// The pointer `n` values on.
+    ///
+    /// # Safety
+    /// As `pointer::add`.
+    pub(crate) unsafe fn add(self, n: usize) -> Self {
+        // SAFETY: as the caller's.
+        unsafe {
+            match self {
+                Self::F32(p) => Self::F32(p.add(n)),
+                Self::F16(p) => Self::F16(p.add(n)),
+            }
+        }
+    }
+
+    /// The value `i` on, as f32.
+    ///
+    /// # Safety
+    /// It is in bounds.
+    unsafe fn get(self, i: usize) -> f32 {
+        // SAFETY: as the caller's.
+        unsafe {
+            match self {
+                Self::F32(p) => *p.add(i),
+                Self::F16(p) => (*p.add(i)).to_f32(),
+            }
+        }
+    }
+}
+
 /// `B` as column panels of [`NR`]: panel `j` starts at `ptr + j·panel_stride`, its row `p` at
-/// `+ p·ldb` (a [`PackedF32`]: `panel_stride = k·NR`, `ldb = NR`; a row-major matrix read in
-/// place: `panel_stride = NR`, `ldb` its row stride).
+/// `+ p·ldb` (a [`PackedF32`]: `panel_stride = k·NR`, `ldb = NR`; a row-major f32 matrix read
+/// in place: `panel_stride = NR`, `ldb` its row stride).
 #[derive(Clone, Copy)]
 pub(crate) struct Panels {
-    pub ptr: *const f32,
+    pub ptr: PanelPtr,
     pub panel_stride: usize,
     pub ldb: usize,
 }
@@ -200,18 +239,27 @@ unsafe fn pack_a(a: *const f32, lda: usize, m: usize, kc: usize, ap: &mut [f32])
 pub(crate) unsafe fn pack_rows(src: *const f32, lds: usize, n: usize, k: usize, dst: &mut [f32]) {
     debug_assert_eq!(dst.len(), n.div_ceil(NR) * k * NR);
     for (panel, out) in dst.chunks_exact_mut(k * NR).enumerate() {
-        let j0 = panel * NR;
-        let width = NR.min(n - j0);
-        for jj in 0..NR {
-            if jj >= width {
-                (0..k).for_each(|p| out[p * NR + jj] = 0.0);
-                continue;
-            }
-            // SAFETY: row j0 + jj < n of src, k values.
-            let row = unsafe { std::slice::from_raw_parts(src.add((j0 + jj) * lds), k) };
-            for (p, &v) in row.iter().enumerate() {
-                out[p * NR + jj] = v;
-            }
+        // SAFETY: as the caller's.
+        unsafe { pack_panel(src, lds, n, k, panel, out) };
+    }
+}
+
+/// Packs panel `panel` of [`pack_rows`] into `out` (`k · NR` values; f32 or f16 alike).
+///
+/// # Safety
+/// As [`pack_rows`]: `src` holds `n` rows of `k` values `lds` apart.
+unsafe fn pack_panel<T: Copy + Default>(src: *const T, lds: usize, n: usize, k: usize, panel: usize, out: &mut [T]) {
+    let j0 = panel * NR;
+    let width = NR.min(n - j0);
+    for jj in 0..NR {
+        if jj >= width {
+            (0..k).for_each(|p| out[p * NR + jj] = T::default());
+            continue;
+        }
+        // SAFETY: row j0 + jj < n of src, k values.
+        let row = unsafe { std::slice::from_raw_parts(src.add((j0 + jj) * lds), k) };
+        for (p, &v) in row.iter().enumerate() {
+            out[p * NR + jj] = v;
         }
     }
 }
@@ -220,11 +268,42 @@ pub(crate) unsafe fn pack_rows(src: *const f32, lds: usize, n: usize, k: usize, 
 /// `Wᵀ`'s column panels: panel `j` holds `W`'s rows `32j .. 32j + 32` interleaved, `k` rows of
 /// [`NR`] values (the last panel padded with zeros). Same size as `W`, give or take the
 /// padding; packed once when a layer loads.
+///
+/// Stored as f32, or as f16 where the checkpoint stores the weight so ([`from_f16`](Self::from_f16)):
+/// half the memory, widened exactly as the GEMM reads it, so the products are the f32 weight's.
 #[derive(Clone)]
 pub struct PackedF32 {
     n: usize,
     k: usize,
-    data: Vec<f32>,
+    data: PanelData,
+}
+
+#[derive(Clone)]
+enum PanelData {
+    F32(Vec<f32>),
+    F16(Vec<half::f16>),
+}
+
+/// Packs `w` `(n, k)` row-major into panels, the panels shared out over the global pool's
+/// threads (a model's load packs every matrix: 2.5 GB of a 2B model's vision tower in f32).
+fn pack<T: Copy + Default + Send + Sync>(w: &[T], n: usize, k: usize) -> Result<Vec<T>> {
+    if w.len() != n * k {
+        return Err(KernelError::Shape(format!("packed f32 weight: {} values for ({n}, {k})", w.len())));
+    }
+    let mut data = vec![T::default(); n.div_ceil(NR) * k * NR];
+    let src = crate::pool::SendPtr(w.as_ptr().cast_mut());
+    let panel = |j: usize, out: &mut [T]| {
+        let src = &src;
+        // SAFETY: w holds n rows of k values; panel j of data is `out`, k · NR values.
+        unsafe { pack_panel(src.0.cast_const(), k, n, k, j, out) }
+    };
+    if crate::for_each_row(crate::ThreadPool::global(), &mut data, k * NR, 2, &panel).is_err() {
+        // A worker panicked (no input can make it): the same work on this thread.
+        for (j, out) in data.chunks_exact_mut((k * NR).max(1)).enumerate() {
+            panel(j, out);
+        }
+    }
+    Ok(data)
 }
 
 impl std::fmt::Debug for PackedF32 {
@@ -236,13 +315,17 @@ impl std::fmt::Debug for PackedF32 {
 impl PackedF32 {
     /// Packs `w` `(n, k)`, row-major.
     pub fn new(w: &[f32], n: usize, k: usize) -> Result<Self> {
-        if w.len() != n * k {
-            return Err(KernelError::Shape(format!("packed f32 weight: {} values for ({n}, {k})", w.len())));
-        }
-        let mut data = vec![0f32; n.div_ceil(NR) * k * NR];
-        // SAFETY: w holds n rows of k values; data is sized for the panels.
-        unsafe { pack_rows(w.as_ptr(), k, n, k, &mut data) };
-        Ok(Self { n, k, data })
+        Ok(Self { n, k, data: PanelData::F32(pack(w, n, k)?) })
+    }
+
+    /// Packs `w` `(n, k)`, row-major f16 values, kept in f16.
+    pub fn from_f16(w: &[half::f16], n: usize, k: usize) -> Result<Self> {
+        Ok(Self { n, k, data: PanelData::F16(pack(w, n, k)?) })
+    }
+
+    /// Whether the values are stored in f16.
+    pub fn is_f16(&self) -> bool {
+        matches!(self.data, PanelData::F16(_))
     }
 
     /// Output width `n` (rows of `W`).
@@ -259,9 +342,12 @@ impl PackedF32 {
     pub fn unpack(&self) -> Vec<f32> {
         let mut w = vec![0f32; self.n * self.k];
         for (j, row) in w.chunks_exact_mut(self.k.max(1)).enumerate().take(self.n) {
-            let panel = &self.data[j / NR * self.k * NR..];
+            let at = j / NR * self.k * NR + j % NR;
             for (p, v) in row.iter_mut().enumerate() {
-                *v = panel[p * NR + j % NR];
+                *v = match &self.data {
+                    PanelData::F32(d) => d[at + p * NR],
+                    PanelData::F16(d) => d[at + p * NR].to_f32(),
+                };
             }
         }
         w
@@ -269,7 +355,11 @@ impl PackedF32 {
 
     /// `Wᵀ` as [`Panels`].
     pub(crate) fn panels(&self) -> Panels {
-        Panels { ptr: self.data.as_ptr(), panel_stride: self.k * NR, ldb: NR }
+        let ptr = match &self.data {
+            PanelData::F32(d) => PanelPtr::F32(d.as_ptr()),
+            PanelData::F16(d) => PanelPtr::F16(d.as_ptr()),
+        };
+        Panels { ptr, panel_stride: self.k * NR, ldb: NR }
     }
 }
 
@@ -305,7 +395,7 @@ mod tests {
                     n,
                     kc,
                     a: a.as_ptr(),
-                    b: b.as_ptr(),
+                    b: PanelPtr::F32(b.as_ptr()),
                     ldb,
                     d: d.as_mut_ptr(),
                     ldd,
@@ -324,6 +414,56 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// f16 panels: every tile shape gives the portable twin's bits, and a matrix packed from f16
+    /// gives, through `gemm`, the bits of the same values widened and packed as f32.
+    #[test]
+    fn f16_panels_give_the_widened_f32_products_bit_for_bit() -> Result<()> {
+        let f16s = |v: &[f32]| v.iter().map(|&x| half::f16::from_f32(x)).collect::<Vec<_>>();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for (m, n, kc) in [(1, 1, 1), (12, 32, 700), (5, 17, 33), (11, 31, 513)] {
+            let ldb = n + 5;
+            // Whole rows of NR readable past the last one (f16 tiles read all NR values).
+            let (a, b) = (rand(kc * MR, 6), f16s(&rand(kc * ldb + NR, 7)));
+            for accumulate in [false, true] {
+                let d0 = rand(m * n, 8);
+                let (mut fast_d, mut slow_d) = (d0.clone(), d0.clone());
+                let t = |d: &mut Vec<f32>| Tile {
+                    m,
+                    n,
+                    kc,
+                    a: a.as_ptr(),
+                    b: PanelPtr::F16(b.as_ptr()),
+                    ldb,
+                    d: d.as_mut_ptr(),
+                    ldd: n,
+                    accumulate,
+                };
+                // SAFETY: the buffers hold every element the tiles address.
+                unsafe {
+                    tile(&t(&mut fast_d));
+                    tile_portable(&t(&mut slow_d));
+                }
+                assert_eq!(bits(&fast_d), bits(&slow_d), "m {m} n {n} kc {kc} accumulate {accumulate}");
+            }
+        }
+        for (m, k, n) in [(150, 1030, 70), (13, 5, 33), (1, 64, 32)] {
+            let (x, w) = (rand(m * k, 9), f16s(&rand(n * k, 10)));
+            let widened: Vec<f32> = w.iter().map(|v| v.to_f32()).collect();
+            let (half, full) = (PackedF32::from_f16(&w, n, k)?, PackedF32::new(&widened, n, k)?);
+            assert!(half.is_f16() && !full.is_f16());
+            assert_eq!(half.unpack(), widened);
+            let (mut h, mut f) = (vec![0f32; m * n], vec![0f32; m * n]);
+            // SAFETY: x is (m, k), h and f are (m, n), the panels cover n columns of k rows.
+            unsafe {
+                gemm(0..m, 0..n, k, (x.as_ptr(), k), half.panels(), (h.as_mut_ptr(), n), false);
+                gemm(0..m, 0..n, k, (x.as_ptr(), k), full.panels(), (f.as_mut_ptr(), n), false);
+            }
+            assert_eq!(bits(&h), bits(&f), "({m}, {k}, {n})");
+        }
+        assert!(PackedF32::from_f16(&[half::f16::ZERO; 5], 2, 3).is_err(), "a weight of the wrong length is refused");
+        Ok(())
     }
 
     /// `gemm` over a packed matrix: each output the f64 product within f32 rounding, and each
