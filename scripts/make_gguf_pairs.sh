@@ -10,6 +10,7 @@
 #                     f16/mmproj-gemma3-tiny-f16.gguf (the converter's f16 output, unwrapped)
 #   mistral3          mistral3-pair-tiny    → mistral3-pair-tiny-f32.gguf + mmproj-mistral3-pair-tiny-f32.gguf, and
 #                     f16/mmproj-mistral3-pair-tiny-f16.gguf (the converter's f16 output)
+#   minicpm           minicpm-v4.6-pair-tiny → minicpm-v4.6-pair-tiny-f32.gguf + mmproj-…-f32.gguf
 # Usage: scripts/make_gguf_pairs.sh [family…] (default: all). One function per family below.
 #
 # The converter is convert_hf_to_gguf.py (+ its conversion/ package and gguf-py) from the
@@ -316,14 +317,31 @@ mistral3() {
   ls -l "$out"/*.gguf "$out"/f16/*.gguf >&2
 }
 
+# --- MiniCPM-V 4.6 --------------------------------------------------------------------------------
+# convert_hf_to_gguf.py on the whole checkpoint (`conversion/minicpm.py`): the text model is
+# Qwen3.5's (MiniCPMV4_6TextModel, a `qwen35` text GGUF, --no-mtp as for qwen3_5) and, with
+# --mmproj, MiniCPMV4_6VisionModel writes the SigLIP tower, the window-attention ViT merger and
+# the DownsampleMLP merger (`clip.projector_type = minicpmv4_6`). Staged: the tokenizer_config.json
+# change only.
+minicpm() {
+  local name=minicpm-v4.6-pair-tiny out="$fixtures/minicpm-v4.6-pair-tiny-gguf"
+  stage_checkpoint "$name"
+  mkdir -p "$out"
+  log "minicpm: text model"
+  convert "$name" --no-mtp --outfile "$out/$name-f32.gguf"
+  log "minicpm: mmproj"
+  convert "$name" --mmproj --outfile "$out/mmproj-$name-f32.gguf"
+  ls -l "$out"/*.gguf >&2
+}
+
 # --- run -----------------------------------------------------------------------------------------
 families=("$@")
-[ ${#families[@]} -gt 0 ] || families=(smolvlm llava llava_interleave qwen2_vl qwen2_5_vl qwen3_vl qwen3_5 gemma3 mistral3)
+[ ${#families[@]} -gt 0 ] || families=(smolvlm llava llava_interleave qwen2_vl qwen2_5_vl qwen3_vl qwen3_5 gemma3 mistral3 minicpm)
 for f in "${families[@]}"; do
   case "$f" in
-    smolvlm | llava | llava_interleave | qwen2_vl | qwen2_5_vl | qwen3_vl | qwen3_5 | gemma3 | mistral3) "$f" ;;
+    smolvlm | llava | llava_interleave | qwen2_vl | qwen2_5_vl | qwen3_vl | qwen3_5 | gemma3 | mistral3 | minicpm) "$f" ;;
     *)
-      echo "unknown family \`$f\` (smolvlm, llava, llava_interleave, qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5, gemma3, mistral3)" >&2
+      echo "unknown family \`$f\` (smolvlm, llava, llava_interleave, qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5, gemma3, mistral3, minicpm)" >&2
       exit 2
       ;;
   esac

@@ -37,7 +37,8 @@ Writes tests/fixtures/vlm/<name>/ for
                          real Qwen3.5 chat template; scripts/tiny_vlms/qwen3_5.py
   gemma4-tiny            Gemma4ForConditionalGeneration (Gemma 4 tower, k x k pooling, PLE, shared keys and values, two head
                          sizes, proportional RoPE) + Gemma4Processor; scripts/tiny_vlms/gemma4.py
-  minicpm-v4.6-tiny      MiniCPMV4_6ForConditionalGeneration + MiniCPMV4_6Processor; scripts/tiny_vlms/minicpmv4_6.py
+  minicpm-v4.6-tiny      MiniCPMV4_6ForConditionalGeneration + MiniCPMV4_6Processor; scripts/tiny_vlms/minicpmv4_6.py;
+                         also minicpm-v4.6-pair-tiny (9 slices, a 70x70 position table: as llama.cpp runs the pair)
   gemma3-tiny            Gemma3ForConditionalGeneration (SigLIP vision, 2x2 average pooling, mm_soft_emb_norm, a
                          Gemma 3 text model: q/k norms, 5 local : 1 global layers with their own RoPE bases and linear
                          scaling on the global one, a window of 8 under 16 image tokens, images attending to themselves
@@ -566,7 +567,7 @@ def main():
     from tiny_vlms.gemma4 import gemma4_spec
     from tiny_vlms.mistral3 import SPECS as mistral3_specs
     from tiny_vlms.qwen3_5 import qwen3_5_spec
-    from tiny_vlms.minicpmv4_6 import minicpmv4_6_spec
+    from tiny_vlms.minicpmv4_6 import minicpmv4_6_pair_spec, minicpmv4_6_spec
     wanted = set(sys.argv[1:])
     torch.set_num_threads(2)
     os.makedirs(OUT, exist_ok=True)
@@ -575,7 +576,8 @@ def main():
              "paligemma-tiny": paligemma_spec, "paligemma2-tiny": paligemma2_spec, "gemma3-tiny": gemma3_spec,
              "qwen2-vl-tiny": qwen2_vl_spec, "qwen2.5-vl-tiny": qwen2_5_vl_spec, "qwen3-vl-tiny": qwen3_vl_spec,
              "internvl-tiny": internvl_spec, **mistral3_specs, "qwen3.5-tiny": qwen3_5_spec,
-             "gemma4-tiny": gemma4_spec, "minicpm-v4.6-tiny": minicpmv4_6_spec}
+             "gemma4-tiny": gemma4_spec, "minicpm-v4.6-tiny": minicpmv4_6_spec,
+             "minicpm-v4.6-pair-tiny": minicpmv4_6_pair_spec}
     for name, make in specs.items():
         if wanted and name not in wanted:
             continue

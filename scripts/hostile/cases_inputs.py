@@ -262,6 +262,16 @@ def gen_mmproj(c: Corpus):
     mistral3_text = "{repo}/" + pairs + "mistral3-pair-tiny-gguf/mistral3-pair-tiny-f32.gguf"
     c.add(cls, "mmproj-pixtral-merge-3", gen(mistral3_text, "{case}/mmproj-merge3.gguf"), "error",
           ["{case}/mmproj-merge3.gguf", "mm.patch_merger.weight", "spatial_merge_size", "3"])
+    # MiniCPM-V 4.6's mmproj with Gemma 3's text model (no <|image_pad|>): both files, the text
+    # model's family; and with its merge factor changed to one MiniCPM-V 4.6 does not have.
+    minicpm = pairs + "minicpm-v4.6-pair-tiny-gguf/mmproj-minicpm-v4.6-pair-tiny-f32.gguf"
+    c.add(cls, "mmproj-minicpm-with-gemma3", gen(gemma3_text, "{repo}/" + minicpm), "error",
+          [tail(minicpm), tail(gemma3_text), "minicpmv4_6", "gemma3_text", "<|image_pad|>"])
+    patched_copy(REPO / minicpm, c.dir("mmproj-minicpm-scale-3") / "mmproj-scale3.gguf",
+                 b"clip.vision.projector.scale_factor", struct.pack("<I", 4), struct.pack("<I", 3))
+    minicpm_text = "{repo}/" + pairs + "minicpm-v4.6-pair-tiny-gguf/minicpm-v4.6-pair-tiny-f32.gguf"
+    c.add(cls, "mmproj-minicpm-scale-3", gen(minicpm_text, "{case}/mmproj-scale3.gguf"), "error",
+          ["{case}/mmproj-scale3.gguf", "scale_factor", "3", "2 or 4"])
 
 
 def gen_cli(c: Corpus):

@@ -37,11 +37,11 @@ def minicpm_tokenizer():
                                    extra_special_tokens=NAMED)
 
 
-def minicpmv4_6_spec():
+def minicpmv4_6_spec(max_slice_nums=4, image_size=16):
     template = open(os.path.join(REAL, "minicpm-v-4_6", "chat_template.jinja")).read()
     tok = minicpm_tokenizer()
     ids = tok.convert_tokens_to_ids
-    image_processor = MiniCPMV4_6ImageProcessorPil(max_slice_nums=4, scale_resolution=48, patch_size=4,
+    image_processor = MiniCPMV4_6ImageProcessorPil(max_slice_nums=max_slice_nums, scale_resolution=48, patch_size=4,
                                                    slice_mode=True, use_image_id=True, image_mean=[0.5] * 3,
                                                    image_std=[0.5] * 3)
     processor = MiniCPMV4_6Processor(image_processor=image_processor, video_processor=MiniCPMV4_6VideoProcessor(),
@@ -55,7 +55,7 @@ def minicpmv4_6_spec():
         rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
         pad_token_id=ids("<|endoftext|>"), eos_token_id=ids("<|im_end|>"))
     vision = MiniCPMV4_6VisionConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
-                                     image_size=16, patch_size=4, hidden_act="gelu_pytorch_tanh")
+                                     image_size=image_size, patch_size=4, hidden_act="gelu_pytorch_tanh")
     config = MiniCPMV4_6Config(text_config=text, vision_config=vision, insert_layer_id=1,
                                image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
                                eos_token_id=ids("<|im_end|>"), tie_word_embeddings=True)
@@ -72,3 +72,14 @@ def minicpmv4_6_spec():
                  earlier=("A cat.", "What color is the cat?")),
             case("text_only", [], "Hello, who are you?"),
         ])
+
+
+def minicpmv4_6_pair_spec():
+    """minicpm-v4.6-pair-tiny: minicpm-v4.6-tiny as llama.cpp runs its GGUF + mmproj pair (scripts/make_gguf_pairs.sh,
+    `minicpm`). llama.cpp fixes two things the mmproj cannot state: at most 9 slices (mtmd-image.cpp's
+    `max_slice_nums`, the image processor's class default) and a 70x70 table of learned positions (clip.cpp's
+    buckets, `vision_config.image_size` / `patch_size` of the real checkpoint: 980 / 14). This checkpoint has both
+    (max_slice_nums 9, image_size 280 = 70 patches of 4 px), so the pair and its folder agree with transformers."""
+    spec = minicpmv4_6_spec(max_slice_nums=9, image_size=280)
+    spec.pop("after")
+    return dict(spec, name="minicpm-v4.6-pair-tiny", seed=4601)

@@ -79,7 +79,8 @@ fn text_gguf_name(hf: &str, sandwich: bool) -> Option<String> {
 /// (Idefics3's pixel-shuffle projection) or `multi_modal_projector` (LLaVA's two linears, Gemma
 /// 3's soft-embedding norm and input projection); Qwen's towers under `visual.`
 /// ([`qwen_vl_names`](crate::qwen_vl_names)), Mistral 3's Pixtral under `pixtral.`
-/// ([`pixtral_names`](crate::pixtral_names), whose tower's q/k rows are permuted). The
+/// ([`pixtral_names`](crate::pixtral_names), whose tower's q/k rows are permuted), MiniCPM-V
+/// 4.6's under `minicpm.` ([`minicpm_names`](crate::minicpm_names)). The
 /// converters store every other one as it is in the checkpoint (no permutation or transpose:
 /// GGUF's reversed dimension order is undone by the reader), the patch embedding as
 /// the Conv2d kernel `(d, 3, p, p)`. `mlp.fc1` / `fc2` are `ffn_up` / `ffn_down` as the current
@@ -91,6 +92,9 @@ pub fn gguf_vision_name(hf: &str) -> Option<String> {
     }
     if let Some(rest) = hf.strip_prefix("pixtral.") {
         return crate::pixtral_names::gguf_name(rest);
+    }
+    if let Some(rest) = hf.strip_prefix("minicpm.") {
+        return crate::minicpm_names::gguf_name(rest);
     }
     if let Some(kind) = hf.strip_prefix("model.connector.modality_projection.proj.") {
         return Some(format!("mm.model.fc.{kind}"));

@@ -19,6 +19,7 @@ pub mod kv_cache;
 mod layer;
 pub mod linear;
 pub mod mask;
+pub mod minicpm_names;
 pub mod mlp;
 pub mod norm;
 pub mod per_layer;

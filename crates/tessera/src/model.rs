@@ -254,6 +254,9 @@ impl Model {
                 let (mmproj, images) = Self::load_mmproj(mmproj, path, &tokenizer, text, dtype, opts)?;
                 config.family = mmproj.family;
                 config.bidirectional_images = mmproj.bidirectional_images;
+                if mmproj.plain_positions {
+                    config.decoder.rope.mrope = None;
+                }
                 config.vision = Some(mmproj.spec);
                 Some(images)
             }

@@ -11,33 +11,26 @@
 //! alone.
 
 mod common;
+mod pairs_common;
 
 use std::path::PathBuf;
 
 use anyhow::{ensure, Context, Result};
-use candle_core::{Device, Tensor};
-use tessera::{LoadOptions, Model, RgbImage};
+use candle_core::Tensor;
+use tessera::{LoadOptions, Model};
+
+const NAME: &str = "gemma3-tiny";
 
 fn pair_files() -> (PathBuf, PathBuf) {
-    let dir = common::fixtures().join("vlm/gemma3-tiny-gguf");
-    (dir.join("gemma3-tiny-f32.gguf"), dir.join("mmproj-gemma3-tiny-f32.gguf"))
+    pairs_common::pair_files(NAME)
 }
 
 fn load_pair(opts: LoadOptions) -> Result<Model> {
-    let (text, mmproj) = pair_files();
-    let opts = LoadOptions { mmproj: Some(mmproj), ..opts };
-    Ok(Model::load(text.to_str().context("utf-8 path")?, &opts)?)
+    pairs_common::load_pair(NAME, pair_files().1, opts)
 }
 
 fn folder() -> Result<Model> {
-    let dir = common::fixtures().join("vlm/gemma3-tiny");
-    Ok(Model::load(dir.to_str().context("utf-8 path")?, &common::load_options()?)?)
-}
-
-/// Each image's tokens `(n, hidden)`, concatenated (the reference's `image_features` rows).
-fn image_features(model: &Model, images: &[RgbImage]) -> Result<Tensor> {
-    let each = images.iter().map(|i| model.analysis().image_embeddings(i)).collect::<tessera::Result<Vec<_>>>()?;
-    Ok(Tensor::cat(&each, 0)?)
+    pairs_common::folder(NAME)
 }
 
 /// The pair, dequantized to f32 and as loaded by default (f32 tensors through the quantized
@@ -46,10 +39,8 @@ fn image_features(model: &Model, images: &[RgbImage]) -> Result<Tensor> {
 /// settings).
 #[test]
 fn the_gemma3_pair_matches_transformers_and_the_folder() -> Result<()> {
-    let folder_dir = common::fixtures().join("vlm/gemma3-tiny");
     let folder = folder()?;
-    let reference = common::read_json(&folder_dir.join("reference.json"))?;
-    let tensors = candle_core::safetensors::load(folder_dir.join("reference.safetensors"), &Device::Cpu)?;
+    let (reference, tensors) = pairs_common::reference(NAME)?;
     let (_, mmproj) = pair_files();
     for (label, opts) in [("f32", common::load_options()?), ("default", common::gguf_load_options()?)] {
         let pair = load_pair(opts)?;
@@ -74,11 +65,7 @@ fn the_gemma3_pair_matches_transformers_and_the_folder() -> Result<()> {
                 let pixels = images.iter().map(|i| pair.pixel_values(i)).collect::<tessera::Result<Vec<_>>>()?;
                 let d = common::max_abs_diff(&Tensor::cat(&pixels, 0)?, reference("pixel_values")?, "pixels")?;
                 assert!(d < 1e-5, "{what}: pixel values differ from transformers' by {d}");
-                let got = image_features(&pair, &images)?;
-                let d = common::max_abs_diff(&got, reference("image_features")?, "image features")?;
-                assert!(d < 1e-4, "{what}: image features differ from transformers' by {d}");
-                let d = common::max_abs_diff(&got, &image_features(&folder, &images)?, "image features")?;
-                assert!(d < 1e-5, "{what}: image features differ from the folder's by {d}");
+                pairs_common::features_match(&pair, &folder, &images, reference("image_features")?, &what)?;
             }
 
             let expected = tensors.get(&format!("{name}.logits")).context("reference logits")?;
@@ -123,9 +110,7 @@ fn the_gemma3_gguf_follows_llama_cpps_rules_as_the_folder_states_them() -> Resul
 #[test]
 fn the_gemma3_pairs_images_attend_both_ways() -> Result<()> {
     let pair = load_pair(common::load_options()?)?;
-    let folder_dir = common::fixtures().join("vlm/gemma3-tiny");
-    let reference = common::read_json(&folder_dir.join("reference.json"))?;
-    let tensors = candle_core::safetensors::load(folder_dir.join("reference.safetensors"), &Device::Cpu)?;
+    let (reference, tensors) = pairs_common::reference(NAME)?;
     let mut checked = 0;
     for case in reference["cases"].as_array().context("cases")? {
         let name = case["name"].as_str().context("name")?;
@@ -184,31 +169,8 @@ fn a_gemma3_mmproj_with_another_text_model_is_refused_in_one_line() -> Result<()
 /// epsilon 2^-10; measured 7.3e-4 and 7.7e-4), and the 16 greedy ids are still transformers'.
 #[test]
 fn the_converters_f16_mmproj_gives_the_folders_image_tokens_within_f16_rounding() -> Result<()> {
-    let (text, _) = pair_files();
     let f16 = common::fixtures().join("vlm/gemma3-tiny-gguf/f16/mmproj-gemma3-tiny-f16.gguf");
-    let opts = LoadOptions { mmproj: Some(f16), ..common::load_options()? };
-    let pair = Model::load(text.to_str().context("utf-8 path")?, &opts)?;
-    let folder = folder()?;
-    let reference = common::read_json(&common::fixtures().join("vlm/gemma3-tiny/reference.json"))?;
-    let mut checked = 0;
-    for case in reference["cases"].as_array().context("cases")? {
-        let images = common::case_images(case)?;
-        if images.is_empty() || case["pan_and_scan"].as_bool() == Some(true) {
-            continue;
-        }
-        let name = case["name"].as_str().context("name")?;
-        let (got, want) = (image_features(&pair, &images)?, image_features(&folder, &images)?);
-        let norm = |t: &Tensor| -> Result<f32> { Ok(t.sqr()?.sum_all()?.to_scalar::<f32>()?.sqrt()) };
-        let rel = norm(&(&got - &want)?)? / norm(&want)?;
-        eprintln!("{name}: f16 mmproj image features, relative error {rel:.2e}");
-        assert!(rel < 2e-3, "{name}: f16 image features differ from f32 by {rel:.2e} (relative)");
-        assert!(rel > 0.0, "{name}: no difference at all: was the f16 file read?");
-        let prompt = pair.prompt(common::ids(&case["input_ids"]), &images)?;
-        let greedy = common::ids(&case["greedy_ids"]);
-        let params = tessera::GenerateParams { max_new_tokens: greedy.len(), ignore_eos: true, ..Default::default() };
-        assert_eq!(pair.generate(&prompt, &params, &mut |_| {})?.generated_tokens, greedy, "{name}: greedy ids");
-        checked += 1;
-    }
+    let checked = pairs_common::f16_mmproj_matches(NAME, f16, |case| case["pan_and_scan"].as_bool() == Some(true))?;
     assert_eq!(checked, 2, "the chelsea and two-image cases");
     Ok(())
 }

@@ -11,35 +11,25 @@
 //! logits, 16 greedy ids — on the non-square photo, two images in one prompt and text alone.
 
 mod common;
+mod pairs_common;
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use candle_core::{Device, Tensor};
 use tessera::{LoadOptions, Model, RgbImage};
 
 const NAME: &str = "mistral3-pair-tiny";
 
 fn pair_files() -> (PathBuf, PathBuf) {
-    let dir = common::fixtures().join(format!("vlm/{NAME}-gguf"));
-    (dir.join(format!("{NAME}-f32.gguf")), dir.join(format!("mmproj-{NAME}-f32.gguf")))
+    pairs_common::pair_files(NAME)
 }
 
 fn load_pair(mmproj: PathBuf, opts: LoadOptions) -> Result<Model> {
-    let (text, _) = pair_files();
-    let opts = LoadOptions { mmproj: Some(mmproj), ..opts };
-    Ok(Model::load(text.to_str().context("utf-8 path")?, &opts)?)
+    pairs_common::load_pair(NAME, mmproj, opts)
 }
 
 fn folder() -> Result<Model> {
-    let dir = common::fixtures().join("vlm").join(NAME);
-    Ok(Model::load(dir.to_str().context("utf-8 path")?, &common::load_options()?)?)
-}
-
-/// Each image's tokens `(n, hidden)`, concatenated (the reference's `image_features` rows).
-fn image_features(model: &Model, images: &[RgbImage]) -> Result<Tensor> {
-    let each = images.iter().map(|i| model.analysis().image_embeddings(i)).collect::<tessera::Result<Vec<_>>>()?;
-    Ok(Tensor::cat(&each, 0)?)
+    pairs_common::folder(NAME)
 }
 
 /// A case's prompt as the chat it is: the system turn's text, then the user turn's text after
@@ -59,10 +49,8 @@ fn encode(model: &Model, case: &serde_json::Value, images: &[RgbImage]) -> Resul
 /// path), against transformers' reference and the folder, case by case.
 #[test]
 fn the_mistral3_pair_matches_transformers_and_the_folder() -> Result<()> {
-    let folder_dir = common::fixtures().join("vlm").join(NAME);
     let folder = folder()?;
-    let reference = common::read_json(&folder_dir.join("reference.json"))?;
-    let tensors = candle_core::safetensors::load(folder_dir.join("reference.safetensors"), &Device::Cpu)?;
+    let (reference, tensors) = pairs_common::reference(NAME)?;
     let (_, mmproj) = pair_files();
     for (label, opts) in [("f32", common::load_options()?), ("default", common::gguf_load_options()?)] {
         let pair = load_pair(mmproj.clone(), opts)?;
@@ -82,11 +70,8 @@ fn the_mistral3_pair_matches_transformers_and_the_folder() -> Result<()> {
                     let d = common::max_abs_diff(&pair.pixel_values(image)?, reference("pixel_values")?, "pixels")?;
                     assert!(d < 1e-5, "{what}: pixel values differ from transformers' by {d}");
                 }
-                let got = image_features(&pair, &images)?;
-                let d = common::max_abs_diff(&got, reference("image_features")?, "image features")?;
-                assert!(d < 1e-4, "{what}: image features differ from transformers' by {d}");
-                let f = common::max_abs_diff(&got, &image_features(&folder, &images)?, "image features")?;
-                assert!(f < 1e-5, "{what}: image features differ from the folder's by {f}");
+                let want = reference("image_features")?;
+                let (d, f) = pairs_common::features_match(&pair, &folder, &images, want, &what)?;
                 eprintln!("{what}: image features within {d:.1e} of transformers', {f:.1e} of the folder's");
             }
 
@@ -106,28 +91,7 @@ fn the_mistral3_pair_matches_transformers_and_the_folder() -> Result<()> {
 #[test]
 fn the_converters_f16_mmproj_gives_the_folders_image_tokens_within_f16_rounding() -> Result<()> {
     let f16 = common::fixtures().join(format!("vlm/{NAME}-gguf/f16/mmproj-{NAME}-f16.gguf"));
-    let pair = load_pair(f16, common::load_options()?)?;
-    let folder = folder()?;
-    let reference = common::read_json(&common::fixtures().join("vlm").join(NAME).join("reference.json"))?;
-    let mut checked = 0;
-    for case in reference["cases"].as_array().context("cases")? {
-        let images = common::case_images(case)?;
-        if images.is_empty() {
-            continue;
-        }
-        let name = case["name"].as_str().context("name")?;
-        let (got, want) = (image_features(&pair, &images)?, image_features(&folder, &images)?);
-        let norm = |t: &Tensor| -> Result<f32> { Ok(t.sqr()?.sum_all()?.to_scalar::<f32>()?.sqrt()) };
-        let rel = norm(&(&got - &want)?)? / norm(&want)?;
-        eprintln!("{name}: f16 mmproj image features, relative error {rel:.2e}");
-        assert!(rel < 2e-3, "{name}: f16 image features differ from f32 by {rel:.2e} (relative)");
-        assert!(rel > 0.0, "{name}: no difference at all: was the f16 file read?");
-        let prompt = pair.prompt(common::ids(&case["input_ids"]), &images)?;
-        let greedy = common::ids(&case["greedy_ids"]);
-        let params = tessera::GenerateParams { max_new_tokens: greedy.len(), ignore_eos: true, ..Default::default() };
-        assert_eq!(pair.generate(&prompt, &params, &mut |_| {})?.generated_tokens, greedy, "{name}: greedy ids");
-        checked += 1;
-    }
+    let checked = pairs_common::f16_mmproj_matches(NAME, f16, |_| false)?;
     assert_eq!(checked, 2, "the chelsea and two-image cases");
     Ok(())
 }

@@ -9,36 +9,20 @@
 //! non-square photo, two images in one prompt and text alone.
 
 mod common;
-
-use std::path::PathBuf;
+mod pairs_common;
 
 use anyhow::{ensure, Context, Result};
-use candle_core::{Device, Tensor};
-use tessera::{LoadOptions, Model, RgbImage};
-
-fn pair_files(name: &str) -> (PathBuf, PathBuf) {
-    let dir = common::fixtures().join(format!("vlm/{name}-gguf"));
-    (dir.join(format!("{name}-f32.gguf")), dir.join(format!("mmproj-{name}-f32.gguf")))
-}
-
-/// Each image's tokens `(n, hidden)`, concatenated (the reference's `image_features` rows).
-fn image_features(model: &Model, images: &[RgbImage]) -> Result<Tensor> {
-    let each = images.iter().map(|i| model.analysis().image_embeddings(i)).collect::<tessera::Result<Vec<_>>>()?;
-    Ok(Tensor::cat(&each, 0)?)
-}
+use tessera::{LoadOptions, Model};
 
 /// The pair of tests/fixtures/vlm/`name` (model family `family`; `deepstack`: Qwen3-VL's
 /// DeepStack levels per image), dequantized to f32 and as loaded by default (f32 tensors
 /// through the quantized path), against transformers' reference and the folder, case by case.
 fn pair_matches_transformers_and_the_folder(name: &str, family: &str, deepstack: usize) -> Result<()> {
-    let folder_dir = common::fixtures().join("vlm").join(name);
-    let folder = Model::load(folder_dir.to_str().context("utf-8 path")?, &common::load_options()?)?;
-    let reference = common::read_json(&folder_dir.join("reference.json"))?;
-    let tensors = candle_core::safetensors::load(folder_dir.join("reference.safetensors"), &Device::Cpu)?;
-    let (text, mmproj) = pair_files(name);
+    let folder = pairs_common::folder(name)?;
+    let (reference, tensors) = pairs_common::reference(name)?;
+    let (_, mmproj) = pairs_common::pair_files(name);
     for (label, opts) in [("f32", common::load_options()?), ("default", common::gguf_load_options()?)] {
-        let opts = LoadOptions { mmproj: Some(mmproj.clone()), ..opts };
-        let pair = Model::load(text.to_str().context("utf-8 path")?, &opts)?;
+        let pair = pairs_common::load_pair(name, mmproj.clone(), opts)?;
         assert_eq!((pair.config().family, pair.info().mmproj.as_deref()), (family, Some(mmproj.as_path())));
         let mut checked = 0;
         for case in reference["cases"].as_array().context("cases")? {
@@ -53,12 +37,8 @@ fn pair_matches_transformers_and_the_folder(name: &str, family: &str, deepstack:
             assert_eq!(prompt.ids(), common::ids(&case["input_ids"]), "{what}: prompt ids");
 
             if !images.is_empty() {
-                let got = image_features(&pair, &images)?;
                 let want = tensors.get(&format!("{case_name}.image_features")).context("reference features")?;
-                let d = common::max_abs_diff(&got, want, "image features")?;
-                assert!(d < 1e-4, "{what}: image features differ from transformers' by {d}");
-                let d = common::max_abs_diff(&got, &image_features(&folder, &images)?, "image features")?;
-                assert!(d < 1e-5, "{what}: image features differ from the folder's by {d}");
+                pairs_common::features_match(&pair, &folder, &images, want, &what)?;
                 let levels = pair.encode_image(&images[0])?.layer_additions().len();
                 assert_eq!(levels, deepstack, "{what}: DeepStack levels");
             }
@@ -91,12 +71,12 @@ fn qwen3_vl_pair_matches_transformers_and_the_folder() -> Result<()> {
 /// stream at the text position, so text alone matches the folder's logits).
 #[test]
 fn a_qwen2_vl_text_gguf_alone_is_a_text_model() -> Result<()> {
-    let (text, _) = pair_files("qwen2-vl-tiny");
+    let (text, _) = pairs_common::pair_files("qwen2-vl-tiny");
     let model = Model::load(text.to_str().context("utf-8 path")?, &common::load_options()?)?;
     ensure!(model.config().vision.is_none());
     let mrope = model.config().decoder.rope.mrope.context("M-RoPE")?;
     assert_eq!((mrope.section, mrope.interleaved), ([2, 3, 3], false));
-    let (text, _) = pair_files("qwen3-vl-tiny");
+    let (text, _) = pairs_common::pair_files("qwen3-vl-tiny");
     let model = Model::load(text.to_str().context("utf-8 path")?, &common::load_options()?)?;
     let mrope = model.config().decoder.rope.mrope.context("M-RoPE")?;
     assert_eq!((mrope.section, mrope.interleaved, model.config().decoder.qk_norm), ([2, 3, 3], true, true));
@@ -107,7 +87,7 @@ fn a_qwen2_vl_text_gguf_alone_is_a_text_model() -> Result<()> {
 /// pair's, as wide) is refused in one line naming the mmproj and the missing token.
 #[test]
 fn a_qwen_mmproj_with_another_text_model_is_refused_in_one_line() -> Result<()> {
-    let (_, mmproj) = pair_files("qwen2-vl-tiny");
+    let (_, mmproj) = pairs_common::pair_files("qwen2-vl-tiny");
     let smolvlm = common::fixtures().join("vlm/smolvlm-tiny-gguf/smolvlm-tiny-f32.gguf");
     let opts = LoadOptions { mmproj: Some(mmproj.clone()), ..common::load_options()? };
     let err = Model::load(smolvlm.to_str().context("utf-8 path")?, &opts).err().context("loaded")?.to_string();

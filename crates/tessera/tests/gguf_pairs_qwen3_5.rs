@@ -10,44 +10,28 @@
 //! in an earlier turn, text alone); and the text GGUF alone.
 
 mod common;
+mod pairs_common;
 
 use std::path::PathBuf;
 
 use anyhow::{ensure, Context, Result};
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 use serde_json::Value;
-use tessera::{LoadOptions, Message, Model, RgbImage};
+use tessera::{LoadOptions, Model, RgbImage};
 use tessera_decoder::{DeltaLayout, NormStyle};
 
 const NAME: &str = "qwen3.5-tiny";
 
 fn pair_files() -> (PathBuf, PathBuf) {
-    let dir = common::fixtures().join(format!("vlm/{NAME}-gguf"));
-    (dir.join(format!("{NAME}-f32.gguf")), dir.join(format!("mmproj-{NAME}-f32.gguf")))
+    pairs_common::pair_files(NAME)
 }
 
 fn folder() -> Result<Model> {
-    let dir = common::fixtures().join("vlm").join(NAME);
-    Ok(Model::load(dir.to_str().context("utf-8 path")?, &common::load_options()?)?)
+    pairs_common::folder(NAME)
 }
 
-/// Each image's tokens `(n, hidden)`, concatenated (the reference's `image_features` rows).
-fn image_features(model: &Model, images: &[RgbImage]) -> Result<Tensor> {
-    let each = images.iter().map(|i| model.analysis().image_embeddings(i)).collect::<tessera::Result<Vec<_>>>()?;
-    Ok(Tensor::cat(&each, 0)?)
-}
-
-/// The case's prompt as the processor makes it: a chat of several turns through the chat
-/// template, one user turn as its text.
 fn prompt(model: &Model, case: &Value, images: &[RgbImage]) -> Result<tessera::Prompt> {
-    let messages = case["messages"].as_array().context("messages")?;
-    if messages.len() > 1 {
-        let messages: Vec<Message> = serde_json::from_value(Value::Array(messages.clone()))?;
-        return Ok(model.encode_chat(&messages, images)?);
-    }
-    let parts = messages[0]["content"].as_array().context("content")?;
-    let text: String = parts.iter().filter_map(|p| p["text"].as_str()).collect();
-    Ok(model.encode_prompt(&text, None, false, images)?)
+    pairs_common::chat_prompt(model, case, images)
 }
 
 /// The pair, dequantized to f32 and as loaded by default (f32 tensors through the quantized
@@ -55,9 +39,7 @@ fn prompt(model: &Model, case: &Value, images: &[RgbImage]) -> Result<tessera::P
 #[test]
 fn qwen3_5_pair_matches_transformers_and_the_folder() -> Result<()> {
     let folder = folder()?;
-    let folder_dir = common::fixtures().join("vlm").join(NAME);
-    let reference = common::read_json(&folder_dir.join("reference.json"))?;
-    let tensors = candle_core::safetensors::load(folder_dir.join("reference.safetensors"), &Device::Cpu)?;
+    let (reference, tensors) = pairs_common::reference(NAME)?;
     let (text, mmproj) = pair_files();
     for (label, opts) in [("f32", common::load_options()?), ("default", common::gguf_load_options()?)] {
         let opts = LoadOptions { mmproj: Some(mmproj.clone()), ..opts };
@@ -74,12 +56,8 @@ fn qwen3_5_pair_matches_transformers_and_the_folder() -> Result<()> {
             assert_eq!(prompt.ids(), common::ids(&case["input_ids"]), "{what}: prompt ids");
 
             if !images.is_empty() {
-                let got = image_features(&pair, &images)?;
                 let want = tensors.get(&format!("{case_name}.image_features")).context("reference features")?;
-                let d = common::max_abs_diff(&got, want, "image features")?;
-                assert!(d < 1e-4, "{what}: image features differ from transformers' by {d}");
-                let d = common::max_abs_diff(&got, &image_features(&folder, &images)?, "image features")?;
-                assert!(d < 1e-5, "{what}: image features differ from the folder's by {d}");
+                pairs_common::features_match(&pair, &folder, &images, want, &what)?;
                 let levels = pair.encode_image(&images[0])?.layer_additions().len();
                 assert_eq!(levels, 0, "{what}: Qwen3.5's tower has no DeepStack levels");
             }

@@ -163,6 +163,7 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String>
         text: &[TextFamily::Gemma3],
         width,
         swapped_ffn: false,
+        plain_positions: false,
         bidirectional_images: true,
         processor: serde_json::json!({}),
     })

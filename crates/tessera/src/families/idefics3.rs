@@ -110,6 +110,7 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String>
         text: &[TextFamily::Llama],
         width: clip.usize("clip.vision.projection_dim")?,
         swapped_ffn: false,
+        plain_positions: false,
         bidirectional_images: false,
         processor: serde_json::json!({}),
     })

@@ -205,6 +205,7 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String>
         text: &[TextFamily::Llama, TextFamily::Mistral, TextFamily::Qwen2],
         width,
         swapped_ffn: true,
+        plain_positions: false,
         bidirectional_images: false,
         processor: serde_json::json!({}),
     })

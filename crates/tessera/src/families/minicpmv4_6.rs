@@ -6,9 +6,7 @@
 //! `<image>…</image>` / `<slice>…</slice>`, slice rows split by newlines, the whole behind an
 //! `<image_id>N</image_id>` tag counting the prompt's images from 0.
 //!
-//! Built so far: the config and the processor's layout and placeholder text (proven against
-//! transformers in tests/real_configs.rs); the tower and connector are not, and loading the
-//! image side says so.
+//! llama.cpp's GGUF + mmproj pair of it loads through families/minicpm_mmproj.rs.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -322,10 +320,12 @@ impl ImageSpec for MiniCpmV46Spec {
         };
         norm.validate()?;
         let vb = at.weights;
+        // The checkpoint's roots, else an mmproj's (`minicpm.`: llama.cpp's names).
+        const PATCH: &str = "embeddings.patch_embedding.weight";
         let vision = MiniCpmVision::new(
             &self.vision_config(at.text_hidden),
-            &first_prefix(vb, &["model.vision_tower", "vision_tower"], "embeddings.patch_embedding.weight"),
-            &first_prefix(vb, &["model.merger", "merger"], "mlp.0.linear_1.weight"),
+            &first_prefix(vb, &["model.vision_tower", "vision_tower", "minicpm.vision_tower"], PATCH),
+            &first_prefix(vb, &["model.merger", "merger", "minicpm.merger"], "mlp.0.linear_1.weight"),
         )?;
         let image_token = token_text(at, self.image_token_id, "image_token_id")?;
         Ok(Box::new(MiniCpmImages { spec: self.clone(), rule, vision, image_token, norm, resample }))

@@ -236,6 +236,7 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> std::result::Result<Mmproj
         text: &[TextFamily::Mistral, TextFamily::Llama],
         width,
         swapped_ffn: false,
+        plain_positions: false,
         bidirectional_images: false,
         processor,
     })

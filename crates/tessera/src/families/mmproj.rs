@@ -48,6 +48,9 @@ pub const PROJECTORS: &[(&str, FromMmproj)] = &[
     // Mistral 3 (llama.cpp's conversion/llava.py, LlavaVisionModel): Pixtral, 2-D RoPE, RMSNorm,
     // a 2x2 patch merger, two linears.
     ("pixtral", super::mistral3::from_mmproj),
+    // MiniCPM-V 4.6 (llama.cpp's conversion/minicpm.py): SigLIP, a window-attention merger, a
+    // 2x2 downsample MLP; sliced images, plain positions.
+    ("minicpmv4_6", super::minicpm_mmproj::from_mmproj),
 ];
 
 /// What a family's `from_mmproj` reads: the mmproj's metadata, and the text model it is paired
@@ -83,6 +86,9 @@ pub struct MmprojSide {
     /// The processor's own settings in `processor_config.json`'s terms (Pixtral's patch and
     /// merge sizes); `{}` for most.
     pub processor: serde_json::Value,
+    /// The images take plain consecutive positions: M-RoPE sections the text GGUF states
+    /// (a `qwen35` one's) are not used (`ModelConfig`'s `rope.mrope` is cleared).
+    pub plain_positions: bool,
 }
 
 impl MmprojInput<'_> {
@@ -113,6 +119,8 @@ pub struct Mmproj {
     pub spec: Arc<dyn ImageSpec>,
     pub settings: ProcessorSettings,
     pub bidirectional_images: bool,
+    /// [`MmprojSide::plain_positions`].
+    pub plain_positions: bool,
 }
 
 /// Typed access to an `mmproj` GGUF's `clip.*` metadata; errors name the key.
@@ -275,9 +283,9 @@ pub fn read(
     if side.swapped_ffn {
         swap_ffn_names(content);
     }
-    let MmprojSide { family, spec, image, bidirectional_images, processor, .. } = side;
+    let MmprojSide { family, spec, image, bidirectional_images, processor, plain_positions, .. } = side;
     let settings = ProcessorSettings { image, processor, origin: path.to_path_buf() };
-    Ok(Mmproj { family, spec, settings, bidirectional_images })
+    Ok(Mmproj { family, spec, settings, bidirectional_images, plain_positions })
 }
 
 /// Renames each tower block's `ffn_up.*` to `ffn_down.*` and back (llama.cpp's legacy LLaVA

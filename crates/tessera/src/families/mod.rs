@@ -17,6 +17,7 @@ pub mod image;
 mod internvl;
 mod llava;
 mod llava_mmproj;
+mod minicpm_mmproj;
 mod minicpmv4_6;
 mod mistral3;
 pub mod mmproj;

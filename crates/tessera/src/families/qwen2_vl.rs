@@ -343,6 +343,7 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>, projector: &str) -> std::resu
         text,
         width,
         swapped_ffn: false,
+        plain_positions: false,
         bidirectional_images: false,
         processor,
     })

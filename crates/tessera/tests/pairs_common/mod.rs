@@ -1,0 +1,107 @@
+//! What the GGUF + mmproj pair tests share (`gguf_pairs_qwen.rs`, `gguf_pairs_qwen3_5.rs`,
+//! `gguf_pairs_gemma3.rs`, `gguf_pairs_mistral3.rs`, `gguf_pairs_minicpm.rs`): a tiny checkpoint's
+//! pair files, loading the pair and the folder, the reference, image features compared with
+//! transformers' and the folder's, and the converter's f16 mmproj against the folder.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use candle_core::{Device, Tensor};
+use serde_json::Value;
+use tessera::{LoadOptions, Message, Model, RgbImage};
+
+/// The f32 text GGUF and mmproj of tests/fixtures/vlm/`name` (in `name-gguf/`).
+pub fn pair_files(name: &str) -> (PathBuf, PathBuf) {
+    let dir = super::common::fixtures().join(format!("vlm/{name}-gguf"));
+    (dir.join(format!("{name}-f32.gguf")), dir.join(format!("mmproj-{name}-f32.gguf")))
+}
+
+/// `name`'s text GGUF with `mmproj`, under `opts`.
+pub fn load_pair(name: &str, mmproj: PathBuf, opts: LoadOptions) -> Result<Model> {
+    let (text, _) = pair_files(name);
+    let opts = LoadOptions { mmproj: Some(mmproj), ..opts };
+    Ok(Model::load(text.to_str().context("utf-8 path")?, &opts)?)
+}
+
+/// The checkpoint folder tests/fixtures/vlm/`name`, in f32.
+pub fn folder(name: &str) -> Result<Model> {
+    let dir = super::common::fixtures().join("vlm").join(name);
+    Ok(Model::load(dir.to_str().context("utf-8 path")?, &super::common::load_options()?)?)
+}
+
+/// The folder's transformers reference: `reference.json` and `reference.safetensors`.
+pub fn reference(name: &str) -> Result<(Value, HashMap<String, Tensor>)> {
+    let dir = super::common::fixtures().join("vlm").join(name);
+    let json = super::common::read_json(&dir.join("reference.json"))?;
+    let tensors = candle_core::safetensors::load(dir.join("reference.safetensors"), &Device::Cpu)?;
+    Ok((json, tensors))
+}
+
+/// Each image's tokens `(n, hidden)`, concatenated (the reference's `image_features` rows).
+pub fn image_features(model: &Model, images: &[RgbImage]) -> Result<Tensor> {
+    let each = images.iter().map(|i| model.analysis().image_embeddings(i)).collect::<tessera::Result<Vec<_>>>()?;
+    Ok(Tensor::cat(&each, 0)?)
+}
+
+/// The case's prompt as the processor makes it: a chat of several turns through the chat
+/// template, one user turn as its text.
+pub fn chat_prompt(model: &Model, case: &Value, images: &[RgbImage]) -> Result<tessera::Prompt> {
+    let messages = case["messages"].as_array().context("messages")?;
+    if messages.len() > 1 {
+        let messages: Vec<Message> = serde_json::from_value(Value::Array(messages.clone()))?;
+        return Ok(model.encode_chat(&messages, images)?);
+    }
+    let parts = messages[0]["content"].as_array().context("content")?;
+    let text: String = parts.iter().filter_map(|p| p["text"].as_str()).collect();
+    Ok(model.encode_prompt(&text, None, false, images)?)
+}
+
+/// The pair's image features for `images` are transformers' (`want`) within 1e-4 and the
+/// folder's within 1e-5; returns both distances.
+pub fn features_match(
+    pair: &Model,
+    folder: &Model,
+    images: &[RgbImage],
+    want: &Tensor,
+    what: &str,
+) -> Result<(f32, f32)> {
+    let got = image_features(pair, images)?;
+    let d = super::common::max_abs_diff(&got, want, "image features")?;
+    assert!(d < 1e-4, "{what}: image features differ from transformers' by {d}");
+    let f = super::common::max_abs_diff(&got, &image_features(folder, images)?, "image features")?;
+    assert!(f < 1e-5, "{what}: image features differ from the folder's by {f}");
+    Ok((d, f))
+}
+
+/// The converter's f16 mmproj `f16` with `name`'s f32 text GGUF: on each image case of the
+/// reference (but those `skip` names), the image features are the folder's within f16's
+/// precision (relative error below 2e-3, twice f16's epsilon 2^-10, and above 0), and the 16
+/// greedy ids are still transformers'. Returns the cases checked.
+pub fn f16_mmproj_matches(name: &str, f16: PathBuf, skip: impl Fn(&Value) -> bool) -> Result<usize> {
+    let pair = load_pair(name, f16, super::common::load_options()?)?;
+    let folder = folder(name)?;
+    let (reference, _) = reference(name)?;
+    let mut checked = 0;
+    for case in reference["cases"].as_array().context("cases")? {
+        let images = super::common::case_images(case)?;
+        if images.is_empty() || skip(case) {
+            continue;
+        }
+        let case_name = case["name"].as_str().context("name")?;
+        let (got, want) = (image_features(&pair, &images)?, image_features(&folder, &images)?);
+        let norm = |t: &Tensor| -> Result<f32> { Ok(t.sqr()?.sum_all()?.to_scalar::<f32>()?.sqrt()) };
+        let rel = norm(&(&got - &want)?)? / norm(&want)?;
+        eprintln!("{case_name}: f16 mmproj image features, relative error {rel:.2e}");
+        assert!(rel < 2e-3, "{case_name}: f16 image features differ from f32 by {rel:.2e} (relative)");
+        assert!(rel > 0.0, "{case_name}: no difference at all: was the f16 file read?");
+        let prompt = pair.prompt(super::common::ids(&case["input_ids"]), &images)?;
+        let greedy = super::common::ids(&case["greedy_ids"]);
+        let params = tessera::GenerateParams { max_new_tokens: greedy.len(), ignore_eos: true, ..Default::default() };
+        let generated = pair.generate(&prompt, &params, &mut |_| {})?.generated_tokens;
+        assert_eq!(generated, greedy, "{case_name}: greedy ids");
+        checked += 1;
+    }
+    Ok(checked)
+}
