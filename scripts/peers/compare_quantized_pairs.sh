@@ -34,7 +34,7 @@
 #  LLaVA-interleave, 0.03 of 29 for Qwen2-VL).
 #
 # Usage: scripts/peers/compare_quantized_pairs.sh [name…] (default: llava-interleave-tiny
-#   qwen2-vl-tiny qwen2.5-vl-tiny). TYPES (default "Q8_0 Q4_K_M"), and mtmd_compare.sh's settings.
+#   qwen2-vl-tiny qwen2.5-vl-tiny; gemma3-tiny and qwen3-vl-tiny when named). TYPES (default "Q8_0 Q4_K_M"), and mtmd_compare.sh's settings.
 #   smolvlm-tiny cannot run: llama.cpp's idefics3 slicing looks up a single `\n\n` token, which
 #   the 480-token vocabulary lacks, and llama-mtmd-cli aborts (GGML_ASSERT in mtmd-helper.cpp).
 #   Exit status 1 when any pair's texts differ.
@@ -53,6 +53,13 @@ for name in "$@"; do
       args=("$images/chelsea_square_16.png" '<|vision_start|><|image_pad|><|vision_end|>'
         --image-min-tokens 4 --image-max-tokens 4)
       ;;
+    # Not yet run against llama-mtmd-cli (2026-11-28: the peer build had no llama-mtmd-cli yet).
+    # The tiny Gemma 3 tower's image size is 32, so neither side resizes chelsea_square_32.png;
+    # for the tiny Qwen3-VL (8-pixel merge) it is 16 tokens, within both budgets. tessera's
+    # `tessera quantize` pairs of these folders equal these files' tensor infos and data
+    # (tests/quantize_export.rs), and tessera generates the same texts from both.
+    gemma3-tiny) args=("$images/chelsea_square_32.png" '<start_of_image>') ;;
+    qwen3-vl-tiny) args=("$images/chelsea_square_32.png" '<|vision_start|><|image_pad|><|vision_end|>') ;;
     *) echo "$name: no like-for-like settings here" >&2; status=1; continue ;;
   esac
   for t in ${TYPES:-Q8_0 Q4_K_M}; do
