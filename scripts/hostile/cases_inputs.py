@@ -199,10 +199,11 @@ def gen_prompt(c: Corpus):
 
 def patched_copy(src: Path, dst: Path, key: bytes, old: bytes, new: bytes):
     """A copy of the GGUF `src` with the value `old` that follows the metadata key `key` (within
-    its type and length fields) replaced by `new`, of the same length."""
+    its type and length fields) replaced by `new`, of the same length. The search starts past the
+    value's 4-byte type field, which can hold the same bytes (a UINT32 is type 4)."""
     data = bytearray(src.read_bytes())
     at = data.index(key) + len(key)
-    found = data.index(old, at)
+    found = data.index(old, at + 4)
     assert found - at <= 12 and len(old) == len(new), (src, key)
     data[found:found + len(new)] = new
     write_bytes(dst, bytes(data))

@@ -36,8 +36,9 @@ pub struct ModelArgs {
     #[arg(long, short = 'm')]
     model: Option<String>,
     /// With a .gguf text model: llama.cpp's mmproj GGUF holding the vision tower and projector
-    /// (SmolVLM / Idefics3, LLaVA 1.5, LLaVA-interleave; an unknown projector type is named in
-    /// the error). Default: the one `mmproj*.gguf` file beside the model, if there is exactly one.
+    /// (SmolVLM / Idefics3, LLaVA 1.5, LLaVA-interleave, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5,
+    /// Gemma 3, Mistral 3 / Pixtral, MiniCPM-V 4.6; an unknown projector type is named in the
+    /// error). Default: the one `mmproj*.gguf` file beside the model, if there is exactly one.
     #[arg(long)]
     mmproj: Option<PathBuf>,
     /// auto (CUDA, then Metal, then CPU), cpu, cuda[:N] or metal[:N].
