@@ -1,7 +1,7 @@
 //! A linear layer whose weight is a dense tensor or quantized GGUF blocks. On the CPU,
 //! quantized weights go through tessera's own kernels (`tessera-kernels`: SIMD int8 dot
 //! products for decode, a tiled GEMM for prefill); on GPUs through Candle's quantized matmul.
-//! An f32 weight on a CPU whose kernels multiply packed weights (AVX-512) is packed once, as
+//! An f32 weight on a CPU whose kernels multiply packed weights (AVX2, AVX-512) is packed once, as
 //! the layer is made, into `tessera_kernels::PackedF32` (same memory; the tensor is dropped).
 
 use std::sync::Arc;

@@ -123,10 +123,7 @@ impl WeightFile {
             self.read_at(offset, bytes)?;
             out.iter_mut().for_each(|v| *v = f32::from_bits(u32::from_le(v.to_bits())));
         } else {
-            let mut raw = vec![0u16; len];
-            // SAFETY: any 2 bytes are a u16; the slice covers exactly `raw`'s values.
-            self.read_at(offset, unsafe { std::slice::from_raw_parts_mut(raw.as_mut_ptr().cast::<u8>(), len * 2) })?;
-            raw.iter_mut().for_each(|v| *v = u16::from_le(*v));
+            let raw = self.read_u16s(offset, len)?;
             let widen = |r: usize, row: &mut [f32]| {
                 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
                 let bits = &raw[r * cols..][..row.len()];
@@ -146,12 +143,17 @@ impl WeightFile {
 
     /// `count` f16 values from `offset`, as stored (kept in f16: [`PackedF32::from_f16`](tessera_kernels::PackedF32::from_f16)).
     pub(crate) fn read_f16(&self, offset: u64, count: usize) -> StrResult<Vec<half::f16>> {
-        let mut out: Vec<half::f16> = Vec::new();
+        Ok(self.read_u16s(offset, count)?.into_iter().map(half::f16::from_bits).collect())
+    }
+
+    /// `count` little-endian 16-bit values from `offset`, in one read.
+    fn read_u16s(&self, offset: u64, count: usize) -> StrResult<Vec<u16>> {
+        let mut out: Vec<u16> = Vec::new();
         out.try_reserve_exact(count).map_err(|e| format!("{count} values: {e}"))?;
-        out.resize(count, half::f16::ZERO);
-        // SAFETY: any 2 bytes are an f16; the slice covers exactly `out`'s values.
+        out.resize(count, 0);
+        // SAFETY: any 2 bytes are a u16; the slice covers exactly `out`'s values.
         self.read_at(offset, unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), count * 2) })?;
-        out.iter_mut().for_each(|v| *v = half::f16::from_bits(u16::from_le(v.to_bits())));
+        out.iter_mut().for_each(|v| *v = u16::from_le(*v));
         Ok(out)
     }
 
@@ -190,6 +192,17 @@ impl Float {
             "F32" => Some(Self::F32),
             "F16" => Some(Self::F16),
             "BF16" => Some(Self::BF16),
+            _ => None,
+        }
+    }
+
+    /// The kind of a GGUF tensor type, if a float one.
+    pub(crate) fn of_ggml(dtype: candle_core::quantized::GgmlDType) -> Option<Self> {
+        use candle_core::quantized::GgmlDType;
+        match dtype {
+            GgmlDType::F32 => Some(Self::F32),
+            GgmlDType::F16 => Some(Self::F16),
+            GgmlDType::BF16 => Some(Self::BF16),
             _ => None,
         }
     }

@@ -297,13 +297,7 @@ impl Weights {
             Source::Gguf(g) => {
                 let info = g.content.tensor_infos.get(&stored).ok_or_else(|| self.missing(&full))?;
                 self.check_shape(&full, shape, info.shape.dims())?;
-                let kind = match info.ggml_dtype {
-                    GgmlDType::F32 => Some(Float::F32),
-                    GgmlDType::F16 => Some(Float::F16),
-                    GgmlDType::BF16 => Some(Float::BF16),
-                    _ => None,
-                };
-                match kind.filter(|_| dtype == DType::F32 && self.device.is_cpu()) {
+                match Float::of_ggml(info.ggml_dtype).filter(|_| dtype == DType::F32 && self.device.is_cpu()) {
                     Some(kind) => g
                         .file
                         .read_f32(
@@ -365,7 +359,7 @@ impl Weights {
                 }
                 // Float matrices (an f32 or f16 mmproj, say) load as a folder's do: dense on the
                 // CPU's kernels, or into a quantization plan when there is one (below).
-                let float = matches!(info.ggml_dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+                let float = Float::of_ggml(info.ggml_dtype).is_some();
                 let whole = rows == (0..out_dim);
                 if whole && (!float || (self.quant.is_none() && !crate::cpu_op::kernels_run_on(&self.device))) {
                     let q = self.read_qtensor(g, &full, &stored)?;
@@ -434,7 +428,7 @@ impl Weights {
                 let Some(info) = g.content.tensor_infos.get(&stored) else { return Ok(None) };
                 self.check_shape(&full, &[out_dim, in_dim], info.shape.dims())?;
                 let at = g.content.tensor_data_offset.saturating_add(info.offset).saturating_add(2 * start as u64);
-                (info.ggml_dtype == GgmlDType::F16).then(|| g.file.read_f16(at, count))
+                (Float::of_ggml(info.ggml_dtype) == Some(Float::F16)).then(|| g.file.read_f16(at, count))
             }
         };
         match values.transpose().map_err(err)? {

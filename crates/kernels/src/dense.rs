@@ -2,7 +2,7 @@
 //! with its bias, its residual add and its activation done inside the matmul's pass, and
 //! attention over many queries as two GEMMs per head that read the projections where they
 //! are (any row stride), so no head is transposed or copied and no score tensor of every head
-//! exists at once. On CPUs with AVX-512 the products are tessera's own f32 GEMM (`sgemm.rs`:
+//! exists at once. On CPUs with AVX2 or AVX-512 the products are tessera's own f32 GEMM (`sgemm.rs`:
 //! weights packed once at load into [`PackedF32`], a head's keys packed per call); elsewhere,
 //! and for weights left unpacked, the `gemm` crate's micro-kernels. Either runs
 //! single-threaded inside the pool's parts.
@@ -32,7 +32,7 @@ pub enum DenseWeight<'a> {
     Packed(&'a PackedF32),
 }
 
-/// Whether this CPU multiplies [`DenseWeight::Packed`] weights on its fast kernel (AVX-512):
+/// Whether this CPU multiplies [`DenseWeight::Packed`] weights on a SIMD kernel (AVX2, AVX-512):
 /// where it does, a layer packs its f32 weight once when it loads.
 pub fn packs_weights() -> bool {
     sgemm::fast()

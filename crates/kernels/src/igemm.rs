@@ -102,12 +102,13 @@ impl Panel {
 }
 
 /// Activations quantized for the GEMM: per token, int8 values and per granule the scale
-/// `da` and `da · Σ q`.
+/// `da`, `da · Σ q` and `Σ q`.
 #[derive(Default)]
 pub(crate) struct Acts {
     pub q: Vec<i8>,
     pub d: Vec<f32>,
     pub s: Vec<f32>,
+    pub sum: Vec<i32>,
 }
 
 impl Acts {
@@ -119,30 +120,33 @@ impl Acts {
         self.q.resize(m * cols, 0);
         self.d.resize(m * ngran, 0.0);
         self.s.resize(m * ngran, 0.0);
+        self.sum.resize(m * ngran, 0);
         let (q, d, s) = (SendPtr(self.q.as_mut_ptr()), SendPtr(self.d.as_mut_ptr()), SendPtr(self.s.as_mut_ptr()));
+        let sum = SendPtr(self.sum.as_mut_ptr());
         let per = m.div_ceil(pool.threads());
         pool.run(&|part| {
-            let (q, d, s) = (&q, &d, &s);
+            let (q, d, s, sum) = (&q, &d, &s, &sum);
             for t in part * per..((part + 1) * per).min(m) {
                 // SAFETY: token t's slices lie inside the buffers just sized for m tokens, and
                 // only this part (which owns token t) touches them.
-                let (qr, dr, sr) = unsafe {
+                let (qr, dr, sr, sumr) = unsafe {
                     (
                         std::slice::from_raw_parts_mut(q.0.add(t * cols), cols),
                         std::slice::from_raw_parts_mut(d.0.add(t * ngran), ngran),
                         std::slice::from_raw_parts_mut(s.0.add(t * ngran), ngran),
+                        std::slice::from_raw_parts_mut(sum.0.add(t * ngran), ngran),
                     )
                 };
-                crate::ops::wide(|| quantize_row(&x[t * cols..(t + 1) * cols], qr, dr, sr, g));
+                crate::ops::wide(|| quantize_row(&x[t * cols..(t + 1) * cols], qr, (dr, sr, sumr), g));
             }
         })
     }
 }
 
 /// One token's activations: blocks of 32 quantized with `d = max|x| / 127` (round half to
-/// even); `d` and `d · Σ q` written per granule of `g`. Eight lanes at a time.
+/// even); `d`, `d · Σ q` and `Σ q` written per granule of `g`. Eight lanes at a time.
 #[inline(always)]
-fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], g: usize) {
+fn quantize_row(x: &[f32], q: &mut [i8], (d, s, sums_out): (&mut [f32], &mut [f32], &mut [i32]), g: usize) {
     const MAGIC: f32 = 12582912.0; // 1.5 · 2²³, as in `round_even`
     let per = 32 / g;
     for (bi, (xs, qs)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
@@ -166,6 +170,7 @@ fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], g: usize)
             let sum: i32 = sums[k * g..(k + 1) * g].iter().sum();
             d[bi * per + k] = db;
             s[bi * per + k] = db * sum as f32;
+            sums_out[bi * per + k] = sum;
         }
     }
 }

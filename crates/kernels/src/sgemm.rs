@@ -1,12 +1,14 @@
-//! tessera's own f32 GEMM, for the CPUs with AVX-512 F: the dense layers of vision towers and
+//! tessera's own f32 GEMM, for the CPUs with AVX2 or AVX-512 F: the dense layers of vision towers and
 //! f32 prefill (`dense::linear`) and attention over many queries (`dense::attend_many`).
 //! `D [+]= A·B` with `A` read in place (rows of contiguous values, any row stride), `B` in
 //! column panels of [`NR`] (a weight matrix packed once at load into [`PackedF32`]; a head's
 //! keys packed per call; a head's values read where they are), and the BLIS loop order
 //! around one micro-kernel (Van Zee & van de Geijn, 2015): blocks of [`KC`] steps of `k`, of
-//! [`MC`] rows, then every panel, then tiles of [`MR`] rows (`x86::sgemm512`, the portable
-//! [`tile_portable`] elsewhere). On the 2-core Zen 4 the tower's matmuls reach ~90% of the
-//! FMA peak where the `gemm` crate's kernel (`dense::sgemm`, the other CPUs' path) reached 70–78%.
+//! [`MC`] rows, then every panel, then tiles of [`MR`] rows (`x86::sgemm512` on AVX-512,
+//! `x86::sgemm256` on AVX2, the portable [`tile_portable`] elsewhere). On the 2-core Zen 4 the
+//! tower's matmuls reach ~90% of the FMA peak where the `gemm` crate's kernel (`dense::sgemm`,
+//! the other CPUs' path) reached 70–78%; on the AVX2-only Zen 3 the two are level (densebench),
+//! and f16 weights then stay f16 in the panels.
 //!
 //! Every output is, for each block of `k` in order (the blocks set by `k` alone), one `fma`
 //! chain from zero added to what `D` holds (or written, for the first block without
@@ -27,17 +29,10 @@ const KC: usize = 512;
 /// initialises and finishes its outputs a block at a time).
 pub(crate) const MC: usize = 11 * MR;
 
-/// Whether this CPU runs the fast tile (AVX-512; [`crate::Isa::best`]): only then do callers
-/// pack weights into [`PackedF32`] and send attention here.
+/// Whether this CPU runs a SIMD tile (AVX2 or AVX-512; [`crate::Isa::best`]): only then do
+/// callers pack weights into [`PackedF32`] and send attention here.
 pub(crate) fn fast() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        crate::Isa::best() == crate::Isa::Avx512Vnni
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    matches!(crate::Isa::best(), crate::Isa::Avx2 | crate::Isa::Avx512Vnni)
 }
 
 /// One micro-kernel call: `D[i][j] = (accumulate ? D[i][j] : 0) + Σ_{p<kc} A[i][p]·B[p][j]`
@@ -81,11 +76,22 @@ pub(crate) unsafe fn tile_portable(t: &Tile) {
 /// # Safety
 /// As [`tile_portable`].
 unsafe fn tile(t: &Tile) {
-    // SAFETY: the AVX-512 kernel runs only where `fast` found the instructions.
+    // SAFETY: as the caller's.
+    unsafe { tile_on(crate::Isa::best(), t) }
+}
+
+/// The tile on `isa`'s kernel (the portable one where `isa` has no f32 tile).
+///
+/// # Safety
+/// As [`tile_portable`]; this CPU runs `isa` ([`crate::Isa::available`]).
+unsafe fn tile_on(isa: crate::Isa, t: &Tile) {
+    // SAFETY: each SIMD kernel runs only on an instruction set this CPU has.
     unsafe {
         #[cfg(target_arch = "x86_64")]
-        if fast() {
-            return crate::x86::sgemm_tile(t);
+        match isa {
+            crate::Isa::Avx512Vnni => return crate::x86::sgemm_tile(t),
+            crate::Isa::Avx2 => return crate::x86::sgemm_tile_avx2(t),
+            _ => {}
         }
         tile_portable(t)
     }
@@ -389,7 +395,7 @@ mod tests {
             let (a, b) = (rand(kc * MR, 1), rand(kc * ldb, 2));
             for accumulate in [false, true] {
                 let d0 = rand(m * ldd, 3);
-                let (mut fast_d, mut slow_d) = (d0.clone(), d0.clone());
+                let mut slow_d = d0.clone();
                 let t = |d: &mut Vec<f32>| Tile {
                     m,
                     n,
@@ -402,15 +408,17 @@ mod tests {
                     accumulate,
                 };
                 // SAFETY: the buffers hold every element the tiles address.
-                unsafe {
-                    tile(&t(&mut fast_d));
-                    tile_portable(&t(&mut slow_d));
-                }
+                unsafe { tile_portable(&t(&mut slow_d)) };
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&fast_d), bits(&slow_d), "m {m} n {n} kc {kc} accumulate {accumulate}");
-                // Outside the tile (row padding) nothing changed.
-                for i in 0..m {
-                    assert_eq!(bits(&fast_d[i * ldd + n..(i + 1) * ldd]), bits(&d0[i * ldd + n..(i + 1) * ldd]));
+                for isa in crate::Isa::available() {
+                    let mut fast_d = d0.clone();
+                    // SAFETY: as above; this CPU runs isa.
+                    unsafe { tile_on(isa, &t(&mut fast_d)) };
+                    assert_eq!(bits(&fast_d), bits(&slow_d), "{isa:?}: m {m} n {n} kc {kc} accumulate {accumulate}");
+                    // Outside the tile (row padding) nothing changed.
+                    for i in 0..m {
+                        assert_eq!(bits(&fast_d[i * ldd + n..(i + 1) * ldd]), bits(&d0[i * ldd + n..(i + 1) * ldd]));
+                    }
                 }
             }
         }
@@ -428,7 +436,7 @@ mod tests {
             let (a, b) = (rand(kc * MR, 6), f16s(&rand(kc * ldb + NR, 7)));
             for accumulate in [false, true] {
                 let d0 = rand(m * n, 8);
-                let (mut fast_d, mut slow_d) = (d0.clone(), d0.clone());
+                let mut slow_d = d0.clone();
                 let t = |d: &mut Vec<f32>| Tile {
                     m,
                     n,
@@ -441,11 +449,13 @@ mod tests {
                     accumulate,
                 };
                 // SAFETY: the buffers hold every element the tiles address.
-                unsafe {
-                    tile(&t(&mut fast_d));
-                    tile_portable(&t(&mut slow_d));
+                unsafe { tile_portable(&t(&mut slow_d)) };
+                for isa in crate::Isa::available() {
+                    let mut fast_d = d0.clone();
+                    // SAFETY: as above; this CPU runs isa.
+                    unsafe { tile_on(isa, &t(&mut fast_d)) };
+                    assert_eq!(bits(&fast_d), bits(&slow_d), "{isa:?}: m {m} n {n} kc {kc} accumulate {accumulate}");
                 }
-                assert_eq!(bits(&fast_d), bits(&slow_d), "m {m} n {n} kc {kc} accumulate {accumulate}");
             }
         }
         for (m, k, n) in [(150, 1030, 70), (13, 5, 33), (1, 64, 32)] {

@@ -125,7 +125,7 @@ fn dot_products_are_within_the_activation_quantization_bound_on_every_isa() {
         for (rows, cols) in sizes(t) {
             let w0 = random_matrix(t, rows, cols, &mut rng);
             for w in in_every_layout(&w0) {
-                // Decode sizes, and prefill sizes (the int8 GEMM on AVX-512 VNNI: tokens not a
+                // Decode sizes, and prefill sizes (the int8 GEMM on AVX-512 VNNI and AVX2: tokens not a
                 // multiple of its 8-token tile).
                 for m in [1usize, 3, 7, tessera_kernels::GEMM_MIN_TOKENS, 29] {
                     let x = random_x(m, cols, &mut rng);
@@ -292,10 +292,11 @@ fn f32_gemm_path_equals_the_f32_reference() {
                 for m in [tessera_kernels::GEMM_MIN_TOKENS, 41] {
                     let x = random_x(m, cols, &mut rng);
                     let (want, _, mag) = reference(&w, &x, m);
-                    // Every set but AVX-512 VNNI prefills with dequantized tiles and an f32 GEMM.
+                    // The sets without the int8 GEMM (AVX-512 VNNI, AVX2) prefill with dequantized
+                    // tiles and an f32 GEMM.
                     for (isa, threads) in Isa::available()
                         .into_iter()
-                        .filter(|&i| i != Isa::Avx512Vnni)
+                        .filter(|&i| !matches!(i, Isa::Avx512Vnni | Isa::Avx2))
                         .flat_map(|i| [1usize, 2, 3].map(|n| (i, n)))
                     {
                         let pool = ThreadPool::new(threads);

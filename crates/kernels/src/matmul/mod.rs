@@ -6,7 +6,7 @@
 //!   On AVX-512 VNNI the 32-value types are stored as 16-row panels (`panels.rs`) and their
 //!   rows stream through one kernel per panel. Matrices that share an input (q/k/v, gate/up)
 //!   run together ([`QMatrix::matmul_shared_uninit`]): one quantization, one pool run.
-//! - **Many tokens** (prefill): on AVX-512 VNNI, the int8 GEMM (`igemm.rs`); elsewhere, tiles
+//! - **Many tokens** (prefill): on AVX-512 VNNI and AVX2, the int8 GEMM (`igemm.rs`); elsewhere, tiles
 //!   of weight rows are dequantized into a per-thread f32 buffer that fits in L2 and multiplied
 //!   with all the tokens by an f32 GEMM micro-kernel (the `gemm` crate). Either way each
 //!   weight block is read once per prompt, not once per token.
@@ -17,8 +17,8 @@
 //!   each one uses for a weight type;
 //! - [`decode`]: the few-token path: activations quantized once, rows shared out among the pool
 //!   parts, integer dot products;
-//! - [`prefill`]: the many-token path: the int8 GEMM on AVX-512 VNNI, dequantized tiles × an f32
-//!   GEMM elsewhere.
+//! - [`prefill`]: the many-token path: the int8 GEMM on AVX-512 VNNI and AVX2, dequantized
+//!   tiles × an f32 GEMM elsewhere.
 
 mod decode;
 mod isa;
@@ -335,10 +335,10 @@ impl QMatrix {
             return self.gemm(pool, x, m, out);
         }
         if m >= GEMM_MIN_TOKENS && !crate::invariant::active() {
-            if isa == Isa::Avx512Vnni {
+            if matches!(isa, Isa::Avx512Vnni | Isa::Avx2) {
                 for (c, xc) in x.chunks(IGEMM_CHUNK * cols).enumerate() {
                     // SAFETY: chunk c's output rows lie inside `out`.
-                    self.igemm(pool, xc, xc.len() / cols, unsafe { out.add(c * IGEMM_CHUNK * rows) })?;
+                    self.igemm(isa, pool, xc, xc.len() / cols, unsafe { out.add(c * IGEMM_CHUNK * rows) })?;
                 }
                 return Ok(());
             }

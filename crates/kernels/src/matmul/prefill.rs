@@ -1,13 +1,12 @@
-//! The many-token (prefill) path of [`QMatrix`]: on AVX-512 VNNI the int8 GEMM (`igemm.rs`
-//! packs each panel of 16 weight rows, `x86/igemm.rs` multiplies it with every token);
-//! elsewhere, tiles of weight rows dequantized into a per-thread f32 buffer that fits in L2 and
+//! The many-token (prefill) path of [`QMatrix`]: on AVX-512 VNNI and AVX2, the int8 GEMM (`igemm.rs` packs each panel of 16 weight rows, `x86/igemm.rs`
+//! multiplies it with every token); elsewhere, tiles of weight rows dequantized into a per-thread f32 buffer that fits in L2 and
 //! multiplied with all the tokens by an f32 GEMM micro-kernel (the `gemm` crate, through
 //! `dense::sgemm`). Either way each weight block is read once per prompt, not once per token,
 //! and the pool's threads take panels or tiles from a shared counter.
 //!
 //! Both write through a raw output pointer, under `matmul_to`'s contract (`mod.rs`): valid for
 //! the `(m, rows)` writes, which nothing else makes meanwhile; each panel or tile writes only
-//! its own columns. `igemm` runs only when the chosen instruction set is AVX-512 VNNI.
+//! its own columns. `igemm` runs only when the chosen instruction set is AVX-512 VNNI or AVX2.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -39,8 +38,9 @@ impl QMatrix {
     /// panel of 16 weight rows (shared out among the pool's threads) the panel loaded (or, for
     /// the k-quants, repacked) and multiplied with every token by the int8 micro-kernel.
     #[cfg(target_arch = "x86_64")]
-    pub(super) fn igemm(&self, pool: &ThreadPool, x: &[f32], m: usize, out: *mut f32) -> Result<()> {
+    pub(super) fn igemm(&self, isa: super::Isa, pool: &ThreadPool, x: &[f32], m: usize, out: *mut f32) -> Result<()> {
         use crate::x86::{igemm_tile, IGEMM_MR};
+        let vnni = isa == super::Isa::Avx512Vnni;
         let (rows, cols, t) = (self.rows, self.cols, self.qtype);
         let g = granule(t);
         ACTS.with(|cell| {
@@ -72,12 +72,12 @@ impl QMatrix {
                         let mut t0 = 0;
                         while t0 < m {
                             let mr = IGEMM_MR.min(m - t0);
-                            // SAFETY: `igemm` runs only when `matmul_with` found AVX-512 VNNI;
-                            // panel and activations use granule `g` and `cols`; the writes are
-                            // tokens t0..t0+mr × columns r0..r1 of the (m, rows) output, which
-                            // only this panel writes.
+                            // SAFETY: `igemm` runs only on AVX-512 VNNI or AVX2 (`matmul_to`); panel and activations use granule
+                            // `g` and `cols`; the writes are tokens t0..t0+mr × columns r0..r1
+                            // of the (m, rows) output, which only this panel writes.
                             unsafe {
-                                igemm_tile(&panel, acts, cols, g, t0, mr, dst.0.add(t0 * rows + r0), rows, r1 - r0)
+                                let out = dst.0.add(t0 * rows + r0);
+                                igemm_tile((vnni, t), &panel, acts, cols, g, t0, mr, out, rows, r1 - r0)
                             };
                             t0 += mr;
                         }
@@ -88,7 +88,7 @@ impl QMatrix {
     }
 
     #[cfg(not(target_arch = "x86_64"))]
-    pub(super) fn igemm(&self, pool: &ThreadPool, x: &[f32], m: usize, out: *mut f32) -> Result<()> {
+    pub(super) fn igemm(&self, _isa: super::Isa, pool: &ThreadPool, x: &[f32], m: usize, out: *mut f32) -> Result<()> {
         self.gemm(pool, x, m, out)
     }
 

@@ -13,22 +13,20 @@
 use std::arch::x86_64::*;
 
 use super::{f16_to_f32, hsum};
-use crate::blocks::{scale_min_k4, Q8KBlock, QType};
+use crate::blocks::{Q8KBlock, QType};
 
-/// Σ over the 8 sub-blocks of 32 of `min[j] · (bsums[2j] + bsums[2j+1])`.
+/// The 8 six-bit scales and 8 mins of a Q4_K/Q5_K block's 12 scale bytes at `sc`, as bytes
+/// `[scales…, mins…]`: ggml's four-word unpacking (`utmp` in `ggml_vec_dot_q4_K_q8_K`), the
+/// values of `blocks::scale_min_k4` without its per-value branches.
 #[inline(always)]
-fn mins_dot(mins: &[u8; 8], bsums: &[i16; 16]) -> i32 {
-    (0..8).map(|j| mins[j] as i32 * (bsums[2 * j] as i32 + bsums[2 * j + 1] as i32)).sum()
-}
-
-#[inline(always)]
-unsafe fn scales_mins_k4(sc: *const u8) -> ([u8; 8], [u8; 8]) {
-    let s = std::slice::from_raw_parts(sc, 12);
-    let (mut scales, mut mins) = ([0u8; 8], [0u8; 8]);
-    for j in 0..8 {
-        (scales[j], mins[j]) = scale_min_k4(j, s);
-    }
-    (scales, mins)
+unsafe fn scales_mins_k4(sc: *const u8) -> [u8; 16] {
+    const M1: u32 = 0x3f3f_3f3f;
+    const M2: u32 = 0x0f0f_0f0f;
+    const M3: u32 = 0x0303_0303;
+    let w = |i: usize| u32::from_le_bytes(std::ptr::read_unaligned(sc.add(4 * i) as *const [u8; 4]));
+    let (w0, w1, w2) = (w(0), w(1), w(2));
+    let u = [w0 & M1, (w2 & M2) | (((w0 >> 6) & M3) << 4), w1 & M1, ((w2 >> 4) & M2) | (((w1 >> 6) & M3) << 4)];
+    std::mem::transmute::<[u32; 4], [u8; 16]>(u.map(u32::to_le))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -39,14 +37,19 @@ unsafe fn row_q45k_avx2<const FIVE: bool>(row: &[u8], act: &[Q8KBlock]) -> f32 {
     let low4 = _mm256_set1_epi8(0x0F);
     let one = _mm256_set1_epi8(1);
     let mut acc = _mm256_setzero_ps();
-    let mut summ = 0f32;
+    let mut acc_m = _mm_setzero_ps();
     for i in 0..n {
         let b = p.add(i * bb);
         let a = act.get_unchecked(i);
         let d = f16_to_f32(b) * a.d;
         let dmin = f16_to_f32(b.add(2)) * a.d;
-        let (scales, mins) = scales_mins_k4(b.add(4));
-        summ += dmin * mins_dot(&mins, &a.bsums) as f32;
+        let sm = scales_mins_k4(b.add(4));
+        let scales = &sm[..8];
+        // Σ_j min[j] · (bsums[2j] + bsums[2j+1]), four lanes of pairs of j.
+        let mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(sm.as_ptr().add(8) as *const __m128i));
+        let bs = a.bsums.as_ptr() as *const __m128i;
+        let pairs = _mm_hadd_epi16(_mm_loadu_si128(bs), _mm_loadu_si128(bs.add(1)));
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, pairs)), acc_m);
         let (qh, qs) = if FIVE {
             (_mm256_loadu_si256(b.add(16) as *const __m256i), b.add(48))
         } else {
@@ -74,7 +77,8 @@ unsafe fn row_q45k_avx2<const FIVE: bool>(row: &[u8], act: &[Q8KBlock]) -> f32 {
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    hsum(acc) - summ
+    let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    hsum(acc) - _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -130,5 +134,28 @@ pub(crate) fn row_k_fn(t: QType, vnni: bool) -> Option<crate::matmul::RowKFn> {
         (QType::Q5K, true) => Some(super::kquants512::row_q45k_vnni::<true>),
         (QType::Q6K, true) => Some(super::kquants512::row_q6k_vnni),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The four-word unpacking gives `blocks::scale_min_k4`'s scales and mins for every byte
+    /// pattern of each position.
+    #[test]
+    fn scales_and_mins_unpack_as_ggml_does() {
+        let mut s = 1u64;
+        for _ in 0..2000 {
+            let bytes: [u8; 12] = std::array::from_fn(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 32) as u8
+            });
+            // SAFETY: 12 readable bytes.
+            let got = unsafe { super::scales_mins_k4(bytes.as_ptr()) };
+            for j in 0..8 {
+                assert_eq!((got[j], got[8 + j]), crate::blocks::scale_min_k4(j, &bytes), "{bytes:?} j {j}");
+            }
+        }
     }
 }

@@ -7,8 +7,10 @@
 //! - [`kquants512`]: those k-quant rows on 512-bit registers (AVX-512 BW + VNNI);
 //! - [`panel_dots`]: decode over the 16-row panel layout (`panels.rs`), 512-bit VNNI;
 //! - [`kpanel_dots`]: the same over `Q4_K`'s panels (`kpanels.rs`);
-//! - [`igemm`]: the int8 prefill GEMM's micro-kernel (`igemm.rs` packs its panels), 512-bit VNNI;
+//! - [`igemm`]: the int8 prefill GEMM's micro-kernel (`igemm.rs` packs its panels), 512-bit VNNI
+//!   and AVX2;
 //! - [`sgemm512`]: the f32 GEMM's micro-kernel (`sgemm.rs` drives it), AVX-512 F;
+//! - [`sgemm256`]: the same tiles on 256-bit registers (AVX2 + FMA + F16C);
 //! - [`softmax512`]: softmax's numerators for attention over many queries, AVX-512 F;
 //! - [`activations`]: passes over f32 activation rows: `Q8` quantization and RMSNorm of eight rows (AVX2).
 //!
@@ -32,6 +34,7 @@ mod kquants;
 mod kquants512;
 mod panel_dots;
 mod rows;
+mod sgemm256;
 mod sgemm512;
 mod softmax512;
 
@@ -46,6 +49,7 @@ pub(crate) use kpanel_dots::kpanel_dots_fn;
 pub(crate) use kquants::row_k_fn;
 pub(crate) use panel_dots::panel_dots_fn;
 pub(crate) use rows::{row_fn, rows4_fn};
+pub(crate) use sgemm256::tile as sgemm_tile_avx2;
 pub(crate) use sgemm512::tile as sgemm_tile;
 pub(crate) use softmax512::softmax_numerators as softmax_numerators_512;
 
