@@ -415,28 +415,35 @@ impl Weights {
         let Some(stored) = self.stored_name(&full).filter(|_| packs) else {
             return Ok(None);
         };
-        let (start, count) = (rows.start * in_dim, rows.len() * in_dim);
-        let err =
-            |reason: String| DecoderError::TensorData { name: full.clone(), source_desc: self.describe(), reason };
-        let values = match &*self.source {
+        // Rows `r0 .. r0 + count` of the block `rows`, as stored.
+        let read: Box<dyn Fn(usize, usize) -> std::result::Result<Vec<half::f16>, Reason>> = match &*self.source {
             Source::Safetensors(st) => {
-                let Some(t) = st.get(&stored) else { return Ok(None) };
+                let Some(t) = st.get(&stored).filter(|t| t.dtype == "F16") else { return Ok(None) };
                 self.check_shape(&full, &[out_dim, in_dim], &t.shape)?;
-                st.read_f16(t, start, count)
+                Box::new(move |r0, count| {
+                    let start = (rows.start + r0) * in_dim;
+                    st.read_f16(t, start, count * in_dim).unwrap_or_else(|| Err("not f16".into())).map_err(Reason)
+                })
             }
             Source::Gguf(g) => {
                 let Some(info) = g.content.tensor_infos.get(&stored) else { return Ok(None) };
                 self.check_shape(&full, &[out_dim, in_dim], info.shape.dims())?;
-                let at = g.content.tensor_data_offset.saturating_add(info.offset).saturating_add(2 * start as u64);
-                (Float::of_ggml(info.ggml_dtype) == Some(Float::F16)).then(|| g.file.read_f16(at, count))
+                if Float::of_ggml(info.ggml_dtype) != Some(Float::F16) {
+                    return Ok(None);
+                }
+                let data = g.content.tensor_data_offset.saturating_add(info.offset);
+                Box::new(move |r0, count| {
+                    let at = data.saturating_add(2 * ((rows.start + r0) * in_dim) as u64);
+                    g.file.read_f16(at, count * in_dim).map_err(Reason)
+                })
             }
         };
-        match values.transpose().map_err(err)? {
-            Some(v) => {
-                Ok(Some(tessera_kernels::PackedF32::from_f16(&v, rows.len(), in_dim).map_err(|e| err(e.to_string()))?))
-            }
-            None => Ok(None),
-        }
+        let packed = tessera_kernels::PackedF32::from_f16_blocks(rows.len(), in_dim, read);
+        packed.map(Some).map_err(|Reason(reason)| DecoderError::TensorData {
+            name: full.clone(),
+            source_desc: self.describe(),
+            reason,
+        })
     }
 
     /// A linear layer `in_dim → out_dim` named `name` (with `name.weight`, optionally `name.bias`).
@@ -506,4 +513,13 @@ pub fn read_gguf(path: &Path) -> Result<gguf_file::Content> {
 /// reader of a `len`-byte file; the error says what is wrong without the file's name.
 pub fn check_safetensors_header(file: impl std::io::Read, len: u64) -> std::result::Result<(), String> {
     crate::weight_file::parse_safetensors_header(file, len).map(|_| ())
+}
+
+/// Why a block of an f16 matrix could not be read or packed ([`Weights::packed_f16`]).
+struct Reason(String);
+
+impl From<tessera_kernels::KernelError> for Reason {
+    fn from(e: tessera_kernels::KernelError) -> Self {
+        Self(e.to_string())
+    }
 }

@@ -293,23 +293,29 @@ enum PanelData {
 /// Packs `w` `(n, k)` row-major into panels, the panels shared out over the global pool's
 /// threads (a model's load packs every matrix: 2.5 GB of a 2B model's vision tower in f32).
 fn pack<T: Copy + Default + Send + Sync>(w: &[T], n: usize, k: usize) -> Result<Vec<T>> {
-    if w.len() != n * k {
+    let mut data = vec![T::default(); n.div_ceil(NR) * k * NR];
+    pack_into(w, n, k, &mut data)?;
+    Ok(data)
+}
+
+/// Packs `w` `(n, k)` row-major into `data`, `ceil(n / NR)` panels, on every thread of the pool.
+fn pack_into<T: Copy + Default + Send + Sync>(w: &[T], n: usize, k: usize, data: &mut [T]) -> Result<()> {
+    if w.len() != n * k || data.len() != n.div_ceil(NR) * k * NR {
         return Err(KernelError::Shape(format!("packed f32 weight: {} values for ({n}, {k})", w.len())));
     }
-    let mut data = vec![T::default(); n.div_ceil(NR) * k * NR];
     let src = crate::pool::SendPtr(w.as_ptr().cast_mut());
     let panel = |j: usize, out: &mut [T]| {
         let src = &src;
         // SAFETY: w holds n rows of k values; panel j of data is `out`, k · NR values.
         unsafe { pack_panel(src.0.cast_const(), k, n, k, j, out) }
     };
-    if crate::for_each_row(crate::ThreadPool::global(), &mut data, k * NR, 2, &panel).is_err() {
+    if crate::for_each_row(crate::ThreadPool::global(), data, k * NR, 2, &panel).is_err() {
         // A worker panicked (no input can make it): the same work on this thread.
         for (j, out) in data.chunks_exact_mut((k * NR).max(1)).enumerate() {
             panel(j, out);
         }
     }
-    Ok(data)
+    Ok(())
 }
 
 impl std::fmt::Debug for PackedF32 {
@@ -327,6 +333,27 @@ impl PackedF32 {
     /// Packs `w` `(n, k)`, row-major f16 values, kept in f16.
     pub fn from_f16(w: &[half::f16], n: usize, k: usize) -> Result<Self> {
         Ok(Self { n, k, data: PanelData::F16(pack(w, n, k)?) })
+    }
+
+    /// Packs an f16 `(n, k)` matrix read a block of rows at a time: `read(r0, count)` gives
+    /// rows `r0 .. r0 + count` of it, row-major (`r0` a multiple of [`NR`]). Only the panels
+    /// are allocated, not a copy of the whole matrix as stored; each block is packed on every
+    /// thread. Errors of `read` come back as they are.
+    pub fn from_f16_blocks<E: From<KernelError>>(
+        n: usize,
+        k: usize,
+        mut read: impl FnMut(usize, usize) -> std::result::Result<Vec<half::f16>, E>,
+    ) -> std::result::Result<Self, E> {
+        /// Rows per block: whole panels, a few MB of f16 for a tower's widest matrices.
+        const BLOCK: usize = 8 * NR;
+        let mut data = vec![half::f16::ZERO; n.div_ceil(NR) * k * NR];
+        for r0 in (0..n).step_by(BLOCK) {
+            let count = BLOCK.min(n - r0);
+            let rows = read(r0, count)?;
+            let panels = r0 / NR * k * NR..(r0 + count).div_ceil(NR) * k * NR;
+            pack_into(&rows, count, k, &mut data[panels])?;
+        }
+        Ok(Self { n, k, data: PanelData::F16(data) })
     }
 
     /// Whether the values are stored in f16.
@@ -473,6 +500,27 @@ mod tests {
             assert_eq!(bits(&h), bits(&f), "({m}, {k}, {n})");
         }
         assert!(PackedF32::from_f16(&[half::f16::ZERO; 5], 2, 3).is_err(), "a weight of the wrong length is refused");
+        Ok(())
+    }
+
+    /// An f16 matrix read a block of rows at a time packs as the whole matrix does (several
+    /// blocks, the last panel partial); a block read's error comes back, and so does a block of
+    /// the wrong length.
+    #[test]
+    fn f16_panels_packed_block_by_block_equal_the_whole_matrix_packed() -> Result<()> {
+        let (n, k) = (8 * NR * 2 + 37, 19);
+        let w: Vec<half::f16> = rand(n * k, 11).iter().map(|&x| half::f16::from_f32(x)).collect();
+        let mut reads = Vec::new();
+        let blocks = PackedF32::from_f16_blocks(n, k, |r0, count| {
+            reads.push((r0, count));
+            Ok::<_, KernelError>(w[r0 * k..(r0 + count) * k].to_vec())
+        })?;
+        assert_eq!(reads, [(0, 256), (256, 256), (512, 37)]);
+        assert!(blocks.is_f16());
+        assert_eq!(blocks.unpack(), PackedF32::from_f16(&w, n, k)?.unpack());
+        let failed = PackedF32::from_f16_blocks(n, k, |r0, _| Err(KernelError::Shape(format!("read at {r0}"))));
+        assert!(matches!(failed, Err(KernelError::Shape(m)) if m == "read at 0"));
+        assert!(PackedF32::from_f16_blocks(n, k, |_, _| Ok::<_, KernelError>(vec![half::f16::ZERO; 3])).is_err());
         Ok(())
     }
 

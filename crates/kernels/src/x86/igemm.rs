@@ -147,27 +147,50 @@ pub(crate) unsafe fn igemm_tile(
     nvalid: usize,
 ) {
     macro_rules! go {
-        ($tile:ident, $($c:literal),*) => {
+        ($tile:ident, $g:literal) => {
             match mr {
-                8 => $tile::<8, $($c),*>(p, a, cols, t0, out, ldo, nvalid),
-                7 => $tile::<7, $($c),*>(p, a, cols, t0, out, ldo, nvalid),
-                6 => $tile::<6, $($c),*>(p, a, cols, t0, out, ldo, nvalid),
-                5 => $tile::<5, $($c),*>(p, a, cols, t0, out, ldo, nvalid),
-                4 => $tile::<4, $($c),*>(p, a, cols, t0, out, ldo, nvalid),
-                3 => $tile::<3, $($c),*>(p, a, cols, t0, out, ldo, nvalid),
-                2 => $tile::<2, $($c),*>(p, a, cols, t0, out, ldo, nvalid),
-                _ => $tile::<1, $($c),*>(p, a, cols, t0, out, ldo, nvalid),
+                8 => $tile::<8, $g>(p, a, cols, t0, out, ldo, nvalid),
+                7 => $tile::<7, $g>(p, a, cols, t0, out, ldo, nvalid),
+                6 => $tile::<6, $g>(p, a, cols, t0, out, ldo, nvalid),
+                5 => $tile::<5, $g>(p, a, cols, t0, out, ldo, nvalid),
+                4 => $tile::<4, $g>(p, a, cols, t0, out, ldo, nvalid),
+                3 => $tile::<3, $g>(p, a, cols, t0, out, ldo, nvalid),
+                2 => $tile::<2, $g>(p, a, cols, t0, out, ldo, nvalid),
+                _ => $tile::<1, $g>(p, a, cols, t0, out, ldo, nvalid),
             }
         };
     }
-    match (vnni, g == 16, t == QType::Q8_0) {
-        (true, true, _) => go!(igemm_tile_g, 16),
-        (true, false, _) => go!(igemm_tile_g, 32),
-        (false, true, _) => go!(igemm_tile_avx2_g, 16, false),
-        (false, false, false) => go!(igemm_tile_avx2_g, 32, false),
-        (false, false, true) => go!(igemm_tile_avx2_g, 32, true),
+    match (vnni, g == 16) {
+        (true, true) => go!(igemm_tile_g, 16),
+        (true, false) => go!(igemm_tile_g, 32),
+        (false, _) => {
+            // AVX2's sixteen registers hold the integer sums of AVX2_MR tokens beside the
+            // panel's two halves: the tokens go in groups of that many.
+            let signed = t == QType::Q8_0;
+            for t in (0..mr).step_by(AVX2_MR) {
+                let (t0, mr, out) = (t0 + t, (mr - t).min(AVX2_MR), out.add(t * ldo));
+                macro_rules! avx2 {
+                    ($($c:literal),*) => {
+                        match mr {
+                            1 => igemm_tile_avx2_g::<1, $($c),*>(p, a, cols, t0, out, ldo, nvalid),
+                            2 => igemm_tile_avx2_g::<2, $($c),*>(p, a, cols, t0, out, ldo, nvalid),
+                            3 => igemm_tile_avx2_g::<3, $($c),*>(p, a, cols, t0, out, ldo, nvalid),
+                            _ => igemm_tile_avx2_g::<AVX2_MR, $($c),*>(p, a, cols, t0, out, ldo, nvalid),
+                        }
+                    };
+                }
+                match (g == 16, signed) {
+                    (true, _) => avx2!(16, false),
+                    (false, false) => avx2!(32, false),
+                    (false, true) => avx2!(32, true),
+                }
+            }
+        }
     }
 }
+
+/// Tokens per AVX2 tile.
+const AVX2_MR: usize = 4;
 
 #[cfg(test)]
 mod tests {
