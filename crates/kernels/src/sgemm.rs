@@ -84,6 +84,7 @@ unsafe fn tile(t: &Tile) {
 ///
 /// # Safety
 /// As [`tile_portable`]; this CPU runs `isa` ([`crate::Isa::available`]).
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 unsafe fn tile_on(isa: crate::Isa, t: &Tile) {
     // SAFETY: each SIMD kernel runs only on an instruction set this CPU has.
     unsafe {
