@@ -267,8 +267,8 @@ impl Safetensors {
 
     /// Values `start .. start + count` of an f16 `t`, kept in f16 ([`WeightFile::read_f16`]);
     /// None for other dtypes.
-    pub(crate) fn read_f16(&self, t: &StoredTensor, start: usize, count: usize) -> Option<StrResult<Vec<half::f16>>> {
-        (t.dtype == "F16").then(|| self.files[t.file].read_f16(t.offset.saturating_add(2 * start as u64), count))
+    pub(crate) fn read_f16(&self, t: &StoredTensor, start: usize, count: usize) -> StrResult<Vec<half::f16>> {
+        self.files[t.file].read_f16(t.offset.saturating_add(2 * start as u64), count)
     }
 
     /// Reads a float `t` as f32 ([`WeightFile::read_f32`]); None for other dtypes.

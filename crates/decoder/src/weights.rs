@@ -418,11 +418,13 @@ impl Weights {
         // Rows `r0 .. r0 + count` of the block `rows`, as stored.
         let read: Box<dyn Fn(usize, usize) -> std::result::Result<Vec<half::f16>, Reason>> = match &*self.source {
             Source::Safetensors(st) => {
-                let Some(t) = st.get(&stored).filter(|t| t.dtype == "F16") else { return Ok(None) };
+                let Some(t) = st.get(&stored).filter(|t| Float::of_safetensors(&t.dtype) == Some(Float::F16)) else {
+                    return Ok(None);
+                };
                 self.check_shape(&full, &[out_dim, in_dim], &t.shape)?;
                 Box::new(move |r0, count| {
                     let start = (rows.start + r0) * in_dim;
-                    st.read_f16(t, start, count * in_dim).unwrap_or_else(|| Err("not f16".into())).map_err(Reason)
+                    st.read_f16(t, start, count * in_dim).map_err(Reason)
                 })
             }
             Source::Gguf(g) => {

@@ -125,8 +125,8 @@ fn dot_products_are_within_the_activation_quantization_bound_on_every_isa() {
         for (rows, cols) in sizes(t) {
             let w0 = random_matrix(t, rows, cols, &mut rng);
             for w in in_every_layout(&w0) {
-                // Decode sizes, and prefill sizes (the int8 GEMM on AVX-512 VNNI and AVX2: tokens not a
-                // multiple of its 8-token tile).
+                // Decode sizes, and prefill sizes (the int8 GEMM on AVX-512 VNNI and AVX2: tokens
+                // not a multiple of its 8-token tile).
                 for m in [1usize, 3, 7, tessera_kernels::GEMM_MIN_TOKENS, 29] {
                     let x = random_x(m, cols, &mut rng);
                     let (want, bound, _) = reference(&w, &x, m);

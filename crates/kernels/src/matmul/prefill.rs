@@ -1,6 +1,7 @@
-//! The many-token (prefill) path of [`QMatrix`]: on AVX-512 VNNI and AVX2, the int8 GEMM (`igemm.rs` packs each panel of 16 weight rows, `x86/igemm.rs`
-//! multiplies it with every token); elsewhere, tiles of weight rows dequantized into a per-thread f32 buffer that fits in L2 and
-//! multiplied with all the tokens by an f32 GEMM micro-kernel (the `gemm` crate, through
+//! The many-token (prefill) path of [`QMatrix`]: on AVX-512 VNNI and AVX2, the int8 GEMM
+//! (`igemm.rs` packs each panel of 16 weight rows, `x86/igemm.rs` multiplies it with every
+//! token); elsewhere, tiles of weight rows dequantized into a per-thread f32 buffer that fits in
+//! L2 and multiplied with all the tokens by an f32 GEMM micro-kernel (the `gemm` crate, through
 //! `dense::sgemm`). Either way each weight block is read once per prompt, not once per token,
 //! and the pool's threads take panels or tiles from a shared counter.
 //!
@@ -72,12 +73,13 @@ impl QMatrix {
                         let mut t0 = 0;
                         while t0 < m {
                             let mr = IGEMM_MR.min(m - t0);
-                            // SAFETY: `igemm` runs only on AVX-512 VNNI or AVX2 (`matmul_to`); panel and activations use granule
-                            // `g` and `cols`; the writes are tokens t0..t0+mr × columns r0..r1
-                            // of the (m, rows) output, which only this panel writes.
+                            // SAFETY: `igemm` runs only on AVX-512 VNNI or AVX2 (`matmul_to`);
+                            // panel and activations use granule `g` and `cols`; the writes are
+                            // tokens t0..t0+mr × columns r0..r1 of the (m, rows) output, which
+                            // only this panel writes.
                             unsafe {
                                 let out = dst.0.add(t0 * rows + r0);
-                                igemm_tile((vnni, t), &panel, acts, cols, g, t0, mr, out, rows, r1 - r0)
+                                igemm_tile(vnni, t, &panel, acts, cols, g, t0, mr, out, rows, r1 - r0)
                             };
                             t0 += mr;
                         }

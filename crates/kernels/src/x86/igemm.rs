@@ -1,12 +1,11 @@
 //! The int8 prefill GEMM's micro-kernel on AVX-512 VNNI: one panel of 16 weight rows × up to
 //! [`IGEMM_MR`] tokens, `vpdpbusd` on 512-bit registers with one lane per row; and the same on
-//! AVX2's 256-bit registers (two per panel row step) for the types whose weights fit its
-//! 16-bit pair sums. `igemm.rs`
-//! packs the panels and quantizes the activations, and says why the layout is what it is.
+//! AVX2's 256-bit registers (two per step of a panel's rows). `igemm.rs` packs the panels and
+//! quantizes the activations, and says why the layout is what it is.
 //!
 //! # Safety
-//! [`igemm_tile`] runs only on a CPU with AVX-512 VNNI (`has_vnni()`), or AVX2 as it says, with the panel, the
-//! activations and the output its own `# Safety` section describes.
+//! [`igemm_tile`] runs only on a CPU with AVX-512 VNNI (`has_vnni()`), or AVX2 as it says, with
+//! the panel, the activations and the output its own `# Safety` section describes.
 
 #![allow(unsafe_op_in_unsafe_fn)]
 
@@ -135,7 +134,8 @@ unsafe fn igemm_tile_avx2_g<const MR: usize, const G: usize, const SIGNED: bool>
 /// writes.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn igemm_tile(
-    (vnni, t): (bool, QType),
+    vnni: bool,
+    t: QType,
     p: &Panel,
     a: &Acts,
     cols: usize,
@@ -147,28 +147,27 @@ pub(crate) unsafe fn igemm_tile(
     nvalid: usize,
 ) {
     macro_rules! go {
-        ($tile:ident, $g:literal) => {
+        ($g:literal) => {
             match mr {
-                8 => $tile::<8, $g>(p, a, cols, t0, out, ldo, nvalid),
-                7 => $tile::<7, $g>(p, a, cols, t0, out, ldo, nvalid),
-                6 => $tile::<6, $g>(p, a, cols, t0, out, ldo, nvalid),
-                5 => $tile::<5, $g>(p, a, cols, t0, out, ldo, nvalid),
-                4 => $tile::<4, $g>(p, a, cols, t0, out, ldo, nvalid),
-                3 => $tile::<3, $g>(p, a, cols, t0, out, ldo, nvalid),
-                2 => $tile::<2, $g>(p, a, cols, t0, out, ldo, nvalid),
-                _ => $tile::<1, $g>(p, a, cols, t0, out, ldo, nvalid),
+                8 => igemm_tile_g::<8, $g>(p, a, cols, t0, out, ldo, nvalid),
+                7 => igemm_tile_g::<7, $g>(p, a, cols, t0, out, ldo, nvalid),
+                6 => igemm_tile_g::<6, $g>(p, a, cols, t0, out, ldo, nvalid),
+                5 => igemm_tile_g::<5, $g>(p, a, cols, t0, out, ldo, nvalid),
+                4 => igemm_tile_g::<4, $g>(p, a, cols, t0, out, ldo, nvalid),
+                3 => igemm_tile_g::<3, $g>(p, a, cols, t0, out, ldo, nvalid),
+                2 => igemm_tile_g::<2, $g>(p, a, cols, t0, out, ldo, nvalid),
+                _ => igemm_tile_g::<1, $g>(p, a, cols, t0, out, ldo, nvalid),
             }
         };
     }
     match (vnni, g == 16) {
-        (true, true) => go!(igemm_tile_g, 16),
-        (true, false) => go!(igemm_tile_g, 32),
+        (true, true) => go!(16),
+        (true, false) => go!(32),
         (false, _) => {
             // AVX2's sixteen registers hold the integer sums of AVX2_MR tokens beside the
             // panel's two halves: the tokens go in groups of that many.
-            let signed = t == QType::Q8_0;
-            for t in (0..mr).step_by(AVX2_MR) {
-                let (t0, mr, out) = (t0 + t, (mr - t).min(AVX2_MR), out.add(t * ldo));
+            for i in (0..mr).step_by(AVX2_MR) {
+                let (t0, mr, out) = (t0 + i, (mr - i).min(AVX2_MR), out.add(i * ldo));
                 macro_rules! avx2 {
                     ($($c:literal),*) => {
                         match mr {
@@ -179,7 +178,7 @@ pub(crate) unsafe fn igemm_tile(
                         }
                     };
                 }
-                match (g == 16, signed) {
+                match (g == 16, t == QType::Q8_0) {
                     (true, _) => avx2!(16, false),
                     (false, false) => avx2!(32, false),
                     (false, true) => avx2!(32, true),
@@ -251,15 +250,15 @@ mod tests {
                     .flat_map(|tk| (0..rows).map(move |r| (tk, r)))
                     .map(|(tk, r)| portable(&p, &a, cols, g, tk, r))
                     .collect();
-                let tiles = [(false, true), (true, super::super::has_vnni())];
-                for (vnni, _) in tiles.into_iter().filter(|&(_, runs)| runs) {
+                for vnni in [false].into_iter().chain(super::super::has_vnni().then_some(true)) {
                     let mut out = vec![f32::NAN; m * rows];
                     for t0 in (0..m).step_by(IGEMM_MR) {
                         // SAFETY: the CPU runs this tile for t; panel and activations use
                         // granule g; out holds m rows of `rows`.
                         unsafe {
                             igemm_tile(
-                                (vnni, t),
+                                vnni,
+                                t,
                                 &p,
                                 &a,
                                 cols,
