@@ -182,11 +182,11 @@ fn simd_kernels_equal_the_portable_twin() {
             let (_, _, mag) = reference(&w, &x, m);
             let mut portable = vec![0f32; m * rows];
             w.matmul_with(Isa::Portable, &pool, &x, m, &mut portable).expect("portable");
-            // The panel layouts' kernels too: only VNNI reads panels (the others dequantize).
+            // The panel layouts' kernels too, on the sets that read them (the others dequantize).
             let runs = in_every_layout(&w)
                 .into_iter()
                 .flat_map(|lw| Isa::available().into_iter().map(move |i| (i, lw.clone())));
-            for (isa, lw) in runs.filter(|(i, lw)| lw.layout() == Layout::Rows || *i == Isa::Avx512Vnni) {
+            for (isa, lw) in runs.filter(|(i, lw)| lw.layout() == Layout::Rows || i.reads_panels(t)) {
                 let mut got = vec![0f32; m * rows];
                 lw.matmul_with(isa, &pool, &x, m, &mut got).expect("simd");
                 for i in 0..m * rows {

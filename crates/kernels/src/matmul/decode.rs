@@ -119,7 +119,8 @@ impl QMatrix {
     ///
     /// # Safety
     /// `dst` is valid for the (m, rows) output, whose columns of this part's share only this
-    /// call writes; `isa` is one this CPU has; a panel matrix runs only with AVX-512 VNNI;
+    /// call writes; `isa` is one this CPU has; a panel matrix runs only on a set that reads its
+    /// panels ([`Isa::reads_panels`]);
     /// `acts` holds the activation kind this matrix reads, for `cols` values per token.
     unsafe fn dots_part(
         &self,
@@ -144,7 +145,9 @@ impl QMatrix {
                 unsafe {
                     let (panel, out) = (self.data.as_ptr().add(p * nb * cb), dst.0.add(r0));
                     match t.activation() {
-                        ActKind::Q8 => crate::x86::panel_dots_fn(t)(panel, nb, acts.q8, m, out, rows, nvalid),
+                        ActKind::Q8 => crate::x86::panel_dots_fn(t, isa == Isa::Avx512Vnni)(
+                            panel, nb, acts.q8, m, out, rows, nvalid,
+                        ),
                         ActKind::Q8K => crate::x86::kpanel_dots_fn(t)(panel, nb, acts.q8k, m, out, rows, nvalid),
                     }
                 };

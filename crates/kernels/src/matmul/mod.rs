@@ -3,8 +3,8 @@
 //! - **Few tokens** (decode): the activations are quantized once (`Q8`/`Q8_K`, as llama.cpp),
 //!   the weight rows are split into one contiguous range per pool thread, and each row is
 //!   dotted with every token's activations while it is in cache.
-//!   On AVX-512 VNNI the 32-value types are stored as 16-row panels (`panels.rs`) and their
-//!   rows stream through one kernel per panel. Matrices that share an input (q/k/v, gate/up)
+//!   On AVX-512 VNNI (and for the 32-value types on AVX2) the weights are stored as 16-row
+//!   panels (`panels.rs`, `kpanels.rs`) and their rows stream through one kernel per panel. Matrices that share an input (q/k/v, gate/up)
 //!   run together ([`QMatrix::matmul_shared_uninit`]): one quantization, one pool run.
 //! - **Many tokens** (prefill): on AVX-512 VNNI and AVX2, the int8 GEMM (`igemm.rs`); elsewhere, tiles
 //!   of weight rows are dequantized into a per-thread f32 buffer that fits in L2 and multiplied
@@ -57,18 +57,18 @@ pub enum Layout {
     /// Row after row of blocks, as stored in GGUF.
     Rows,
     /// 16 rows interleaved per block (see `panels.rs`, and `kpanels.rs` for the k-quants): the
-    /// layout the AVX-512 VNNI kernels read fastest.
+    /// layout the AVX-512 VNNI kernels (and the AVX2 ones of the 32-value types) read fastest.
     Panels,
 }
 
 impl Layout {
-    /// The layout a matrix of `t` gets on this CPU: panels for every type that has
-    /// them, on AVX-512 VNNI. For the k-quants (`kpanels.rs`) the panels
+    /// The layout a matrix of `t` gets on this CPU: panels wherever its best kernels read them
+    /// ([`Isa::reads_panels`]). On AVX-512 VNNI, for the k-quants (`kpanels.rs`) the panels
     /// beat the rows on a 1B Llama shape (`tessera-bench`, pp64 / tg32, one thread, one run):
     /// Q4_K_M prefill 110 vs 80–88 tok/s, decode 32–37 vs 24–27; Q5_K_M 103 vs 88, 27–31 vs 23;
     /// Q6_K 88–93 vs 71, 26–28 vs 24.
     pub fn preferred(t: QType) -> Layout {
-        if Isa::best() == Isa::Avx512Vnni && panels::has_panels(t) {
+        if Isa::best().reads_panels(t) {
             Layout::Panels
         } else {
             Layout::Rows
@@ -271,7 +271,7 @@ impl QMatrix {
             }
         }
         let few = m < GEMM_MIN_TOKENS || crate::invariant::active();
-        if m > 0 && few && mats.iter().all(|w| w.layout == Layout::Rows || isa == Isa::Avx512Vnni) {
+        if m > 0 && few && mats.iter().all(|w| w.layout == Layout::Rows || isa.reads_panels(w.qtype)) {
             let mats: Vec<_> = mats.iter().zip(outs).map(|(w, o)| (*w, SendPtr(o.ptr), o.residual)).collect();
             return Self::shared_dots(&mats, isa, pool, x, m);
         }
@@ -322,8 +322,8 @@ impl QMatrix {
             return Ok(());
         }
         let (cols, rows) = (self.cols, self.rows);
-        if self.layout == Layout::Panels && isa != Isa::Avx512Vnni {
-            // Only the VNNI kernels read panels; other sets (forced in tests) use the f32 path,
+        if self.layout == Layout::Panels && !isa.reads_panels(self.qtype) {
+            // Sets whose kernels do not read these panels (forced in tests) use the f32 path,
             // a token at a time when rows must not depend on the batch.
             if crate::invariant::active() {
                 for (t, xr) in x.chunks_exact(cols).enumerate() {

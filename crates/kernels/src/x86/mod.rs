@@ -83,6 +83,16 @@ const fn code(t: QType) -> u8 {
     }
 }
 
+/// 32 bits → 32 bytes of 0xFF (bit set) or 0x00.
+#[inline(always)]
+pub(super) unsafe fn bytes_from_bits(p: *const u8) -> __m256i {
+    let x32 = i32::from_le_bytes([*p, *p.add(1), *p.add(2), *p.add(3)]);
+    let shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(x32), shuf);
+    let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
+}
+
 #[inline(always)]
 unsafe fn f16_to_f32(p: *const u8) -> f32 {
     let bits = u16::from_le_bytes([*p, *p.add(1)]);

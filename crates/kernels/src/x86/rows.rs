@@ -15,7 +15,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{block_bytes, code, f16_to_f32, hsum, signed, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+use super::{block_bytes, bytes_from_bits, code, f16_to_f32, hsum, signed, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::blocks::{Q8Block, QType};
 
 /// 16 bytes of nibbles → 32 bytes: low nibbles first, then high nibbles.
@@ -24,16 +24,6 @@ unsafe fn bytes_from_nibbles(p: *const u8) -> __m256i {
     let x = _mm_loadu_si128(p as *const __m128i);
     let both = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
     _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
-}
-
-/// 32 bits → 32 bytes of 0xFF (bit set) or 0x00.
-#[inline(always)]
-unsafe fn bytes_from_bits(p: *const u8) -> __m256i {
-    let x32 = i32::from_le_bytes([*p, *p.add(1), *p.add(2), *p.add(3)]);
-    let shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
-    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(x32), shuf);
-    let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-    _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
 }
 
 /// The block's 32 weights as int8 (signed for the symmetric types, 0..31 otherwise), its
