@@ -148,7 +148,9 @@ impl QMatrix {
                         ActKind::Q8 => crate::x86::panel_dots_fn(t, isa == Isa::Avx512Vnni)(
                             panel, nb, acts.q8, m, out, rows, nvalid,
                         ),
-                        ActKind::Q8K => crate::x86::kpanel_dots_fn(t)(panel, nb, acts.q8k, m, out, rows, nvalid),
+                        ActKind::Q8K => crate::x86::kpanel_dots_fn(t, isa == Isa::Avx512Vnni)(
+                            panel, nb, acts.q8k, m, out, rows, nvalid,
+                        ),
                     }
                 };
             }

@@ -85,13 +85,9 @@ impl Isa {
     }
 
     /// Whether this set's kernels read `t`'s panel layout (`panels.rs`, `kpanels.rs`): on AVX-512
-    /// VNNI every type that has one; on AVX2 the 32-value types (the k-quants stay in rows).
+    /// VNNI and AVX2, every type that has one.
     pub fn reads_panels(self, t: QType) -> bool {
-        match self {
-            Isa::Avx512Vnni => crate::panels::has_panels(t),
-            Isa::Avx2 => crate::panels::has_panels(t) && t.block_elems() == 32,
-            _ => false,
-        }
+        matches!(self, Isa::Avx512Vnni | Isa::Avx2) && crate::panels::has_panels(t)
     }
 
     pub fn name(self) -> &'static str {

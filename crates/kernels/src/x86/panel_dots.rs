@@ -331,7 +331,7 @@ mod tests {
         };
         let unit = |r: u64| (r >> 30) as f32 / (1u64 << 23) as f32 - 1.0;
         for t in [QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q5_1, QType::Q8_0] {
-            for case in 0..3 {
+            for case in 0..4 {
                 let data = if case < 2 {
                     let w: Vec<f32> =
                         (0..rows * cols).map(|i| if case == 1 { [-1.0, 1.0][i % 2] } else { unit(rnd()) }).collect();
@@ -340,7 +340,9 @@ mod tests {
                     };
                     bytes
                 } else {
-                    let mut bytes: Vec<u8> = (0..rows * nb * t.block_bytes()).map(|_| rnd() as u8).collect();
+                    // Case 3: every value at its largest (nibbles 15, fifth bits and high pairs set).
+                    let mut bytes: Vec<u8> =
+                        (0..rows * nb * t.block_bytes()).map(|_| if case == 3 { 0xFF } else { rnd() as u8 }).collect();
                     for blk in bytes.chunks_exact_mut(t.block_bytes()) {
                         blk[..2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
                     }
@@ -348,7 +350,9 @@ mod tests {
                 };
                 let packed = panels::repack(t, rows, cols, &data);
                 for m in 1..=6 {
-                    let x: Vec<f32> = (0..m * cols).map(|i| if i % 5 == 0 { 3.0 } else { unit(rnd()) }).collect();
+                    // With case 3, every activation at +127: the largest sums.
+                    let x: Vec<f32> =
+                        (0..m * cols).map(|i| if case == 3 || i % 5 == 0 { 3.0 } else { unit(rnd()) }).collect();
                     let mut act = vec![Q8Block::default(); m * nb];
                     quantize_q8(&x, &mut act);
                     let row = |r: usize| &data[r * nb * t.block_bytes()..(r + 1) * nb * t.block_bytes()];
