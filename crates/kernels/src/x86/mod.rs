@@ -5,8 +5,8 @@
 //!   registers (AVX2 `maddubs` + `madd`, or VNNI `vpdpbusd`);
 //! - [`kquants`]: the same for the k-quants (`Q4_K`, `Q5_K`, `Q6_K`) with `Q8_K` activations (AVX2);
 //! - [`kquants512`]: those k-quant rows on 512-bit registers (AVX-512 BW + VNNI);
-//! - [`panel_dots`]: decode over the 16-row panel layout (`panels.rs`), 512-bit VNNI;
-//! - [`kpanel_dots`]: the same over `Q4_K`'s panels (`kpanels.rs`);
+//! - [`panel_dots`]: decode over the 16-row panel layout (`panels.rs`), 512-bit VNNI and AVX2;
+//! - [`kpanel_dots`]: the same over the k-quants' panels (`kpanels.rs`);
 //! - [`igemm`]: the int8 prefill GEMM's micro-kernel (`igemm.rs` packs its panels), 512-bit VNNI
 //!   and AVX2;
 //! - [`sgemm512`]: the f32 GEMM's micro-kernel (`sgemm.rs` drives it), AVX-512 F;
