@@ -7,10 +7,7 @@
 //! `vpdpwssd`s per four sub-blocks. The row kernels (`kquants512.rs`) spend ~60 instructions on
 //! one row's block; here ~250 serve 16 rows, and no horizontal sums are needed.
 //!
-//! On AVX2 the twins below run the same integer arithmetic on two 256-bit halves (rows 0–7 and
-//! 8–15 of every 64-byte segment): `maddubs` + `madd` by ones for `vpdpbusd` (their 16-bit sums
-//! added over no more steps than stay below 2¹⁵), `madd` + `add` for `vpdpwssd`. Integer sums
-//! are exact and the f32 steps the same, so both give the same bits.
+//! On AVX2 their twins in `kpanel_dots256.rs` give the same bits.
 //!
 //! # Safety
 //! The kernels [`kpanel_dots_fn`] returns run only on a CPU with AVX-512 VNNI (`has_vnni()`),
@@ -21,6 +18,7 @@
 
 use std::arch::x86_64::*;
 
+use super::kpanel_dots256::kpanel_tokens_avx2;
 use super::row_mask;
 use crate::blocks::{Q8KBlock, QType};
 
@@ -133,9 +131,9 @@ unsafe fn q45k_panel_vnni<const FIVE: bool, const MR: usize>(
 
 /// `Q6_K`'s chunk (`kpanels.rs`): the 16 `d`, the scale words, then per half `n` and step `l`
 /// the three value registers at `Q6_VALUES + 192 (8n + l)`; padded to whole lines.
-const Q6_SCALES: usize = 32;
-const Q6_VALUES: usize = Q6_SCALES + 4 * 64;
-const CB6: usize = (Q6_VALUES + 16 * 192).next_multiple_of(64);
+pub(super) const Q6_SCALES: usize = 32;
+pub(super) const Q6_VALUES: usize = Q6_SCALES + 4 * 64;
+pub(super) const CB6: usize = (Q6_VALUES + 16 * 192).next_multiple_of(64);
 
 /// [`q45k_panel_vnni`] for `Q6_K`: per 128-value half and per four-byte step, the low nibbles
 /// and high bit pairs of 16 rows make four registers of 6-bit values (each for its own
@@ -221,267 +219,6 @@ unsafe fn q6k_panel_vnni<const MR: usize>(
     }
 }
 
-/// Bit `bit` of each byte of `v` as 0x10 (`Q5_K`'s fifth bit, in place over a nibble). The
-/// 16-bit shifts bring bit 4 of each byte from the same byte.
-#[inline(always)]
-unsafe fn fifth_bit(v: __m256i, bit: usize) -> __m256i {
-    let s = match bit {
-        0 => _mm256_slli_epi16::<4>(v),
-        1 => _mm256_slli_epi16::<3>(v),
-        2 => _mm256_slli_epi16::<2>(v),
-        3 => _mm256_slli_epi16::<1>(v),
-        4 => v,
-        5 => _mm256_srli_epi16::<1>(v),
-        6 => _mm256_srli_epi16::<2>(v),
-        _ => _mm256_srli_epi16::<3>(v),
-    };
-    _mm256_and_si256(s, _mm256_set1_epi8(0x10))
-}
-
-/// Stores a token's two halves (rows 0–7, 8–15) as the first `nvalid` rows at `out`.
-#[inline(always)]
-unsafe fn store_halves(acc: &[__m256; 2], out: *mut f32, nvalid: usize) {
-    let mut rows = [0f32; 16];
-    _mm256_storeu_ps(rows.as_mut_ptr(), acc[0]);
-    _mm256_storeu_ps(rows.as_mut_ptr().add(8), acc[1]);
-    std::ptr::copy_nonoverlapping(rows.as_ptr(), out, nvalid.min(16));
-}
-
-/// [`q45k_panel_vnni`] on AVX2. The nibbles' 16-bit sums (≤ 2 · 15 · 127 per step) add up over
-/// a sub-block's eight steps; with `Q5_K`'s fifth bits (values ≤ 31) over four.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q45k_panel_avx2<const FIVE: bool, const MR: usize>(
-    panel: *const u8,
-    nb: usize,
-    act: *const Q8KBlock,
-    out: *mut f32,
-    ldo: usize,
-    nvalid: usize,
-) {
-    let low = _mm256_set1_epi8(0x0F);
-    let (m6, m4, m2) = (_mm256_set1_epi32(0x3f3f_3f3f), _mm256_set1_epi32(0x0f0f_0f0f), _mm256_set1_epi32(0x0303_0303));
-    let byte = _mm256_set1_epi32(0xFF);
-    let even = _mm256_set1_epi32(0x00FF_00FF);
-    let ones = _mm256_set1_epi16(1);
-    let zero = _mm256_setzero_si256();
-    let (cb, qs) = if FIVE { (16 * 176, 768) } else { (16 * 144, 256) };
-    let mut acc = [[_mm256_setzero_ps(); 2]; MR];
-    for b in 0..nb {
-        let chunk = panel.add(b * cb);
-        for h in 0..2 {
-            let seg = |at: usize| _mm256_loadu_si256(chunk.add(at + 32 * h) as *const __m256i);
-            let (u0, u1, u2) = (seg(64), seg(128), seg(192));
-            let s03 = _mm256_and_si256(u0, m6);
-            let s47 = _mm256_or_si256(
-                _mm256_and_si256(u2, m4),
-                _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(u0), m2)),
-            );
-            let m03 = _mm256_and_si256(u1, m6);
-            let m47 = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi32::<4>(u2), m4),
-                _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(u1), m2)),
-            );
-            let mut isum = [zero; MR];
-            for c in 0..4 {
-                let sc = if c < 2 { s03 } else { s47 };
-                let (sl, sh) = match c % 2 {
-                    0 => (_mm256_and_si256(sc, byte), _mm256_and_si256(_mm256_srli_epi32::<8>(sc), byte)),
-                    _ => (_mm256_and_si256(_mm256_srli_epi32::<16>(sc), byte), _mm256_srli_epi32::<24>(sc)),
-                };
-                // Per token: the low and high nibbles' 16-bit sums, and their int32 totals.
-                let mut p16 = [[zero; 2]; MR];
-                let mut d32 = [[zero; 2]; MR];
-                for i in 0..8 {
-                    let raw = seg(qs + 512 * c + 64 * i);
-                    let mut lo = _mm256_and_si256(raw, low);
-                    let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), low);
-                    if FIVE {
-                        let bits = seg(256 + 64 * i);
-                        lo = _mm256_or_si256(lo, fifth_bit(bits, 2 * c));
-                        hi = _mm256_or_si256(hi, fifth_bit(bits, 2 * c + 1));
-                    }
-                    for (t, p) in p16.iter_mut().enumerate() {
-                        let x = (*act.add(t * nb + b)).qs.as_ptr().add(64 * c);
-                        let xs = |k: usize| _mm256_set1_epi32((x.add(4 * k) as *const i32).read_unaligned());
-                        p[0] = _mm256_add_epi16(p[0], _mm256_maddubs_epi16(lo, xs(i)));
-                        p[1] = _mm256_add_epi16(p[1], _mm256_maddubs_epi16(hi, xs(8 + i)));
-                    }
-                    if i == 7 || (FIVE && i == 3) {
-                        for (p, d) in p16.iter_mut().zip(d32.iter_mut()) {
-                            for k in 0..2 {
-                                d[k] = _mm256_add_epi32(d[k], _mm256_madd_epi16(p[k], ones));
-                                p[k] = zero;
-                            }
-                        }
-                    }
-                }
-                for (isum, d) in isum.iter_mut().zip(&d32) {
-                    let scaled = _mm256_add_epi32(_mm256_mullo_epi32(d[0], sl), _mm256_mullo_epi32(d[1], sh));
-                    *isum = _mm256_add_epi32(*isum, scaled);
-                }
-            }
-            let mp = [
-                _mm256_and_si256(m03, even),
-                _mm256_and_si256(_mm256_srli_epi32::<8>(m03), even),
-                _mm256_and_si256(m47, even),
-                _mm256_and_si256(_mm256_srli_epi32::<8>(m47), even),
-            ];
-            let d = _mm256_cvtph_ps(_mm_loadu_si128(chunk.add(16 * h) as *const __m128i));
-            let dmin = _mm256_cvtph_ps(_mm_loadu_si128(chunk.add(32 + 16 * h) as *const __m128i));
-            for (t, acc) in acc.iter_mut().enumerate() {
-                let a = &*act.add(t * nb + b);
-                let bs = |j: usize| (a.bsums[2 * j] as i32 + a.bsums[2 * j + 1] as i32) & 0xFFFF;
-                let pair = |j: usize, k: usize| _mm256_set1_epi32(bs(j) | (bs(k) << 16));
-                let mut msum = _mm256_madd_epi16(mp[0], pair(0, 2));
-                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mp[1], pair(1, 3)));
-                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mp[2], pair(4, 6)));
-                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mp[3], pair(5, 7)));
-                let ad = _mm256_set1_ps(a.d);
-                acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d, ad), acc[h]);
-                acc[h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, ad), acc[h]);
-            }
-        }
-    }
-    for (t, acc) in acc.iter().enumerate() {
-        store_halves(acc, out.add(t * ldo), nvalid);
-    }
-}
-
-/// [`q6k_panel_vnni`] on AVX2: the 6-bit values' 16-bit sums (≤ 2 · 63 · 127 per step) add up
-/// over two steps.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6k_panel_avx2<const MR: usize>(
-    panel: *const u8,
-    nb: usize,
-    act: *const Q8KBlock,
-    out: *mut f32,
-    ldo: usize,
-    nvalid: usize,
-) {
-    let low = _mm256_set1_epi8(0x0F);
-    let (h0, h1, h2, h3) =
-        (_mm256_set1_epi8(0x03), _mm256_set1_epi8(0x0C), _mm256_set1_epi8(0x30), _mm256_set1_epi8(0xC0u8 as i8));
-    let ones = _mm256_set1_epi16(1);
-    let zero = _mm256_setzero_si256();
-    let mut acc = [[_mm256_setzero_ps(); 2]; MR];
-    for b in 0..nb {
-        let chunk = panel.add(b * CB6);
-        for rh in 0..2 {
-            let load = |at: usize| _mm256_loadu_si256(chunk.add(at + 32 * rh) as *const __m256i);
-            let words = [load(Q6_SCALES), load(Q6_SCALES + 64), load(Q6_SCALES + 128), load(Q6_SCALES + 192)];
-            let scale = |g: usize| {
-                let w = words[g / 4];
-                match g % 4 {
-                    0 => _mm256_srai_epi32::<24>(_mm256_slli_epi32::<24>(w)),
-                    1 => _mm256_srai_epi32::<24>(_mm256_slli_epi32::<16>(w)),
-                    2 => _mm256_srai_epi32::<24>(_mm256_slli_epi32::<8>(w)),
-                    _ => _mm256_srai_epi32::<24>(w),
-                }
-            };
-            let mut isum = [zero; MR];
-            for n in 0..2 {
-                for h in 0..2 {
-                    let mut p16 = [[zero; 4]; MR];
-                    let mut dots = [[zero; 4]; MR];
-                    for l in 4 * h..4 * h + 4 {
-                        let at = Q6_VALUES + 192 * (8 * n + l);
-                        let (ql0, ql1, qh) = (load(at), load(at + 64), load(at + 128));
-                        let q = [
-                            _mm256_or_si256(
-                                _mm256_and_si256(ql0, low),
-                                _mm256_slli_epi16::<4>(_mm256_and_si256(qh, h0)),
-                            ),
-                            _mm256_or_si256(
-                                _mm256_and_si256(ql1, low),
-                                _mm256_slli_epi16::<2>(_mm256_and_si256(qh, h1)),
-                            ),
-                            _mm256_or_si256(
-                                _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), low),
-                                _mm256_and_si256(qh, h2),
-                            ),
-                            _mm256_or_si256(
-                                _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), low),
-                                _mm256_srli_epi16::<2>(_mm256_and_si256(qh, h3)),
-                            ),
-                        ];
-                        for (t, p) in p16.iter_mut().enumerate() {
-                            let x = (*act.add(t * nb + b)).qs.as_ptr().add(128 * n + 4 * l);
-                            for (k, p) in p.iter_mut().enumerate() {
-                                let xs = _mm256_set1_epi32((x.add(32 * k) as *const i32).read_unaligned());
-                                *p = _mm256_add_epi16(*p, _mm256_maddubs_epi16(q[k], xs));
-                            }
-                        }
-                        if l % 2 == 1 {
-                            for (p, d) in p16.iter_mut().zip(dots.iter_mut()) {
-                                for k in 0..4 {
-                                    d[k] = _mm256_add_epi32(d[k], _mm256_madd_epi16(p[k], ones));
-                                    p[k] = zero;
-                                }
-                            }
-                        }
-                    }
-                    for (isum, dots) in isum.iter_mut().zip(&dots) {
-                        for (k, d) in dots.iter().enumerate() {
-                            *isum = _mm256_add_epi32(*isum, _mm256_mullo_epi32(*d, scale(8 * n + 2 * k + h)));
-                        }
-                    }
-                }
-            }
-            let even = words.map(|w| _mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(w)));
-            let odd = words.map(|w| _mm256_srai_epi16::<8>(w));
-            let d = _mm256_cvtph_ps(_mm_loadu_si128(chunk.add(16 * rh) as *const __m128i));
-            for (t, acc) in acc.iter_mut().enumerate() {
-                let a = &*act.add(t * nb + b);
-                let pair =
-                    |j: usize, k: usize| _mm256_set1_epi32((a.bsums[j] as u16 as i32) | ((a.bsums[k] as i32) << 16));
-                let mut msum = zero;
-                for w in 0..4 {
-                    msum = _mm256_add_epi32(msum, _mm256_madd_epi16(even[w], pair(4 * w, 4 * w + 2)));
-                    msum = _mm256_add_epi32(msum, _mm256_madd_epi16(odd[w], pair(4 * w + 1, 4 * w + 3)));
-                }
-                let i = _mm256_sub_epi32(isum[t], _mm256_slli_epi32::<5>(msum));
-                acc[rh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(d, _mm256_set1_ps(a.d)), acc[rh]);
-            }
-        }
-    }
-    for (t, acc) in acc.iter().enumerate() {
-        store_halves(acc, out.add(t * ldo), nvalid);
-    }
-}
-
-/// [`kpanel_tokens`] on AVX2.
-///
-/// # Safety
-/// The CPU has AVX2, FMA and F16C; otherwise as [`kpanel_tokens`].
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn kpanel_tokens_avx2<const T: u8>(
-    panel: *const u8,
-    nb: usize,
-    act: &[Q8KBlock],
-    m: usize,
-    out: *mut f32,
-    ldo: usize,
-    nvalid: usize,
-) {
-    let mut t0 = 0;
-    while t0 < m {
-        let (a, o) = (act.as_ptr().add(t0 * nb), out.add(t0 * ldo));
-        let mr = (m - t0).min(MR_MAX_AVX2);
-        match (T, mr) {
-            (Q4K, 1) => q45k_panel_avx2::<false, 1>(panel, nb, a, o, ldo, nvalid),
-            (Q4K, _) => q45k_panel_avx2::<false, MR_MAX_AVX2>(panel, nb, a, o, ldo, nvalid),
-            (Q5K, 1) => q45k_panel_avx2::<true, 1>(panel, nb, a, o, ldo, nvalid),
-            (Q5K, _) => q45k_panel_avx2::<true, MR_MAX_AVX2>(panel, nb, a, o, ldo, nvalid),
-            (_, 1) => q6k_panel_avx2::<1>(panel, nb, a, o, ldo, nvalid),
-            (_, _) => q6k_panel_avx2::<MR_MAX_AVX2>(panel, nb, a, o, ldo, nvalid),
-        }
-        t0 += mr;
-    }
-}
-
-/// Tokens per pass on AVX2 (16 registers: the sums of more would spill).
-const MR_MAX_AVX2: usize = 2;
-
 /// 16 rows (one panel, `nb` chunks at `panel`) × `m` tokens (`act`, `nb` blocks each) into
 /// `out[t · ldo + r]` for the first `nvalid` rows, up to `MR_MAX` tokens per pass.
 ///
@@ -520,8 +257,8 @@ unsafe fn kpanel_tokens<const T: u8>(
     }
 }
 
-const Q4K: u8 = 0;
-const Q5K: u8 = 1;
+pub(super) const Q4K: u8 = 0;
+pub(super) const Q5K: u8 = 1;
 const Q6K: u8 = 2;
 
 /// A panel decode kernel: `(panel, nb, act, m, out, ldo, nvalid)`.
@@ -544,7 +281,8 @@ pub(crate) fn kpanel_dots_fn(t: QType, vnni: bool) -> KPanelDotsFn {
 mod tests {
     use super::*;
     use crate::blocks::{quantize_q8k, unpack_k};
-    use crate::{panels, ThreadPool};
+    use crate::panels;
+    use crate::x86::panel_tests::{acts_of, check_panels, rows_of, Rng};
 
     /// A row's dot the kernels' way: per block the exact integer sums of the scaled values and
     /// of the mins, then the same `fma` steps (`f32::mul_add` rounds once, as `vfmadd`).
@@ -569,86 +307,42 @@ mod tests {
     }
 
     /// The AVX2 and VNNI k-quant panel kernels give the twin's bits for one token and several,
-    /// and a panel's last rows: rows quantized from values at the types' largest magnitudes and
-    /// raw random bytes (every 6-bit scale and min up to 63, `Q6_K`'s scales down to −128) do
-    /// not saturate the AVX2 kernels' 16-bit sums.
+    /// and a panel's last rows, on the harness's four cases: every 6-bit scale and min up to 63,
+    /// `Q6_K`'s scales down to −128, and every value and activation at its largest do not
+    /// saturate the AVX2 kernels' 16-bit sums.
     #[test]
     fn avx2_and_vnni_kpanel_kernels_equal_the_twin_bit_for_bit() {
         if !super::super::has_avx2() {
             return;
         }
-        let pool = ThreadPool::new(1);
         let (rows, cols) = (21, 512);
         let nb = cols / 256;
-        let mut s = 13u64;
-        let mut rnd = || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s >> 11
-        };
-        let unit = |r: u64| (r >> 30) as f32 / (1u64 << 23) as f32 - 1.0;
+        let mut rng = Rng(13);
         for t in [QType::Q4K, QType::Q5K, QType::Q6K] {
             let bb = t.block_bytes();
             for case in 0..4 {
-                let data = if case < 2 {
-                    let w: Vec<f32> =
-                        (0..rows * cols).map(|i| if case == 1 { [-1.0, 1.0][i % 2] } else { unit(rnd()) }).collect();
-                    let Ok(bytes) = crate::quantize::quantize_rows(&pool, t, &w, rows, cols) else {
-                        panic!("quantize {t}")
-                    };
-                    bytes
-                } else {
-                    // Case 3: every value at its largest (nibbles 15, fifth bits and high pairs set).
-                    let mut bytes: Vec<u8> =
-                        (0..rows * nb * bb).map(|_| if case == 3 { 0xFF } else { rnd() as u8 }).collect();
-                    for blk in bytes.chunks_exact_mut(bb) {
-                        let f = half::f16::from_f32(0.01).to_bits().to_le_bytes();
-                        let at = if t == QType::Q6K { 208 } else { 0 };
-                        blk[at..at + 2].copy_from_slice(&f);
-                        if t != QType::Q6K {
-                            blk[2..4].copy_from_slice(&f);
-                        }
-                    }
-                    bytes
-                };
+                let data = rows_of(t, rows, cols, case, &mut rng);
                 let packed = panels::repack(t, rows, cols, &data);
+                let row = |r: usize| &data[r * nb * bb..(r + 1) * nb * bb];
                 for m in 1..=5 {
-                    // With case 3, every activation at +127: the largest sums.
-                    let x: Vec<f32> =
-                        (0..m * cols).map(|i| if case == 3 || i % 5 == 0 { 3.0 } else { unit(rnd()) }).collect();
                     let mut act = vec![Q8KBlock::default(); m * nb];
-                    quantize_q8k(&x, &mut act);
-                    let row = |r: usize| &data[r * nb * bb..(r + 1) * nb * bb];
-                    let want: Vec<f32> = (0..m)
-                        .flat_map(|tk| (0..rows).map(move |r| (tk, r)))
-                        .map(|(tk, r)| twin(t, row(r), &act[tk * nb..(tk + 1) * nb]))
-                        .collect();
+                    quantize_q8k(&acts_of(m, cols, case, &mut rng), &mut act);
                     for vnni in [false].into_iter().chain(super::super::has_vnni().then_some(true)) {
-                        let mut out = vec![f32::NAN; m * rows];
-                        for p in 0..rows.div_ceil(16) {
-                            let chunks = nb * panels::chunk_bytes(t);
-                            // SAFETY: the CPU runs this kernel; panel p holds nb chunks; act holds
-                            // m · nb blocks; the writes are tokens 0..m × rows 16p..16p+nvalid.
-                            unsafe {
-                                kpanel_dots_fn(t, vnni)(
-                                    packed.as_ptr().add(p * chunks),
-                                    nb,
-                                    &act,
-                                    m,
-                                    out.as_mut_ptr().add(16 * p),
-                                    rows,
-                                    (rows - 16 * p).min(16),
-                                )
-                            };
-                        }
-                        for (i, (g, w)) in out.iter().zip(&want).enumerate() {
-                            assert_eq!(
-                                g.to_bits(),
-                                w.to_bits(),
-                                "{t} case {case} m={m} vnni={vnni} out {i}: {g} vs {w}"
-                            );
-                        }
+                        let label = format!("{t} case {case} m={m} vnni={vnni}");
+                        let twin = |tk: usize, r: usize| twin(t, row(r), &act[tk * nb..(tk + 1) * nb]);
+                        check_panels(
+                            rows,
+                            m,
+                            nb * panels::chunk_bytes(t),
+                            &packed,
+                            &label,
+                            twin,
+                            |panel, out, nvalid| {
+                                // SAFETY: the CPU runs this kernel; the panel holds nb chunks; act
+                                // holds m · nb blocks; out has m rows of `rows` from the panel's first.
+                                unsafe { kpanel_dots_fn(t, vnni)(panel, nb, &act, m, out, rows, nvalid) }
+                            },
+                        );
                     }
                 }
             }

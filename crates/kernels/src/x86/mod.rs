@@ -6,7 +6,8 @@
 //! - [`kquants`]: the same for the k-quants (`Q4_K`, `Q5_K`, `Q6_K`) with `Q8_K` activations (AVX2);
 //! - [`kquants512`]: those k-quant rows on 512-bit registers (AVX-512 BW + VNNI);
 //! - [`panel_dots`]: decode over the 16-row panel layout (`panels.rs`), 512-bit VNNI and AVX2;
-//! - [`kpanel_dots`]: the same over the k-quants' panels (`kpanels.rs`);
+//! - [`kpanel_dots`]: the same over the k-quants' panels (`kpanels.rs`), VNNI, and
+//!   [`kpanel_dots256`] its AVX2 twins;
 //! - [`igemm`]: the int8 prefill GEMM's micro-kernel (`igemm.rs` packs its panels), 512-bit VNNI
 //!   and AVX2;
 //! - [`sgemm512`]: the f32 GEMM's micro-kernel (`sgemm.rs` drives it), AVX-512 F;
@@ -30,6 +31,7 @@
 mod activations;
 mod igemm;
 mod kpanel_dots;
+mod kpanel_dots256;
 mod kquants;
 mod kquants512;
 mod panel_dots;
@@ -93,6 +95,15 @@ pub(super) unsafe fn bytes_from_bits(p: *const u8) -> __m256i {
     _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
 }
 
+/// Stores a token's two halves (rows 0–7, 8–15) as the first `nvalid` rows at `out`.
+#[inline(always)]
+pub(super) unsafe fn store_halves(acc: &[__m256; 2], out: *mut f32, nvalid: usize) {
+    let mut rows = [0f32; 16];
+    _mm256_storeu_ps(rows.as_mut_ptr(), acc[0]);
+    _mm256_storeu_ps(rows.as_mut_ptr().add(8), acc[1]);
+    std::ptr::copy_nonoverlapping(rows.as_ptr(), out, nvalid.min(16));
+}
+
 #[inline(always)]
 unsafe fn f16_to_f32(p: *const u8) -> f32 {
     let bits = u16::from_le_bytes([*p, *p.add(1)]);
@@ -128,5 +139,87 @@ fn row_mask(nvalid: usize) -> __mmask16 {
         0xFFFF
     } else {
         (1u16 << nvalid) - 1
+    }
+}
+
+/// What the panel kernels' tests share (`panel_dots.rs`, `kpanel_dots.rs`).
+#[cfg(test)]
+mod panel_tests {
+    use crate::blocks::QType;
+    use crate::panels::PANEL_ROWS;
+
+    /// A xorshift stream.
+    pub(super) struct Rng(pub u64);
+
+    impl Rng {
+        pub fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 >> 11
+        }
+
+        /// Uniform in [−1, 1).
+        pub fn unit(&mut self) -> f32 {
+            (self.next() >> 30) as f32 / (1u64 << 23) as f32 - 1.0
+        }
+    }
+
+    /// `rows × cols` of `t` for case 0: quantized from random values; 1: quantized from values
+    /// at the type's largest magnitudes (±1 alternating); 2: raw random bytes (`Q8_0`'s −128,
+    /// 6-bit scales and mins up to 63 among them); 3: every byte 0xFF (every value at its
+    /// largest). Raw blocks get scales (and mins) of 0.01.
+    pub(super) fn rows_of(t: QType, rows: usize, cols: usize, case: usize, rng: &mut Rng) -> Vec<u8> {
+        if case < 2 {
+            let w: Vec<f32> =
+                (0..rows * cols).map(|i| if case == 1 { [-1.0, 1.0][i % 2] } else { rng.unit() }).collect();
+            let pool = crate::ThreadPool::new(1);
+            let Ok(bytes) = crate::quantize::quantize_rows(&pool, t, &w, rows, cols) else { panic!("quantize {t}") };
+            return bytes;
+        }
+        let bb = t.block_bytes();
+        let mut bytes: Vec<u8> =
+            (0..rows * cols / t.block_elems() * bb).map(|_| if case == 3 { 0xFF } else { rng.next() as u8 }).collect();
+        let f = half::f16::from_f32(0.01).to_bits().to_le_bytes();
+        for blk in bytes.chunks_exact_mut(bb) {
+            let at = if t == QType::Q6K { 208 } else { 0 };
+            blk[at..at + 2].copy_from_slice(&f);
+            if matches!(t, QType::Q4_1 | QType::Q5_1 | QType::Q4K | QType::Q5K) {
+                blk[2..4].copy_from_slice(&f);
+            }
+        }
+        bytes
+    }
+
+    /// `m` tokens of `cols` activations: random with every fifth at 3.0, or in case 3 all at
+    /// 3.0 (every quantized activation +127: the largest sums).
+    pub(super) fn acts_of(m: usize, cols: usize, case: usize, rng: &mut Rng) -> Vec<f32> {
+        (0..m * cols).map(|i| if case == 3 || i % 5 == 0 { 3.0 } else { rng.unit() }).collect()
+    }
+
+    /// Runs `kernel(panel, out, nvalid)` over every panel of `packed` (`chunks` bytes each)
+    /// into an `(m, rows)` output and asserts it holds `twin(token, row)`'s bits.
+    pub(super) fn check_panels(
+        rows: usize,
+        m: usize,
+        chunks: usize,
+        packed: &[u8],
+        label: &str,
+        twin: impl Fn(usize, usize) -> f32,
+        kernel: impl Fn(*const u8, *mut f32, usize),
+    ) {
+        let mut out = vec![f32::NAN; m * rows];
+        for p in 0..rows.div_ceil(PANEL_ROWS) {
+            // The kernel reads panel p and writes tokens 0..m × its rows (`ldo` = rows).
+            kernel(
+                packed[p * chunks..].as_ptr(),
+                out[PANEL_ROWS * p..].as_mut_ptr(),
+                (rows - PANEL_ROWS * p).min(PANEL_ROWS),
+            );
+        }
+        for (i, g) in out.iter().enumerate() {
+            let w = twin(i / rows, i % rows);
+            assert_eq!(g.to_bits(), w.to_bits(), "{label} out {i}: {g} vs {w}");
+        }
     }
 }

@@ -13,7 +13,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{block_bytes, bytes_from_bits, code, row_mask, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+use super::{block_bytes, bytes_from_bits, code, row_mask, store_halves, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::blocks::{Q8Block, QType};
 
 /// How many chunks ahead the panel decode kernel prefetches.
@@ -234,10 +234,7 @@ unsafe fn panel_dots_avx2<const T: u8, const MR: usize>(
         }
     }
     for (t, acc) in acc.iter().enumerate() {
-        let mut rows = [0f32; 16];
-        _mm256_storeu_ps(rows.as_mut_ptr(), acc[0]);
-        _mm256_storeu_ps(rows.as_mut_ptr().add(8), acc[1]);
-        std::ptr::copy_nonoverlapping(rows.as_ptr(), out.add(t * ldo), nvalid.min(16));
+        store_halves(acc, out.add(t * ldo), nvalid);
     }
 }
 
@@ -293,7 +290,8 @@ pub(crate) fn panel_dots_fn(t: QType, vnni: bool) -> PanelDotsFn {
 mod tests {
     use super::*;
     use crate::blocks::{quantize_q8, unpack32};
-    use crate::{panels, ThreadPool};
+    use crate::panels;
+    use crate::x86::panel_tests::{acts_of, check_panels, rows_of, Rng};
 
     /// A row's dot the kernels' way: per block the exact integer sum, then the same `fma` steps
     /// (`f32::mul_add` rounds once, as `vfmadd`).
@@ -311,80 +309,41 @@ mod tests {
     }
 
     /// The AVX2 and VNNI panel kernels give the twin's bits on every 32-value type, for every
-    /// token count of a pass and a panel's last rows: rows quantized from values at the types'
-    /// largest magnitudes (nibbles 0 and 15, five-bit 31, `Q8_0` ±127) and raw random bytes
-    /// (`Q8_0`'s −128 among them) do not saturate the AVX2 kernel's 16-bit sums.
+    /// token count of a pass and a panel's last rows, on the harness's four cases: rows at the
+    /// types' largest magnitudes and all activations at +127 do not saturate the AVX2 kernel's
+    /// 16-bit sums, and `Q8_0`'s −128 survives the sign trick.
     #[test]
     fn avx2_and_vnni_panel_kernels_equal_the_twin_bit_for_bit() {
         if !super::super::has_avx2() {
             return;
         }
-        let pool = ThreadPool::new(1);
         let (rows, cols) = (21, 256);
         let nb = cols / 32;
-        let mut s = 11u64;
-        let mut rnd = || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s >> 11
-        };
-        let unit = |r: u64| (r >> 30) as f32 / (1u64 << 23) as f32 - 1.0;
+        let mut rng = Rng(11);
         for t in [QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q5_1, QType::Q8_0] {
             for case in 0..4 {
-                let data = if case < 2 {
-                    let w: Vec<f32> =
-                        (0..rows * cols).map(|i| if case == 1 { [-1.0, 1.0][i % 2] } else { unit(rnd()) }).collect();
-                    let Ok(bytes) = crate::quantize::quantize_rows(&pool, t, &w, rows, cols) else {
-                        panic!("quantize {t}")
-                    };
-                    bytes
-                } else {
-                    // Case 3: every value at its largest (nibbles 15, fifth bits and high pairs set).
-                    let mut bytes: Vec<u8> =
-                        (0..rows * nb * t.block_bytes()).map(|_| if case == 3 { 0xFF } else { rnd() as u8 }).collect();
-                    for blk in bytes.chunks_exact_mut(t.block_bytes()) {
-                        blk[..2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
-                    }
-                    bytes
-                };
+                let data = rows_of(t, rows, cols, case, &mut rng);
                 let packed = panels::repack(t, rows, cols, &data);
+                let row = |r: usize| &data[r * nb * t.block_bytes()..(r + 1) * nb * t.block_bytes()];
                 for m in 1..=6 {
-                    // With case 3, every activation at +127: the largest sums.
-                    let x: Vec<f32> =
-                        (0..m * cols).map(|i| if case == 3 || i % 5 == 0 { 3.0 } else { unit(rnd()) }).collect();
                     let mut act = vec![Q8Block::default(); m * nb];
-                    quantize_q8(&x, &mut act);
-                    let row = |r: usize| &data[r * nb * t.block_bytes()..(r + 1) * nb * t.block_bytes()];
-                    let want: Vec<f32> = (0..m)
-                        .flat_map(|tk| (0..rows).map(move |r| (tk, r)))
-                        .map(|(tk, r)| twin(t, row(r), &act[tk * nb..(tk + 1) * nb]))
-                        .collect();
+                    quantize_q8(&acts_of(m, cols, case, &mut rng), &mut act);
                     for vnni in [false].into_iter().chain(super::super::has_vnni().then_some(true)) {
-                        let mut out = vec![f32::NAN; m * rows];
-                        for p in 0..rows.div_ceil(16) {
-                            let chunks = nb * panels::chunk_bytes(t);
-                            // SAFETY: the CPU runs this kernel; panel p holds nb chunks; act holds
-                            // m · nb blocks; the writes are tokens 0..m × rows 16p..16p+nvalid.
-                            unsafe {
-                                panel_dots_fn(t, vnni)(
-                                    packed.as_ptr().add(p * chunks),
-                                    nb,
-                                    &act,
-                                    m,
-                                    out.as_mut_ptr().add(16 * p),
-                                    rows,
-                                    (rows - 16 * p).min(16),
-                                )
-                            };
-                        }
-                        for (i, (g, w)) in out.iter().zip(&want).enumerate() {
-                            assert_eq!(
-                                g.to_bits(),
-                                w.to_bits(),
-                                "{t} case {case} m={m} vnni={vnni} out {i}: {g} vs {w}"
-                            );
-                        }
+                        let label = format!("{t} case {case} m={m} vnni={vnni}");
+                        let twin = |tk: usize, r: usize| twin(t, row(r), &act[tk * nb..(tk + 1) * nb]);
+                        check_panels(
+                            rows,
+                            m,
+                            nb * panels::chunk_bytes(t),
+                            &packed,
+                            &label,
+                            twin,
+                            |panel, out, nvalid| {
+                                // SAFETY: the CPU runs this kernel; the panel holds nb chunks; act
+                                // holds m · nb blocks; out has m rows of `rows` from the panel's first.
+                                unsafe { panel_dots_fn(t, vnni)(panel, nb, &act, m, out, rows, nvalid) }
+                            },
+                        );
                     }
                 }
             }
