@@ -40,33 +40,11 @@
 #   Exit status 1 when any pair's texts differ.
 set -euo pipefail
 source "$(cd "$(dirname "$0")" && pwd)/mtmd_compare.sh"
+source "$(cd "$(dirname "$0")" && pwd)/mtmd_pairs.sh"
 [ $# -gt 0 ] || set -- llava-interleave-tiny qwen2-vl-tiny qwen2.5-vl-tiny
-images="$repo/tests/fixtures/vlm/images"
 status=0
 for name in "$@"; do
-  # The image both engines preprocess alike, the template's image marker, llama.cpp's flags.
-  case "$name" in
-    llava-tiny) args=("$images/chelsea_square_30.png" '<image>') ;;
-    llava-interleave-tiny) args=("$images/chelsea_square_28.png" '<image>') ;;
-    qwen2-vl-tiny) args=("$images/chelsea_square_32.png" '<|vision_start|><|image_pad|><|vision_end|>') ;;
-    qwen2.5-vl-tiny)
-      args=("$images/chelsea_square_16.png" '<|vision_start|><|image_pad|><|vision_end|>'
-        --image-min-tokens 4 --image-max-tokens 4)
-      ;;
-    # The tiny Gemma 3 tower's image size is 32, so neither side resizes chelsea_square_32.png;
-    # for the tiny Qwen3-VL (8-pixel merge) it is 16 tokens, within both budgets. tessera's
-    # `tessera quantize` pairs of these folders equal these files' tensor infos and data
-    # (tests/quantize_export.rs), and tessera generates the same texts from both.
-    # Run 2026-11-28 (THREADS=1): Qwen3-VL Q4_K_M the same 16 tokens; Gemma 3 Q8_0 / Q4_K_M part
-    # at near ties (tessera's margin 0.64 at token 3 / 0.15 at token 0); Qwen3-VL Q8_0 parts at
-    # token 2 where tessera's margin is 1.81 (not yet explained). The merger's image features
-    # (MTMD_DEBUG_EMBEDDINGS's first 64 columns against `tessera embed --layer 0`) differ by 0.16
-    # of 9.9 on Q8_0 and 0.19 of 10.4 on Q4_K_M: alike, so not a Q8_0-only tower fault; the
-    # DeepStack levels (columns 64..192) are not compared yet.
-    gemma3-tiny) args=("$images/chelsea_square_32.png" '<start_of_image>') ;;
-    qwen3-vl-tiny) args=("$images/chelsea_square_32.png" '<|vision_start|><|image_pad|><|vision_end|>') ;;
-    *) echo "$name: no like-for-like settings here" >&2; status=1; continue ;;
-  esac
+  mtmd_pair_args "$name" || { echo "$name: no like-for-like settings here" >&2; status=1; continue; }
   for t in ${TYPES:-Q8_0 Q4_K_M}; do
     dir="$repo/tests/fixtures/quant/$name-$t"
     [ -f "$dir/model.gguf" ] || { echo "no $dir (scripts/make_quant_references.sh)" >&2; status=1; continue; }

@@ -174,41 +174,58 @@ pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> Result<()> {
 }
 
 /// `model` against llama.cpp's greedy steps on the same file (`reference`, from
-/// scripts/peers/llamacpp_reference.py): at each step, teacher-forced with llama.cpp's choices so
-/// that one disagreement does not cascade, the same top-1 id wherever llama.cpp's top-1/top-2
-/// margin exceeds 1.0, and llama.cpp's top-5 logits within `logit_tol`. Returns the largest
-/// top-5 logit difference (also printed, named `name`).
+/// scripts/peers/llamacpp_reference.py): for each prompt, [`follows_llama_cpp_steps`] from the
+/// prompt's last logits. Returns the largest top-5 logit difference (also printed, named `name`).
 pub fn agrees_with_llama_cpp(
     model: &tessera::Model,
     reference: &serde_json::Value,
     logit_tol: f32,
     name: &str,
 ) -> Result<f32> {
-    const MARGIN: f64 = 1.0;
     let mut worst = 0f32;
     for entry in reference["results"].as_array().expect("results") {
         let text = entry["prompt"].as_str().expect("prompt");
         let prompt = ids(&entry["prompt_ids"]);
         assert_eq!(model.tokenizer().encode(text, false)?, prompt, "{text:?}: prompt ids");
         let mut cache = model.new_cache();
-        let mut logits: Vec<f32> = model.forward_last(&prompt, &mut cache)?.to_vec1()?;
-        for (step, s) in entry["steps"].as_array().expect("steps").iter().enumerate() {
-            let chosen = s["chosen"].as_u64().expect("chosen") as u32;
-            let margin = s["margin"].as_f64().expect("margin");
-            if margin > MARGIN {
-                let ours = tessera::sampling::argmax(&logits);
-                assert_eq!(ours, chosen, "{text:?} step {step}: top-1 (llama.cpp margin {margin:.3})");
-            }
-            for pair in s["top"].as_array().expect("top") {
-                let id = pair[0].as_u64().expect("id") as usize;
-                let want = pair[1].as_f64().expect("logit") as f32;
-                let diff = (logits[id] - want).abs();
-                worst = worst.max(diff);
-                assert!(diff < logit_tol, "{text:?} step {step}, token {id}: {} vs llama.cpp {want}", logits[id]);
-            }
-            logits = model.forward_last(&[chosen], &mut cache)?.to_vec1()?;
-        }
+        let logits: Vec<f32> = model.forward_last(&prompt, &mut cache)?.to_vec1()?;
+        let steps = entry["steps"].as_array().expect("steps");
+        worst = worst.max(follows_llama_cpp_steps(model, logits, &mut cache, steps, logit_tol, text)?);
     }
     eprintln!("{name}: largest |logit − llama.cpp| over the top-5 of every step: {worst:.4}");
+    Ok(worst)
+}
+
+/// The project's criterion against llama.cpp's greedy `steps` (each `chosen`, `margin` and
+/// `top`: its top-5 `[id, logit]`), from `logits` (the prompt's last, over `cache`): at each
+/// step, teacher-forced with llama.cpp's choices so that one disagreement does not cascade, the
+/// same top-1 id wherever llama.cpp's top-1/top-2 margin exceeds 1.0, and llama.cpp's top-5
+/// logits within `logit_tol`. Returns the largest top-5 logit difference.
+pub fn follows_llama_cpp_steps(
+    model: &tessera::Model,
+    mut logits: Vec<f32>,
+    cache: &mut tessera::KvCache,
+    steps: &[serde_json::Value],
+    logit_tol: f32,
+    what: &str,
+) -> Result<f32> {
+    const MARGIN: f64 = 1.0;
+    let mut worst = 0f32;
+    for (step, s) in steps.iter().enumerate() {
+        let chosen = s["chosen"].as_u64().context("chosen")? as u32;
+        let margin = s["margin"].as_f64().context("margin")?;
+        if margin > MARGIN {
+            let ours = tessera::sampling::argmax(&logits);
+            assert_eq!(ours, chosen, "{what:?} step {step}: top-1 (llama.cpp margin {margin:.3})");
+        }
+        for pair in s["top"].as_array().context("top")? {
+            let id = pair[0].as_u64().context("id")? as usize;
+            let want = pair[1].as_f64().context("logit")? as f32;
+            let diff = (logits[id] - want).abs();
+            worst = worst.max(diff);
+            assert!(diff < logit_tol, "{what:?} step {step}, token {id}: {} vs llama.cpp {want}", logits[id]);
+        }
+        logits = model.forward_last(&[chosen], cache)?.to_vec1()?;
+    }
     Ok(worst)
 }
