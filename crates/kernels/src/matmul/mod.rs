@@ -3,9 +3,10 @@
 //! - **Few tokens** (decode): the activations are quantized once (`Q8`/`Q8_K`, as llama.cpp),
 //!   the weight rows are split into one contiguous range per pool thread, and each row is
 //!   dotted with every token's activations while it is in cache.
-//!   On AVX-512 VNNI (and for the 32-value types on AVX2) the weights are stored as 16-row
-//!   panels (`panels.rs`, `kpanels.rs`) and their rows stream through one kernel per panel. Matrices that share an input (q/k/v, gate/up)
-//!   run together ([`QMatrix::matmul_shared_uninit`]): one quantization, one pool run.
+//!   On AVX-512 VNNI and AVX2 the weights are stored as 16-row panels (`panels.rs`,
+//!   `kpanels.rs`) and their rows stream through one kernel per panel. Matrices that share an
+//!   input (q/k/v, gate/up) run together ([`QMatrix::matmul_shared_uninit`]): one
+//!   quantization, one pool run.
 //! - **Many tokens** (prefill): on AVX-512 VNNI and AVX2, the int8 GEMM (`igemm.rs`); elsewhere, tiles
 //!   of weight rows are dequantized into a per-thread f32 buffer that fits in L2 and multiplied
 //!   with all the tokens by an f32 GEMM micro-kernel (the `gemm` crate). Either way each
@@ -57,7 +58,7 @@ pub enum Layout {
     /// Row after row of blocks, as stored in GGUF.
     Rows,
     /// 16 rows interleaved per block (see `panels.rs`, and `kpanels.rs` for the k-quants): the
-    /// layout the AVX-512 VNNI kernels (and the AVX2 ones of the 32-value types) read fastest.
+    /// layout the AVX-512 VNNI and AVX2 kernels read fastest.
     Panels,
 }
 
