@@ -24,8 +24,9 @@ mtmd_pair_args() {
     # token 2. Settled 2026-11-29 with llama.cpp's logits (make_mtmd_logits_references.sh,
     # tests/quantized_pairs.rs): its own margins at tokens 1 and 2 are 0.055 and 0.44, near ties,
     # and tessera meets the criterion on every step. Gemma 3 is not like for like: libmtmd wraps
-    # the image without the processor's "\n\n", and its image features on the tiny tower differ
-    # from tessera's (= transformers') by 6.5 at a magnitude of ~5.
+    # the image without the processor's "\n\n", and clip.cpp transposes the quantized
+    # mm.input_projection.weight in its graph (siglip.cpp), which moves its image features by 6.5
+    # (of ≤ 5.3) from its f32 pair's; tessera's move by 0.11, and on f32 both agree to 0.002.
     gemma3-tiny) args=("$images/chelsea_square_32.png" '<start_of_image>') ;;
     qwen3-vl-tiny) args=("$images/chelsea_square_32.png" '<|vision_start|><|image_pad|><|vision_end|>') ;;
     *) return 1 ;;

@@ -17,11 +17,11 @@ use tessera::{load_image, LoadOptions, Model, DEFAULT_MAX_PIXELS};
 /// The pairs llama.cpp and tessera preprocess alike (scripts/peers/mtmd_pairs.sh; LLaVA 1.5 is
 /// left out there: llama.cpp's CLIP graph puts the class token last). Gemma 3 is left out too:
 /// its prompt differs by design (transformers' processor, and so tessera, wraps the image's
-/// tokens in `\n\n`; libmtmd does not), and on llama.cpp's own ids its image features
-/// (`MTMD_DEBUG_EMBEDDINGS`) differ from tessera's — transformers' within 1e-4 on the f32 pair,
-/// `gguf_pairs_gemma3.rs` — by 6.5 where both are at most 5.3 (measured 2026-11-29 on the Q8_0
-/// pair; LLaVA-interleave's differ by 0.76 of 40), so llama.cpp's Gemma 3 graph on the tiny
-/// tower is not like for like.
+/// tokens in `\n\n`; libmtmd does not), and llama.cpp's Gemma 3 graph transposes
+/// `mm.input_projection.weight` in the graph (`ggml_cont(ggml_transpose(…))`, siglip.cpp), which
+/// a quantized (here Q8_0) tensor does not survive: with the quantized mmproj its image features
+/// (`MTMD_DEBUG_EMBEDDINGS`) move by 6.5 from its own f32 pair's (magnitudes ≤ 5.3), tessera's by
+/// 0.11; on the f32 pair the two engines agree within 0.002 (measured 2026-11-29).
 const PAIRS: [&str; 4] = ["qwen3-vl-tiny", "qwen2-vl-tiny", "qwen2.5-vl-tiny", "llava-interleave-tiny"];
 const TYPES: [&str; 2] = ["Q8_0", "Q4_K_M"];
 

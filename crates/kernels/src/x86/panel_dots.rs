@@ -53,10 +53,11 @@ unsafe fn panel_dots_vnni<const T: u8, const MR: usize>(
     let mut acc = [_mm512_setzero_ps(); MR];
     for b in 0..nb {
         let chunk = panel.add(b * cb);
-        // The next chunks stream in while this one is multiplied.
+        // The next chunks stream in while this one is multiplied (an address past the panel is
+        // only a hint: `wrapping_add`, not `add`, which must stay inside the allocation).
         let mut line = 0;
         while line < cb {
-            _mm_prefetch::<_MM_HINT_T0>(chunk.add(PANEL_PREFETCH * cb + line) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(chunk.wrapping_add(PANEL_PREFETCH * cb + line) as *const i8);
             line += 64;
         }
         let vals = chunk.add(hdr);
@@ -180,7 +181,7 @@ unsafe fn panel_dots_avx2<const T: u8, const MR: usize>(
         let chunk = panel.add(b * cb);
         let mut line = 0;
         while line < cb {
-            _mm_prefetch::<_MM_HINT_T0>(chunk.add(PANEL_PREFETCH * cb + line) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(chunk.wrapping_add(PANEL_PREFETCH * cb + line) as *const i8);
             line += 64;
         }
         let vals = chunk.add(hdr);

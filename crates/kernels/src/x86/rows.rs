@@ -137,7 +137,7 @@ unsafe fn rows4_body<const T: u8, const VNNI: bool>(rows: [&[u8]; 4], act: &[Q8B
         for r in 0..4 {
             // Four short interleaved streams defeat the hardware prefetcher on matrices that
             // do not fit in cache (the LM head): fetch ~8 blocks ahead.
-            _mm_prefetch::<_MM_HINT_T0>(p[r].add(i * bb + 8 * bb) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(p[r].wrapping_add(i * bb + 8 * bb) as *const i8);
             s[r] = if unsigned {
                 let (w, c) = load_block_unsigned::<T>(p[r].add(i * bb));
                 offset = c;
