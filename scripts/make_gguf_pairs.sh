@@ -11,6 +11,7 @@
 #   mistral3          mistral3-pair-tiny    → mistral3-pair-tiny-f32.gguf + mmproj-mistral3-pair-tiny-f32.gguf, and
 #                     f16/mmproj-mistral3-pair-tiny-f16.gguf (the converter's f16 output)
 #   minicpm           minicpm-v4.6-pair-tiny → minicpm-v4.6-pair-tiny-f32.gguf + mmproj-…-f32.gguf
+#   internvl          internvl-tiny         → internvl-tiny-f32.gguf + mmproj-internvl-tiny-f32.gguf
 # Usage: scripts/make_gguf_pairs.sh [family…] (default: all). One function per family below.
 #
 # The converter is convert_hf_to_gguf.py (+ its conversion/ package and gguf-py) from the
@@ -174,8 +175,9 @@ llava_interleave() { llava_pair llava-interleave-tiny "--clip-model-is-vision --
 # convert_qwen.py, which changes two things in it:
 #  - the mmproj's tensor-name table is built for the tower's block count, and the merger's
 #    `mlp.2` is found through it as block 2: a 2-block tower (the tiny Qwen2-VL) has none, and
-#    the converter stops with "Can not map tensor 'visual.merger.mlp.2.bias'". The table is
-#    built for at least 3 blocks (names of blocks the tower lacks are never asked for);
+#    the converter stops with "Can not map tensor 'visual.merger.mlp.2.bias'" (InternVL's
+#    `mlp1.3`, as block 3, likewise). The table is built for at least 4 blocks (names of blocks
+#    the tower lacks are never asked for);
 #  - it writes three keys llama.cpp's format defines but its Qwen converters leave out, because
 #    the tiny checkpoints' values differ from the defaults a reader assumes:
 #    `clip.vision.image_min_pixels` / `image_max_pixels` (the processor's
@@ -190,7 +192,7 @@ llama = sys.argv[1]
 sys.path[:0] = [llama, llama + "/gguf-py"]
 import gguf
 get_map = gguf.get_tensor_name_map
-gguf.get_tensor_name_map = lambda arch, n_blocks: get_map(arch, max(n_blocks, 3))
+gguf.get_tensor_name_map = lambda arch, n_blocks: get_map(arch, max(n_blocks, 4))
 import conversion.base, conversion.qwenvl, conversion.qwen3vl
 conversion.base.gguf.get_tensor_name_map = gguf.get_tensor_name_map
 
@@ -334,14 +336,56 @@ minicpm() {
   ls -l "$out"/*.gguf >&2
 }
 
+# --- InternVL3 ------------------------------------------------------------------------------------
+# convert_hf_to_gguf.py on the whole checkpoint: the text model is Qwen2's, and with --mmproj
+# `conversion/internvl.py`'s InternVisionModel writes the InternViT tower (its CLS token, position
+# table and layer scale `ls1` / `ls2`), the LayerNorm + 2-linear projector (`mm.model.mlp.*`) and
+# `clip.projector_type = internvl` with `clip.vision.projector.scale_factor` 1 / downsample_ratio.
+# Its tensor map already names the Hugging Face layout transformers writes (Intern-S1's). What the
+# converter finds its classes by (OpenGVLab's original configs carry these) is staged:
+# `text_config.architectures = ["Qwen2ForCausalLM"]`, `vision_config.architectures =
+# ["InternVisionModel"]` (without them it stops at "Model InternVLForConditionalGeneration is not
+# supported"), the processor's tile bounds as the original config's `min_dynamic_patch` /
+# `max_dynamic_patch`, which the converter writes as `clip.vision.preproc_{min,max}_tiles`, and the
+# tower's and projector's tensors under the roots `model.vision_tower.` /
+# `model.multi_modal_projector.` its map knows (transformers 5 saves them without `model.`; the
+# converter skips them silently, writing an mmproj with no tensors).
+internvl() {
+  local name=internvl-tiny out="$fixtures/internvl-tiny-gguf"
+  stage_checkpoint "$name"
+  "$venv/bin/python" - "$stage/$name" <<'PY'
+import json, sys
+d = sys.argv[1]
+c = json.load(open(f"{d}/config.json"))
+c["text_config"]["architectures"] = ["Qwen2ForCausalLM"]
+c["vision_config"]["architectures"] = ["InternVisionModel"]
+p = json.load(open(f"{d}/processor_config.json"))["image_processor"]
+c["min_dynamic_patch"], c["max_dynamic_patch"] = p["min_patches"], p["max_patches"]
+json.dump(c, open(f"{d}/config.json", "w"), indent=2)
+from safetensors.torch import load_file, save_file
+t = load_file(f"{d}/model.safetensors")
+roots = ("vision_tower.", "multi_modal_projector.")
+t = {("model." + k if k.startswith(roots) else k): v for k, v in t.items()}
+save_file(t, f"{d}/model.safetensors", metadata={"format": "pt"})
+PY
+  mkdir -p "$out"
+  log "internvl: text model"
+  convert "$name" --outfile "$out/$name-f32.gguf"
+  # Through convert_qwen.py: the tiny tower's 2 blocks leave the projector's `mlp1.3` no slot.
+  log "internvl: mmproj"
+  (cd "$stage" && "$venv/bin/python" convert_qwen.py "$repo/scripts/peers/convert_hf.py" "$llama" "$stage/$name" \
+    --outtype f32 --mmproj --outfile "$out/mmproj-$name-f32.gguf" 2>&1 | grep -E "ERROR|Error|successfully" >&2)
+  ls -l "$out"/*.gguf >&2
+}
+
 # --- run -----------------------------------------------------------------------------------------
 families=("$@")
-[ ${#families[@]} -gt 0 ] || families=(smolvlm llava llava_interleave qwen2_vl qwen2_5_vl qwen3_vl qwen3_5 gemma3 mistral3 minicpm)
+[ ${#families[@]} -gt 0 ] || families=(smolvlm llava llava_interleave qwen2_vl qwen2_5_vl qwen3_vl qwen3_5 gemma3 mistral3 minicpm internvl)
 for f in "${families[@]}"; do
   case "$f" in
-    smolvlm | llava | llava_interleave | qwen2_vl | qwen2_5_vl | qwen3_vl | qwen3_5 | gemma3 | mistral3 | minicpm) "$f" ;;
+    smolvlm | llava | llava_interleave | qwen2_vl | qwen2_5_vl | qwen3_vl | qwen3_5 | gemma3 | mistral3 | minicpm | internvl) "$f" ;;
     *)
-      echo "unknown family \`$f\` (smolvlm, llava, llava_interleave, qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5, gemma3, mistral3, minicpm)" >&2
+      echo "unknown family \`$f\` (smolvlm, llava, llava_interleave, qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5, gemma3, mistral3, minicpm, internvl)" >&2
       exit 2
       ;;
   esac

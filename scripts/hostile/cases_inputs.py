@@ -273,6 +273,16 @@ def gen_mmproj(c: Corpus):
     minicpm_text = "{repo}/" + pairs + "minicpm-v4.6-pair-tiny-gguf/minicpm-v4.6-pair-tiny-f32.gguf"
     c.add(cls, "mmproj-minicpm-scale-3", gen(minicpm_text, "{case}/mmproj-scale3.gguf"), "error",
           ["{case}/mmproj-scale3.gguf", "scale_factor", "3", "2 or 4"])
+    # InternVL's mmproj with Gemma 3's text model (no <IMG_CONTEXT>), and with a pixel shuffle
+    # factor that does not divide its tiles' 4x4 patches.
+    internvl = pairs + "internvl-tiny-gguf/mmproj-internvl-tiny-f32.gguf"
+    c.add(cls, "mmproj-internvl-with-gemma3", gen(gemma3_text, "{repo}/" + internvl), "error",
+          [tail(internvl), tail(gemma3_text), "internvl", "gemma3_text", "<IMG_CONTEXT>"])
+    patched_copy(REPO / internvl, c.dir("mmproj-internvl-scale-3") / "mmproj-scale3.gguf",
+                 b"clip.vision.projector.scale_factor", struct.pack("<I", 2), struct.pack("<I", 3))
+    internvl_text = "{repo}/" + pairs + "internvl-tiny-gguf/internvl-tiny-f32.gguf"
+    c.add(cls, "mmproj-internvl-scale-3", gen(internvl_text, "{case}/mmproj-scale3.gguf"), "error",
+          ["{case}/mmproj-scale3.gguf", "scale_factor", "3", "4×4 patches"])
 
 
 def gen_cli(c: Corpus):

@@ -80,7 +80,8 @@ fn text_gguf_name(hf: &str, sandwich: bool) -> Option<String> {
 /// 3's soft-embedding norm and input projection); Qwen's towers under `visual.`
 /// ([`qwen_vl_names`](crate::qwen_vl_names)), Mistral 3's Pixtral under `pixtral.`
 /// ([`pixtral_names`](crate::pixtral_names), whose tower's q/k rows are permuted), MiniCPM-V
-/// 4.6's under `minicpm.` ([`minicpm_names`](crate::minicpm_names)). The
+/// 4.6's under `minicpm.` ([`minicpm_names`](crate::minicpm_names)), InternVL's InternViT under
+/// `internvl.` ([`internvl_names`](crate::internvl_names)). The
 /// converters store every other one as it is in the checkpoint (no permutation or transpose:
 /// GGUF's reversed dimension order is undone by the reader), the patch embedding as
 /// the Conv2d kernel `(d, 3, p, p)`. `mlp.fc1` / `fc2` are `ffn_up` / `ffn_down` as the current
@@ -92,6 +93,9 @@ pub fn gguf_vision_name(hf: &str) -> Option<String> {
     }
     if let Some(rest) = hf.strip_prefix("pixtral.") {
         return crate::pixtral_names::gguf_name(rest);
+    }
+    if let Some(rest) = hf.strip_prefix("internvl.") {
+        return crate::internvl_names::gguf_name(rest);
     }
     if let Some(rest) = hf.strip_prefix("minicpm.") {
         return crate::minicpm_names::gguf_name(rest);

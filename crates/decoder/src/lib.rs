@@ -15,6 +15,7 @@ pub mod gated_delta;
 pub mod gguf_layout;
 mod gguf_names;
 pub mod gguf_write;
+pub mod internvl_names;
 pub mod kv_cache;
 mod layer;
 pub mod linear;

@@ -9,7 +9,10 @@
 //! aspect ratio plus a thumbnail ([`CropToPatches`]). The chat template writes `<IMG_CONTEXT>`
 //! per image; the processor replaces it with `<img>` + `<IMG_CONTEXT>` × `image_seq_length` per
 //! tile + `</img>`, and the image's tokens replace the `<IMG_CONTEXT>` ids. Videos (`<video>`)
-//! are not taken.
+//! are not taken. llama.cpp's pair (a `qwen2` text GGUF and an mmproj of projector type
+//! `internvl`) loads through [`from_mmproj`].
+
+use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 use serde::Deserialize;
@@ -18,6 +21,7 @@ use tessera_decoder::Activation;
 use tessera_vision::{Connector, CropToPatches, Filter, InternVit, InternVitConfig, PreprocessConfig, RgbImage, Size};
 
 use super::image::{first_prefix, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec, ProcessorSettings};
+use super::mmproj::{MmprojInput, MmprojSide};
 use super::text::{TextFamily, TextSubConfig};
 use super::{text_config, ModelConfig, PromptStyle, TokenIds};
 use crate::error::{Result, TesseraError};
@@ -161,6 +165,87 @@ impl InternVlConfig {
     }
 }
 
+/// The image side of an `mmproj` GGUF of projector type `internvl` (written by
+/// `conversion/internvl.py`'s `InternVisionModel`; read by `clip.cpp`'s InternVL graph), and its
+/// processor settings in `preprocessor_config.json`'s terms. What the file states, and what is
+/// fixed where it states nothing:
+/// - the tower: InternViT from `clip.vision.{embedding_length, feed_forward_length, block_count,
+///   image_size, patch_size, attention.head_count, attention.layer_norm_epsilon}`, GELU
+///   (`clip.use_gelu`) or SiLU (`clip.use_silu`), attention biases when the file has them; its
+///   CLS token, position table and layer scales are tensors;
+/// - the projector: the pixel shuffle by `clip.vision.projector.scale_factor` (1 /
+///   `downsample_ratio`), LayerNorm + linear + GELU + linear (`mm.model.mlp.{0,1,3}`), whose
+///   last rows are the image tokens' width;
+/// - the processor: GotOcr2ImageProcessor's tiles of `clip.vision.image_size`, at least
+///   `clip.vision.preproc_min_tiles` and at most `preproc_max_tiles` (transformers' defaults 1 and
+///   12 when absent) plus the thumbnail, bicubic, `clip.vision.image_mean` / `image_std`;
+/// - the prompt: `<IMG_CONTEXT>` per image token inside `<img>…</img>`, the text model's tokens.
+pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> std::result::Result<MmprojSide, String> {
+    const TYPE: &str = "internvl";
+    let clip = &input.clip;
+    let hidden_act = match (clip.bool("clip.use_gelu")? == Some(true), clip.bool("clip.use_silu")? == Some(true)) {
+        (true, false) => Activation::Gelu,
+        (false, true) => Activation::Silu,
+        _ => {
+            return Err("exactly one of `clip.use_gelu` and `clip.use_silu` must be true for an InternViT tower".into())
+        }
+    };
+    let tower = InternVitConfig {
+        hidden_size: clip.usize("clip.vision.embedding_length")?,
+        intermediate_size: clip.usize("clip.vision.feed_forward_length")?,
+        num_hidden_layers: clip.usize("clip.vision.block_count")?,
+        num_attention_heads: clip.usize("clip.vision.attention.head_count")?,
+        num_channels: 3,
+        image_size: clip.usize("clip.vision.image_size")?,
+        patch_size: clip.usize("clip.vision.patch_size")?,
+        layer_norm_eps: clip.f64("clip.vision.attention.layer_norm_epsilon")?.unwrap_or(1e-6),
+        hidden_act,
+        attention_bias: input.tensors.contains_key("v.blk.0.attn_q.bias"),
+    };
+    tower.validate().map_err(|e| e.to_string())?;
+    let scale = clip.usize_opt("clip.vision.projector.scale_factor")?.unwrap_or(2);
+    let side = tower.patches_per_side();
+    if scale == 0 || !side.is_multiple_of(scale) {
+        return Err(format!(
+            "`clip.vision.projector.scale_factor` {scale} does not shuffle {side}×{side} patches into whole blocks"
+        ));
+    }
+    let width = match input.shape("mm.model.mlp.3.weight")? {
+        [rows, _] => *rows,
+        other => return Err(format!("`mm.model.mlp.3.weight` has shape {other:?}, not a matrix")),
+    };
+    let image_token_id = input.token(TYPE, "<IMG_CONTEXT>")?;
+    for text in ["<img>", "</img>"] {
+        input.token(TYPE, text)?;
+    }
+    let spec = InternVlSpec {
+        scale,
+        projector_act: Activation::Gelu,
+        image_token_id,
+        tokens_per_tile: tower.num_patches() / (scale * scale),
+        tower,
+    };
+    let s = spec.tower.image_size;
+    let image = clip.normalized(serde_json::json!({
+        "do_resize": true,
+        "size": {"height": s, "width": s},
+        "resample": 3,
+        "min_patches": clip.usize_opt("clip.vision.preproc_min_tiles")?.unwrap_or(1),
+        "max_patches": clip.usize_opt("clip.vision.preproc_max_tiles")?.unwrap_or(12),
+    }))?;
+    Ok(MmprojSide {
+        family: "internvl",
+        spec: Arc::new(spec),
+        image,
+        text: &[TextFamily::Qwen2],
+        width,
+        swapped_ffn: false,
+        bidirectional_images: false,
+        processor: serde_json::json!({}),
+        plain_positions: false,
+    })
+}
+
 /// InternVL's loaded image side.
 struct InternVlImages {
     spec: InternVlSpec,
@@ -226,8 +311,12 @@ impl ImageSpec for InternVlSpec {
             })
         };
         let vb = at.weights;
-        let tower = InternVit::new(&self.tower, &first_prefix(vb, &["model.vision_tower", "vision_tower"], ""))?;
-        let projector = first_prefix(vb, &["model.multi_modal_projector", "multi_modal_projector"], "");
+        // The checkpoint's roots, else an mmproj's (`internvl.`: llama.cpp's names).
+        let tower_roots = ["model.vision_tower", "vision_tower", "internvl.vision_tower"];
+        let tower = InternVit::new(&self.tower, &first_prefix(vb, &tower_roots, "embeddings.cls_token"))?;
+        let projector_roots =
+            ["model.multi_modal_projector", "multi_modal_projector", "internvl.multi_modal_projector"];
+        let projector = first_prefix(vb, &projector_roots, "linear_2.weight");
         let connector = Connector::shuffle_norm_mlp(
             self.tower.hidden_size,
             at.text_hidden,

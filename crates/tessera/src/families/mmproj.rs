@@ -51,6 +51,9 @@ pub const PROJECTORS: &[(&str, FromMmproj)] = &[
     // MiniCPM-V 4.6 (llama.cpp's conversion/minicpm.py): SigLIP, a window-attention merger, a
     // 2x2 downsample MLP; sliced images, plain positions.
     ("minicpmv4_6", super::minicpm_mmproj::from_mmproj),
+    // InternVL3 (llama.cpp's conversion/internvl.py): InternViT (CLS token, layer scale), pixel
+    // shuffle, LayerNorm + two linears; tiles and a thumbnail.
+    ("internvl", super::internvl::from_mmproj),
 ];
 
 /// What a family's `from_mmproj` reads: the mmproj's metadata, and the text model it is paired

@@ -17,6 +17,8 @@ mod embeddings;
 mod gguf_pairs;
 #[path = "../gguf_pairs_gemma3.rs"]
 mod gguf_pairs_gemma3;
+#[path = "../gguf_pairs_internvl.rs"]
+mod gguf_pairs_internvl;
 #[path = "../gguf_pairs_mistral3.rs"]
 mod gguf_pairs_mistral3;
 #[path = "../gguf_pairs_qwen.rs"]
