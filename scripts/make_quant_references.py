@@ -36,7 +36,7 @@ M64 = (1 << 64) - 1
 # The tiny pairs of tests/fixtures/vlm/<name>-gguf (scripts/make_gguf_pairs.sh) quantized whole
 # (Q4_0: the first only; the others' files differ from it in the splitting and naming, not in
 # the quantizers).
-# crates/tessera/tests/quantize_export.rs compares `tessera quantize`'s pairs of all seven with these.
+# crates/tessera/tests/quantize_export.rs compares `tessera quantize`'s pairs of all eight with these.
 PAIRS = [
     "smolvlm-tiny",
     "llava-tiny",
@@ -45,6 +45,7 @@ PAIRS = [
     "qwen2.5-vl-tiny",
     "gemma3-tiny",
     "qwen3-vl-tiny",
+    "internvl-tiny",
 ]
 MIXES = ["Q4_0", "Q8_0", "Q4_K_M", "Q5_K_M", "Q6_K"]
 CONFIG_256 = {

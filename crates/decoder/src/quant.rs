@@ -140,10 +140,11 @@ pub fn role_of(hf: &str) -> Role {
     }
 }
 
-/// The layer a tensor belongs to: `N` in `….layers.N.…` or `….blocks.N.…`.
+/// The layer a tensor belongs to: `N` in `….layers.N.…`, `….blocks.N.…` or `….layer.N.…`
+/// (InternViT's).
 pub fn layer_of(hf: &str) -> Option<usize> {
     let parts: Vec<&str> = hf.split('.').collect();
-    parts.windows(2).find(|w| w[0] == "layers" || w[0] == "blocks").and_then(|w| w[1].parse().ok())
+    parts.windows(2).find(|w| matches!(w[0], "layers" | "blocks" | "layer")).and_then(|w| w[1].parse().ok())
 }
 
 /// llama.cpp's `use_more_bits`: the first and last eighth of the layers and every third between.
@@ -293,6 +294,7 @@ mod tests {
         }
         assert_eq!(layer_of("model.layers.12.mlp.down_proj.weight"), Some(12));
         assert_eq!(layer_of("visual.blocks.7.attn.qkv.weight"), Some(7));
+        assert_eq!(layer_of("model.vision_tower.encoder.layer.3.attention.v_proj.weight"), Some(3));
         assert_eq!(layer_of("lm_head.weight"), None);
     }
 

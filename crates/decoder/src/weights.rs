@@ -296,23 +296,30 @@ impl Weights {
             }
             Source::Gguf(g) => {
                 let info = g.content.tensor_infos.get(&stored).ok_or_else(|| self.missing(&full))?;
-                self.check_shape(&full, shape, info.shape.dims())?;
-                match Float::of_ggml(info.ggml_dtype).filter(|_| dtype == DType::F32 && self.device.is_cpu()) {
-                    Some(kind) => g
-                        .file
-                        .read_f32(
-                            g.content.tensor_data_offset.saturating_add(info.offset),
-                            kind,
-                            info.shape.dims(),
-                            &self.device,
-                        )
-                        .map_err(|reason| DecoderError::TensorData {
-                            name: format!("{full} (`{stored}` in the GGUF)"),
-                            source_desc: self.describe(),
-                            reason,
-                        })?,
-                    None => self.read_qtensor(g, &full, &stored)?.dequantize(&self.device)?,
+                // GGUF dimensions past a tensor's last one other than 1 are implicit: llama-quantize
+                // writes a `(1, 1, d)` class embedding as `(d)` (`ggml_n_dims`).
+                let ggml = |dims: &[usize]| -> Vec<usize> { dims.iter().copied().skip_while(|&n| n == 1).collect() };
+                if ggml(shape) != ggml(info.shape.dims()) {
+                    self.check_shape(&full, shape, info.shape.dims())?;
                 }
+                let tensor =
+                    match Float::of_ggml(info.ggml_dtype).filter(|_| dtype == DType::F32 && self.device.is_cpu()) {
+                        Some(kind) => g
+                            .file
+                            .read_f32(
+                                g.content.tensor_data_offset.saturating_add(info.offset),
+                                kind,
+                                info.shape.dims(),
+                                &self.device,
+                            )
+                            .map_err(|reason| DecoderError::TensorData {
+                                name: format!("{full} (`{stored}` in the GGUF)"),
+                                source_desc: self.describe(),
+                                reason,
+                            })?,
+                        None => self.read_qtensor(g, &full, &stored)?.dequantize(&self.device)?,
+                    };
+                tensor.reshape(shape)?
             }
         };
         Ok(tensor.to_dtype(dtype)?)

@@ -82,7 +82,7 @@ fn same_gguf_as(ours: &Path, theirs: &Path) -> Result<()> {
 }
 
 /// The tiny VLM folders llama-quantize's pairs were made from (tests/fixtures/quant/<name>-<type>).
-const PAIRS: [&str; 7] = [
+const PAIRS: [&str; 8] = [
     "smolvlm-tiny",
     "llava-tiny",
     "llava-interleave-tiny",
@@ -90,6 +90,7 @@ const PAIRS: [&str; 7] = [
     "qwen2.5-vl-tiny",
     "qwen3-vl-tiny",
     "gemma3-tiny",
+    "internvl-tiny",
 ];
 
 /// The tiny VLM folders quantized to pairs: both files are llama-quantize's (from llama.cpp's
@@ -100,7 +101,8 @@ const PAIRS: [&str; 7] = [
 /// model as `qwen2vl` with the M-RoPE sections; Qwen3-VL's `qkv` kept whole, its DeepStack
 /// mergers named by block, its text model as `qwen3vl` (`n_deepstack_layers`, the head widths);
 /// Gemma 3's norms stored as `1 + w` (the text model's and `mm.soft_emb_norm`), its sliding
-/// window, local RoPE base and linear RoPE scaling, its pooling factor.
+/// window, local RoPE base and linear RoPE scaling, its pooling factor; InternVL's CLS token and
+/// layer scales, its projector as `mm.model.mlp.{0,1,3}`, its shuffle and tile bounds.
 #[test]
 fn the_tiny_pairs_are_llama_quantizes() -> Result<()> {
     let scratch = common::scratch("quantize_export_pairs")?;
@@ -362,8 +364,8 @@ fn bad_requests_are_refused_and_write_nothing() -> Result<()> {
     assert!(e.contains("RoPE") && e.contains("config.json"), "{e}");
     let e = refused("tiny/gemma", None);
     assert!(e.contains("gemma") && e.contains("config.json"), "{e}");
-    let e = refused("vlm/internvl-tiny", Some(scratch.join("mmproj.gguf")));
-    assert!(e.contains("internvl") && e.contains("mmproj"), "{e}");
+    let e = refused("vlm/gemma4-tiny", Some(scratch.join("mmproj.gguf")));
+    assert!(e.contains("gemma4") && e.contains("config.json"), "{e}");
     let e = refused("vlm/smolvlm-tiny", Some(out.clone()));
     assert!(e.contains("both") && e.contains("model.gguf"), "{e}");
     // Gemma 3 whose local layers are not llama.cpp's pattern (every layer but each 6th): the

@@ -243,7 +243,7 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
             .ok_or_else(|| {
                 TesseraError::InvalidInput(format!(
                     "tessera quantize does not write {}'s mmproj yet (it writes idefics3's, llava's, qwen2vl's, \
-                     qwen2.5vl's, qwen3vl's and gemma3's)",
+                     qwen2.5vl's, qwen3vl's, gemma3's and internvl's)",
                     config.family
                 ))
             })?
@@ -275,11 +275,18 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
         }
         files.push(PlannedFile { path: mmproj_out.clone(), gguf, tensors });
     }
-    // llama-quantize's order, so that the data section is laid out as it lays it out.
+    // llama-quantize's order, so that the data section is laid out as it lays it out, and its
+    // shapes: ggml drops a tensor's trailing dimensions of 1 (InternVL's `(1, 1, d)` CLS token
+    // is written `(d)`).
     for f in &mut files {
         f.tensors.sort_by(|a, b| {
             gguf_write::llama_cpp_order(&a.entry.name).cmp(&gguf_write::llama_cpp_order(&b.entry.name))
         });
+        for t in &mut f.tensors {
+            let leading =
+                t.entry.dims.iter().take_while(|&&n| n == 1).count().min(t.entry.dims.len().saturating_sub(1));
+            t.entry.dims.drain(..leading);
+        }
         for t in &f.tensors {
             f.gguf.add_tensor(t.entry.clone());
         }

@@ -20,7 +20,11 @@ use serde_json::Value;
 use tessera_decoder::Activation;
 use tessera_vision::{Connector, CropToPatches, Filter, InternVit, InternVitConfig, PreprocessConfig, RgbImage, Size};
 
-use super::image::{first_prefix, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec, ProcessorSettings};
+use super::image::{
+    first_prefix, processor_stats, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec, MmprojMetadata,
+    MmprojTensor, ProcessorSettings,
+};
+use super::llava_mmproj::under_roots;
 use super::mmproj::{MmprojInput, MmprojSide};
 use super::text::{TextFamily, TextSubConfig};
 use super::{text_config, ModelConfig, PromptStyle, TokenIds};
@@ -87,6 +91,11 @@ impl Side {
         }
     }
 }
+
+/// Where a checkpoint keeps the tower and the projector (transformers' `-hf` layout, as loaded
+/// and as saved).
+const TOWER_ROOTS: [&str; 2] = ["model.vision_tower", "vision_tower"];
+const PROJECTOR_ROOTS: [&str; 2] = ["model.multi_modal_projector", "multi_modal_projector"];
 
 /// InternVL's image side as its config resolves it.
 #[derive(Debug, Clone, PartialEq)]
@@ -300,7 +309,70 @@ impl InternVlSpec {
     }
 }
 
+impl InternVlSpec {
+    fn mmproj_keys(&self, settings: &ProcessorSettings, text_hidden: usize) -> MmprojMetadata {
+        use tessera_decoder::gguf_write::MetaValue::{Bool, F32s, Str, F32, U32};
+        let t = &self.tower;
+        let u = |v: usize| u32::try_from(v).map(U32).map_err(|_| format!("{v} does not fit a GGUF u32"));
+        let stats = |key: &str| processor_stats(settings, key, [0.5; 3]);
+        let act = match t.hidden_act {
+            Activation::Gelu => "clip.use_gelu",
+            Activation::Silu => "clip.use_silu",
+            other => return Err(format!("llama.cpp's internvl projector runs a GELU or SiLU tower, not {other:?}")),
+        };
+        if self.projector_act != Activation::Gelu {
+            return Err(format!("llama.cpp's internvl projector uses GELU, not {:?}", self.projector_act));
+        }
+        let (tiling, _) = self.processor(settings).map_err(|e| e.to_string())?;
+        Ok(vec![
+            ("general.architecture".into(), Str("clip".into())),
+            ("general.type".into(), Str("mmproj".into())),
+            ("clip.has_vision_encoder".into(), Bool(true)),
+            ("clip.vision.projection_dim".into(), u(text_hidden)?),
+            ("clip.vision.image_size".into(), u(t.image_size)?),
+            ("clip.vision.patch_size".into(), u(t.patch_size)?),
+            ("clip.vision.embedding_length".into(), u(t.hidden_size)?),
+            ("clip.vision.feed_forward_length".into(), u(t.intermediate_size)?),
+            ("clip.vision.block_count".into(), u(t.num_hidden_layers)?),
+            ("clip.vision.attention.head_count".into(), u(t.num_attention_heads)?),
+            ("clip.vision.image_mean".into(), F32s(stats("image_mean")?)),
+            ("clip.vision.image_std".into(), F32s(stats("image_std")?)),
+            ("clip.projector_type".into(), Str("internvl".into())),
+            ("clip.vision.attention.layer_norm_epsilon".into(), F32(t.layer_norm_eps as f32)),
+            (act.into(), Bool(true)),
+            ("clip.vision.projector.scale_factor".into(), u(self.scale)?),
+            ("clip.vision.preproc_min_tiles".into(), u(tiling.min_patches)?),
+            ("clip.vision.preproc_max_tiles".into(), u(tiling.max_patches)?),
+        ])
+    }
+}
+
 impl ImageSpec for InternVlSpec {
+    /// What `conversion/internvl.py` writes, in its order ([`from_mmproj`] reads it back); the
+    /// tile bounds are the processor's (the converter takes them from an original config's
+    /// `min_dynamic_patch` / `max_dynamic_patch`), the mean and std the processor's, else 0.5 as
+    /// the folder reads them.
+    fn mmproj_metadata(
+        &self,
+        settings: &ProcessorSettings,
+        _config: &Value,
+        text_hidden: usize,
+    ) -> Option<MmprojMetadata> {
+        Some(self.mmproj_keys(settings, text_hidden))
+    }
+
+    /// The checkpoint's tensors under the root `internvl.` ([`tessera_decoder::internvl_names`]).
+    fn mmproj_tensors(&self, stored: &str, dims: &[usize]) -> Vec<MmprojTensor> {
+        let name = if let Some(rest) = under_roots(stored, &TOWER_ROOTS) {
+            format!("internvl.vision_tower.{rest}")
+        } else if let Some(rest) = under_roots(stored, &PROJECTOR_ROOTS) {
+            format!("internvl.multi_modal_projector.{rest}")
+        } else {
+            stored.to_string()
+        };
+        vec![MmprojTensor { name, dims: dims.to_vec(), part: None, shift: None }]
+    }
+
     fn load(&self, at: &ImageLoad<'_>) -> Result<Box<dyn ImageSide>> {
         let (tiling, normalize) = self.processor(&ProcessorSettings::of(at)?)?;
         let tokenizer_path = at.dir.join("tokenizer.json");
