@@ -31,8 +31,8 @@ GEMMA4_SPECIALS = ["<|turn>", "<turn|>", "<|image>", "<|image|>", "<image|>", "<
                    "<tool_call|>", "<|tool_response>", "<tool_response|>", '<|"|>']
 
 
-def gemma4_tokenizer():
-    tok = gemma_raw_tokenizer()
+def gemma4_tokenizer(raw=None):
+    tok = raw or gemma_raw_tokenizer()
     append_special(tok, GEMMA4_SPECIALS)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>", pad_token="<pad>",
@@ -77,8 +77,9 @@ def gemma4_randomize(model, seed, std=0.3):
                 b.copy_(1.0 + 0.1 * torch.randn(b.shape, generator=g))
 
 
-def gemma4_spec():
-    tok = gemma4_tokenizer()
+def gemma4_spec(raw_tokenizer=None):
+    """gemma4-tiny; raw_tokenizer: the base vocabulary in place of gemma_raw_tokenizer() (tiny_vlms/gemma4_pair.py)."""
+    tok = gemma4_tokenizer(raw_tokenizer)
     ids = tok.convert_tokens_to_ids
     template = open(os.path.join(REAL, "gemma-4-e2b-it", "chat_template.jinja")).read()
     image_processor = Gemma4ImageProcessorPil(patch_size=8, pooling_kernel_size=2, max_soft_tokens=70,
