@@ -1,17 +1,17 @@
 """gemma4-pair-tiny: gemma4-tiny with a tokenizer of real Gemma's kind, for llama.cpp's GGUF + mmproj pair
 (scripts/make_gguf_pairs.sh gemma4), for scripts/make_tiny_vlms.py.
 
-The model, processor, chat template, cases and seed logic are gemma4-tiny's (tiny_vlms/gemma4.py); only the tokenizer
-differs. llama.cpp's converter reads a Gemma 4 vocabulary with gguf.LlamaHfVocab, which takes only a BPE model with
-`byte_fallback: true` and a `Sequence` decoder, as google/gemma-4-* have (gemma4-tiny's byte-level BPE stops it at
-"Cannot find Llama BPE tokenizer"). This one is built as real Gemma 4's tokenizer.json is (transformers 5's
-GemmaTokenizer): BPE with byte fallback and `<unk>`, normalizer Replace(" ", "▁"), the pre-tokenizer
-Split(" ", merged_with_previous) (a no-op after the normalizer: BPE runs over the whole text, as llama.cpp's `gemma4`
-tokenizer does, which splits only at newlines), decoder Sequence[Replace("▁", " "), ByteFallback, Fuse], <bos>
-prepended by the post-processor. Ids: gemma4-tiny's specials first (<pad> 0, <eos> 1, <bos> 2, <unk> 3, <mask> 4,
-<start_of_turn> 5, <end_of_turn> 6), then the 256 byte tokens <0x00>..<0xFF>, "\\n" (a token of its own, in no merge,
-as in Gemma's vocabulary: llama.cpp cuts the text at newlines before merging), the corpus's characters and BPE merges
-trained within "▁"-led words (so no token holds "▁" past its first character), and the Gemma 4 specials appended
+The model, processor, chat template, cases and seed logic are gemma4-tiny's (tiny_vlms/gemma4.py) but for the tokenizer
+and 3 KV-shared layers in place of 2 (see gemma4_pair_spec). llama.cpp's converter reads a Gemma 4 vocabulary with
+gguf.LlamaHfVocab, which takes only a BPE model with `byte_fallback: true` and a `Sequence` decoder, as google/gemma-4-*
+have (gemma4-tiny's byte-level BPE stops it at "Cannot find Llama BPE tokenizer"). This one is built as real Gemma 4's
+tokenizer.json is (transformers 5's GemmaTokenizer): BPE with byte fallback and `<unk>`, normalizer Replace(" ", "▁"),
+the pre-tokenizer Split(" ", merged_with_previous) (a no-op after the normalizer: BPE runs over the whole text, as
+llama.cpp's `gemma4` tokenizer does, which splits only at newlines), decoder Sequence[Replace("▁", " "), ByteFallback,
+Fuse], <bos> prepended by the post-processor. Ids: gemma4-tiny's specials first (<pad> 0, <eos> 1, <bos> 2, <unk> 3,
+<mask> 4, <start_of_turn> 5, <end_of_turn> 6), then the 256 byte tokens <0x00>..<0xFF>, "\\n" (a token of its own, in no
+merge, as in Gemma's vocabulary: llama.cpp cuts the text at newlines before merging), the corpus's characters and BPE
+merges trained within "▁"-led words (so no token holds "▁" past its first character), and the Gemma 4 specials appended
 after the base vocabulary as in gemma4-tiny.
 """
 import json
@@ -57,11 +57,15 @@ def _merges(tok):
 
 
 def gemma4_pair_spec():
-    # Seed 1623: gemma4-tiny's 1620 and 1621 stop at run_case's 1e-4 check of the cached against the full-forward
-    # logits (float rounding; build() retries seeds only for margins); 1622 passes with a smallest greedy margin of
-    # 0.0034, 1623 with 0.0048.
-    spec = gemma4_spec(raw_tokenizer=gemma_spm_tokenizer())
-    return dict(spec, name="gemma4-pair-tiny", seed=1623)
+    # 3 KV-shared layers (gemma4-tiny: 2): llama.cpp (llama-model.cpp, create_memory) has a shared layer reuse the
+    # cache of layer n_layer_kv_from_start - 2 if it is a sliding one, else - 1, which is transformers' rule (the last
+    # unshared layer of the same type) only where the last unshared layer is a full one and the one before it sliding,
+    # as in google/gemma-4-E2B (35 layers, the last 20 shared, layer 14 full). gemma4-tiny's [s, s, f, s, s, f] with 2
+    # shared has layer 3 (sliding) last: llama.cpp would give layer 4 the full layer 2's cache and stops at
+    # GGML_ASSERT(map_layer_ids.find(il_reuse) != map_layer_ids.end()). With 3 shared, layers 3 and 4 reuse layer 1's
+    # keys and values and layer 5 layer 2's in both. Seeds as gemma4-tiny's, from 1620.
+    spec = gemma4_spec(raw_tokenizer=gemma_spm_tokenizer(), kv_shared_layers=3)
+    return dict(spec, name="gemma4-pair-tiny")
 
 
 # The folders this module writes, for scripts/make_tiny_vlms.py.
