@@ -387,11 +387,15 @@ PY
 # gemma4-tiny with a byte-fallback BPE tokenizer as real Gemma's (LlamaHfVocab stops at gemma4-tiny's
 # byte-level one: "Cannot find Llama BPE tokenizer") and 3 KV-shared layers, which llama.cpp's
 # layer-reuse rule needs (scripts/tiny_vlms/gemma4_pair.py). Staged (see the fixture's SOURCES.md),
-# no weight changes: the tokenizer_config.json change; and the converter runs through
-# convert_gemma4.py, which writes `clip.vision.projector.scale_factor` = the tower's
-# `pooling_kernel_size` into the mmproj, a key llama.cpp's format defines and clip.cpp reads for
-# gemma4v but the converter leaves out: without it clip.cpp pools 3x3 (real Gemma 4's kernel), not
-# the tiny tower's 2x2, and encodes chelsea as 247 image tokens where transformers makes 60.
+# no weight changes: the tokenizer_config.json change, with every special added token of tokenizer.json
+# in `additional_special_tokens` (transformers 4 counts only those, and the five named ones, as
+# special: the converter writes the rest USER_DEFINED, where real Gemma 4 files have `<|turn>`,
+# `<|image>`, `<|image|>`… CONTROL and only its 7 "visible" tool/channel tokens USER_DEFINED); and
+# the converter runs through convert_gemma4.py, which writes `clip.vision.projector.scale_factor` =
+# the tower's `pooling_kernel_size` into the mmproj, a key llama.cpp's format defines and clip.cpp
+# reads for gemma4v but the converter leaves out: without it clip.cpp pools 3x3 (real Gemma 4's
+# kernel), not the tiny tower's 2x2, and encodes chelsea as 247 image tokens where transformers
+# makes 60.
 cat > "$stage/convert_gemma4.py" <<'EOF'
 # Usage: convert_gemma4.py CONVERT_HF_PY LLAMA_CPP_DIR MODEL_DIR [converter arguments ...]
 import runpy, sys
@@ -411,6 +415,15 @@ EOF
 gemma4() {
   local name=gemma4-pair-tiny out="$fixtures/gemma4-pair-tiny-gguf"
   stage_checkpoint "$name"
+  "$venv/bin/python" - "$stage/$name" <<'PY'
+import json, sys
+d = sys.argv[1]
+t = json.load(open(f"{d}/tokenizer_config.json"))
+named = {t[k] for k in ("bos_token", "eos_token", "unk_token", "pad_token", "mask_token")}
+added = json.load(open(f"{d}/tokenizer.json"))["added_tokens"]
+t["additional_special_tokens"] = [a["content"] for a in added if a["special"] and a["content"] not in named]
+json.dump(t, open(f"{d}/tokenizer_config.json", "w"), indent=2)
+PY
   mkdir -p "$out"
   run() { (cd "$stage" && "$venv/bin/python" convert_gemma4.py "$repo/scripts/peers/convert_hf.py" "$llama" "$stage/$name" --outtype f32 "$@" 2>&1 \
     | grep -E "ERROR|Error|successfully" >&2); }
