@@ -12,6 +12,7 @@
 #                     f16/mmproj-mistral3-pair-tiny-f16.gguf (the converter's f16 output)
 #   minicpm           minicpm-v4.6-pair-tiny → minicpm-v4.6-pair-tiny-f32.gguf + mmproj-…-f32.gguf
 #   internvl          internvl-tiny         → internvl-tiny-f32.gguf + mmproj-internvl-tiny-f32.gguf
+#   gemma4            gemma4-pair-tiny      → gemma4-pair-tiny-f32.gguf + mmproj-gemma4-pair-tiny-f32.gguf
 # Usage: scripts/make_gguf_pairs.sh [family…] (default: all). One function per family below.
 #
 # The converter is convert_hf_to_gguf.py (+ its conversion/ package and gguf-py) from the
@@ -378,14 +379,69 @@ PY
   ls -l "$out"/*.gguf >&2
 }
 
+# --- Gemma 4 ---------------------------------------------------------------------------------------
+# convert_hf_to_gguf.py on the whole checkpoint (`conversion/gemma.py`): Gemma4ForConditionalGeneration's
+# text model (Gemma4Model, a `gemma4` text GGUF: norms stored as they are, not 1 + w; the vocabulary
+# through gguf.LlamaHfVocab as tokenizer model `gemma4`) and, with --mmproj, Gemma4VisionAudioModel's
+# tower and embedder (`clip.projector_type = gemma4v`). The checkpoint is gemma4-pair-tiny:
+# gemma4-tiny with a byte-fallback BPE tokenizer as real Gemma's (LlamaHfVocab stops at gemma4-tiny's
+# byte-level one: "Cannot find Llama BPE tokenizer") and 3 KV-shared layers, which llama.cpp's
+# layer-reuse rule needs (scripts/tiny_vlms/gemma4_pair.py). Staged (see the fixture's SOURCES.md),
+# no weight changes: the tokenizer_config.json change, with every special added token of tokenizer.json
+# in `additional_special_tokens` (transformers 4 counts only those, and the five named ones, as
+# special: the converter writes the rest USER_DEFINED, where real Gemma 4 files have `<|turn>`,
+# `<|image>`, `<|image|>`… CONTROL and only its 7 "visible" tool/channel tokens USER_DEFINED); and
+# the converter runs through convert_gemma4.py, which writes `clip.vision.projector.scale_factor` =
+# the tower's `pooling_kernel_size` into the mmproj, a key llama.cpp's format defines and clip.cpp
+# reads for gemma4v but the converter leaves out: without it clip.cpp pools 3x3 (real Gemma 4's
+# kernel), not the tiny tower's 2x2, and encodes chelsea as 247 image tokens where transformers
+# makes 60.
+cat > "$stage/convert_gemma4.py" <<'EOF'
+# Usage: convert_gemma4.py CONVERT_HF_PY LLAMA_CPP_DIR MODEL_DIR [converter arguments ...]
+import runpy, sys
+script = sys.argv.pop(1)
+llama = sys.argv[1]
+sys.path[:0] = [llama, llama + "/gguf-py"]
+import conversion.gemma as gemma
+write = gemma.Gemma4VisionAudioModel.set_gguf_parameters
+def set_gguf_parameters(self):
+    write(self)
+    self.gguf_writer.add_vision_projector_scale_factor(int(self.hparams_vision["pooling_kernel_size"]))
+gemma.Gemma4VisionAudioModel.set_gguf_parameters = set_gguf_parameters
+sys.argv[0] = script
+runpy.run_path(script, run_name="__main__")
+EOF
+
+gemma4() {
+  local name=gemma4-pair-tiny out="$fixtures/gemma4-pair-tiny-gguf"
+  stage_checkpoint "$name"
+  "$venv/bin/python" - "$stage/$name" <<'PY'
+import json, sys
+d = sys.argv[1]
+t = json.load(open(f"{d}/tokenizer_config.json"))
+named = {t[k] for k in ("bos_token", "eos_token", "unk_token", "pad_token", "mask_token")}
+added = json.load(open(f"{d}/tokenizer.json"))["added_tokens"]
+t["additional_special_tokens"] = [a["content"] for a in added if a["special"] and a["content"] not in named]
+json.dump(t, open(f"{d}/tokenizer_config.json", "w"), indent=2)
+PY
+  mkdir -p "$out"
+  run() { (cd "$stage" && "$venv/bin/python" convert_gemma4.py "$repo/scripts/peers/convert_hf.py" "$llama" "$stage/$name" --outtype f32 "$@" 2>&1 \
+    | grep -E "ERROR|Error|successfully" >&2); }
+  log "gemma4: text model"
+  run --outfile "$out/$name-f32.gguf"
+  log "gemma4: mmproj"
+  run --mmproj --outfile "$out/mmproj-$name-f32.gguf"
+  ls -l "$out"/*.gguf >&2
+}
+
 # --- run -----------------------------------------------------------------------------------------
 families=("$@")
-[ ${#families[@]} -gt 0 ] || families=(smolvlm llava llava_interleave qwen2_vl qwen2_5_vl qwen3_vl qwen3_5 gemma3 mistral3 minicpm internvl)
+[ ${#families[@]} -gt 0 ] || families=(smolvlm llava llava_interleave qwen2_vl qwen2_5_vl qwen3_vl qwen3_5 gemma3 mistral3 minicpm internvl gemma4)
 for f in "${families[@]}"; do
   case "$f" in
-    smolvlm | llava | llava_interleave | qwen2_vl | qwen2_5_vl | qwen3_vl | qwen3_5 | gemma3 | mistral3 | minicpm | internvl) "$f" ;;
+    smolvlm | llava | llava_interleave | qwen2_vl | qwen2_5_vl | qwen3_vl | qwen3_5 | gemma3 | mistral3 | minicpm | internvl | gemma4) "$f" ;;
     *)
-      echo "unknown family \`$f\` (smolvlm, llava, llava_interleave, qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5, gemma3, mistral3, minicpm, internvl)" >&2
+      echo "unknown family \`$f\` (smolvlm, llava, llava_interleave, qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5, gemma3, mistral3, minicpm, internvl, gemma4)" >&2
       exit 2
       ;;
   esac

@@ -36,7 +36,8 @@ Writes tests/fixtures/vlm/<name>/ for
                          x3 then a gated attention layer, partial rotary, (1 + w) norms) + Qwen3VLProcessor and the
                          real Qwen3.5 chat template; scripts/tiny_vlms/qwen3_5.py
   gemma4-tiny            Gemma4ForConditionalGeneration (Gemma 4 tower, k x k pooling, PLE, shared keys and values, two head
-                         sizes, proportional RoPE) + Gemma4Processor; scripts/tiny_vlms/gemma4.py
+                         sizes, proportional RoPE) + Gemma4Processor; tiny_vlms/gemma4.py; also gemma4-pair-tiny (a
+                         byte-fallback BPE tokenizer as real Gemma's, for llama.cpp's pair: tiny_vlms/gemma4_pair.py)
   minicpm-v4.6-tiny      MiniCPMV4_6ForConditionalGeneration + MiniCPMV4_6Processor; scripts/tiny_vlms/minicpmv4_6.py;
                          also minicpm-v4.6-pair-tiny (9 slices, a 70x70 position table: as llama.cpp runs the pair)
   gemma3-tiny            Gemma3ForConditionalGeneration (SigLIP vision, 2x2 average pooling, mm_soft_emb_norm, a
@@ -44,8 +45,7 @@ Writes tests/fixtures/vlm/<name>/ for
                          scaling on the global one, a window of 8 under 16 image tokens, images attending to themselves
                          both ways; the image tokens are vocabulary entries and query_pre_attn_scalar is head_dim,
                          as in the real 4B) + Gemma3Processor (<start_of_image> expanded, the real Gemma 3 template);
-                         ablation: the images attending causally (no token_type_ids): its prompt logits as
-                         <case>.logits_causal_images
+                         ablation: causal images (no token_type_ids), prompt logits as <case>.logits_causal_images
 Each folder holds exactly what `model.save_pretrained` and `processor.save_pretrained` write with the installed
 transformers (config.json, generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
 processor_config.json, chat_template.jinja), plus
@@ -564,7 +564,7 @@ def main():
     from tiny_vlms.families import (gemma3_spec, llava_interleave_spec, llava_spec, paligemma2_spec, paligemma_spec,
                                     qwen2_5_vl_spec, qwen2_vl_spec, qwen3_vl_spec, smolvlm_spec)
     from tiny_vlms.internvl import internvl_spec
-    from tiny_vlms.gemma4 import gemma4_spec
+    from tiny_vlms.gemma4_pair import SPECS as gemma4_specs
     from tiny_vlms.mistral3 import SPECS as mistral3_specs
     from tiny_vlms.qwen3_5 import qwen3_5_spec
     from tiny_vlms.minicpmv4_6 import minicpmv4_6_pair_spec, minicpmv4_6_spec
@@ -575,9 +575,8 @@ def main():
     specs = {"smolvlm-tiny": smolvlm_spec, "llava-tiny": llava_spec, "llava-interleave-tiny": llava_interleave_spec,
              "paligemma-tiny": paligemma_spec, "paligemma2-tiny": paligemma2_spec, "gemma3-tiny": gemma3_spec,
              "qwen2-vl-tiny": qwen2_vl_spec, "qwen2.5-vl-tiny": qwen2_5_vl_spec, "qwen3-vl-tiny": qwen3_vl_spec,
-             "internvl-tiny": internvl_spec, **mistral3_specs, "qwen3.5-tiny": qwen3_5_spec,
-             "gemma4-tiny": gemma4_spec, "minicpm-v4.6-tiny": minicpmv4_6_spec,
-             "minicpm-v4.6-pair-tiny": minicpmv4_6_pair_spec}
+             "internvl-tiny": internvl_spec, **mistral3_specs, "qwen3.5-tiny": qwen3_5_spec, **gemma4_specs,
+             "minicpm-v4.6-tiny": minicpmv4_6_spec, "minicpm-v4.6-pair-tiny": minicpmv4_6_pair_spec}
     for name, make in specs.items():
         if wanted and name not in wanted:
             continue

@@ -31,8 +31,8 @@ GEMMA4_SPECIALS = ["<|turn>", "<turn|>", "<|image>", "<|image|>", "<image|>", "<
                    "<tool_call|>", "<|tool_response>", "<tool_response|>", '<|"|>']
 
 
-def gemma4_tokenizer():
-    tok = gemma_raw_tokenizer()
+def gemma4_tokenizer(raw=None):
+    tok = raw or gemma_raw_tokenizer()
     append_special(tok, GEMMA4_SPECIALS)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>", pad_token="<pad>",
@@ -77,8 +77,10 @@ def gemma4_randomize(model, seed, std=0.3):
                 b.copy_(1.0 + 0.1 * torch.randn(b.shape, generator=g))
 
 
-def gemma4_spec():
-    tok = gemma4_tokenizer()
+def gemma4_spec(raw_tokenizer=None, kv_shared_layers=2):
+    """gemma4-tiny; raw_tokenizer (the base vocabulary in place of gemma_raw_tokenizer()) and kv_shared_layers are
+    gemma4-pair-tiny's changes (tiny_vlms/gemma4_pair.py)."""
+    tok = gemma4_tokenizer(raw_tokenizer)
     ids = tok.convert_tokens_to_ids
     template = open(os.path.join(REAL, "gemma-4-e2b-it", "chat_template.jinja")).read()
     image_processor = Gemma4ImageProcessorPil(patch_size=8, pooling_kernel_size=2, max_soft_tokens=70,
@@ -95,8 +97,8 @@ def gemma4_spec():
         max_position_embeddings=2048, rms_norm_eps=1e-6, sliding_window=8, rope_parameters=rope,
         layer_types=["sliding_attention", "sliding_attention", "full_attention"] * 2, final_logit_softcapping=30.0,
         use_bidirectional_attention="vision", vocab_size_per_layer_input=len(tok), hidden_size_per_layer_input=8,
-        num_kv_shared_layers=2, use_double_wide_mlp=True, tie_word_embeddings=True, bos_token_id=ids("<bos>"),
-        eos_token_id=ids("<eos>"), pad_token_id=ids("<pad>"))
+        num_kv_shared_layers=kv_shared_layers, use_double_wide_mlp=True, tie_word_embeddings=True,
+        bos_token_id=ids("<bos>"), eos_token_id=ids("<eos>"), pad_token_id=ids("<pad>"))
     vision = Gemma4VisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                                 num_key_value_heads=4, head_dim=8, patch_size=8, pooling_kernel_size=2,
                                 position_embedding_size=64, use_clipped_linears=True, standardize=True,
