@@ -72,6 +72,11 @@ pub(crate) fn softmax_numerators(s: &mut [f32], scale: f32) -> f32 {
         // SAFETY: the chosen instruction set has AVX-512 F.
         return unsafe { crate::x86::softmax_numerators_512(s, scale) };
     }
+    #[cfg(target_arch = "x86_64")]
+    if avx2_kernels() {
+        // SAFETY: the chosen instruction set has AVX2.
+        return unsafe { crate::x86::softmax_numerators_256(s, scale) };
+    }
     wide(|| softmax_numerators_portable(s, scale))
 }
 
@@ -289,20 +294,28 @@ fn par_chunks<F: Fn(usize, &mut [f32]) + Sync>(pool: &ThreadPool, out: &mut [f32
 
 #[cfg(test)]
 mod tests {
-    /// This CPU's `softmax_numerators` gives the portable loop's bits (values and sum), at every
-    /// length around the sixteen lanes, both signs of the scale, and for a row of `-inf`; and the
-    /// values over the sum are a softmax (f64 reference).
+    /// This CPU's `softmax_numerators` (AVX-512's or AVX2's) gives the portable loop's bits (values
+    /// and sum), at every length around the sixteen lanes, both signs of the scale, a scale that
+    /// sends most arguments below exp's cut-off at -87, rows with masked (`-inf`) positions and a
+    /// row of `-inf`; and the values over the sum are a softmax (f64 reference).
     #[test]
     fn softmax_numerators_match_portable_twin_and_softmax() {
-        let row = |n: usize| -> Vec<f32> { (0..n).map(|i| ((i * 7919 % 1013) as f32 - 500.0) * 0.037).collect() };
-        for n in [0, 1, 15, 16, 17, 33, 1000] {
-            for scale in [0.125f32, 1.0, -0.3] {
-                let (mut fast, mut slow) = (row(n), row(n));
+        // Masked positions (every 7th of a row longer than 40) under the positive scales only:
+        // a mask is `-inf` after scaling.
+        let row = |n: usize, scale: f32| -> Vec<f32> {
+            let masked = |i: usize| scale > 0.0 && n > 40 && i % 7 == 3;
+            (0..n)
+                .map(|i| if masked(i) { f32::NEG_INFINITY } else { ((i * 7919 % 1013) as f32 - 500.0) * 0.037 })
+                .collect()
+        };
+        for n in [0, 1, 15, 16, 17, 33, 47, 1000] {
+            for scale in [0.125f32, 1.0, -0.3, 8.0] {
+                let (mut fast, mut slow) = (row(n, scale), row(n, scale));
                 let (sf, ss) =
                     (super::softmax_numerators(&mut fast, scale), super::softmax_numerators_portable(&mut slow, scale));
                 assert_eq!(sf.to_bits(), ss.to_bits(), "sum, n {n} scale {scale}");
                 assert!(fast.iter().zip(&slow).all(|(a, b)| a.to_bits() == b.to_bits()), "values, n {n} scale {scale}");
-                let logits: Vec<f64> = row(n).iter().map(|&v| v as f64 * scale as f64).collect();
+                let logits: Vec<f64> = row(n, scale).iter().map(|&v| v as f64 * scale as f64).collect();
                 let max = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let total: f64 = logits.iter().map(|l| (l - max).exp()).sum();
                 for (l, &v) in logits.iter().zip(&fast) {

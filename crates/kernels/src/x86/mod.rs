@@ -12,7 +12,8 @@
 //!   and AVX2;
 //! - [`sgemm512`]: the f32 GEMM's micro-kernel (`sgemm.rs` drives it), AVX-512 F;
 //! - [`sgemm256`]: the same tiles on 256-bit registers (AVX2 + FMA + F16C);
-//! - [`softmax512`]: softmax's numerators for attention over many queries, AVX-512 F;
+//! - [`softmax512`]: softmax's numerators for attention over many queries, AVX-512 F, and
+//!   [`softmax256`] the same on AVX2;
 //! - [`activations`]: passes over f32 activation rows: `Q8` quantization and RMSNorm of eight rows (AVX2).
 //!
 //! This file holds what they share: CPU feature detection, the block-type codes the kernels are
@@ -38,6 +39,7 @@ mod panel_dots;
 mod rows;
 mod sgemm256;
 mod sgemm512;
+mod softmax256;
 mod softmax512;
 
 use std::arch::x86_64::*;
@@ -53,6 +55,7 @@ pub(crate) use panel_dots::panel_dots_fn;
 pub(crate) use rows::{row_fn, rows4_fn};
 pub(crate) use sgemm256::tile as sgemm_tile_avx2;
 pub(crate) use sgemm512::tile as sgemm_tile;
+pub(crate) use softmax256::softmax_numerators as softmax_numerators_256;
 pub(crate) use softmax512::softmax_numerators as softmax_numerators_512;
 
 pub(crate) fn has_avx2() -> bool {
