@@ -24,35 +24,7 @@ const NAME: &str = "minicpm-v4.6-pair-tiny";
 /// path), against transformers' reference and the folder, case by case.
 #[test]
 fn the_minicpm_pair_matches_transformers_and_the_folder() -> Result<()> {
-    let folder = pairs_common::folder(NAME)?;
-    let (reference, tensors) = pairs_common::reference(NAME)?;
-    let (_, mmproj) = pairs_common::pair_files(NAME);
-    for (label, opts) in [("f32", common::load_options()?), ("default", common::gguf_load_options()?)] {
-        let pair = pairs_common::load_pair(NAME, mmproj.clone(), opts)?;
-        assert_eq!((pair.config().family, pair.info().mmproj.as_deref()), ("minicpmv4_6", Some(mmproj.as_path())));
-        let mut checked = Vec::new();
-        for case in reference["cases"].as_array().context("cases")? {
-            let case_name = case["name"].as_str().context("name")?;
-            let what = format!("{NAME}/{label}/{case_name}");
-            let images = common::case_images(case)?;
-            // The GGUF's vocabulary and chat template, and the slicing under the mmproj's scale
-            // resolution and patch size, give the processor's ids.
-            let prompt = pairs_common::chat_prompt(&pair, case, &images)?;
-            assert_eq!(prompt.ids(), common::ids(&case["input_ids"]), "{what}: prompt ids");
-
-            if !images.is_empty() {
-                let want = tensors.get(&format!("{case_name}.image_features")).context("reference features")?;
-                let (d, f) = pairs_common::features_match(&pair, &folder, &images, want, &what)?;
-                eprintln!("{what}: image features within {d:.1e} of transformers', {f:.1e} of the folder's");
-            }
-
-            let expected = tensors.get(&format!("{case_name}.logits")).context("reference logits")?;
-            common::pair_logits_and_greedy_match(&pair, &folder, &prompt, &images, expected, case, &what)?;
-            checked.push(case_name.to_string());
-        }
-        assert_eq!(checked, ["chelsea", "two_images", "earlier_turn", "text_only"], "{label}");
-    }
-    Ok(())
+    pairs_common::pair_matches_transformers_and_the_folder(NAME, "minicpmv4_6")
 }
 
 /// What the pair's files leave to llama.cpp's rules comes out as the folder's config states it:

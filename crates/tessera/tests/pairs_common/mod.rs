@@ -1,7 +1,8 @@
 //! What the GGUF + mmproj pair tests share (`gguf_pairs_qwen.rs`, `gguf_pairs_qwen3_5.rs`,
 //! `gguf_pairs_gemma3.rs`, `gguf_pairs_mistral3.rs`, `gguf_pairs_minicpm.rs`): a tiny checkpoint's
 //! pair files, loading the pair and the folder, the reference, image features compared with
-//! transformers' and the folder's, and the converter's f16 mmproj against the folder.
+//! transformers' and the folder's, the whole case-by-case comparison of a pair with the four
+//! chat cases, and the converter's f16 mmproj against the folder.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -104,4 +105,38 @@ pub fn f16_mmproj_matches(name: &str, f16: PathBuf, skip: impl Fn(&Value) -> boo
         checked += 1;
     }
     Ok(checked)
+}
+
+/// `name`'s f32 pair, dequantized to f32 and as loaded by default (f32 tensors through the
+/// quantized path), against transformers' reference and the folder, case by case — the photo,
+/// two images, an image in an earlier turn, text alone: the family `family` and the mmproj
+/// named by the model; prompt ids (the GGUF's vocabulary and chat template and the family's
+/// processor under the mmproj's settings); image features within 1e-4 of transformers' and 1e-5
+/// of the folder's; logits and 16 greedy ids.
+pub fn pair_matches_transformers_and_the_folder(name: &str, family: &str) -> Result<()> {
+    let folder = folder(name)?;
+    let (reference, tensors) = reference(name)?;
+    let (_, mmproj) = pair_files(name);
+    for (label, opts) in [("f32", super::common::load_options()?), ("default", super::common::gguf_load_options()?)] {
+        let pair = load_pair(name, mmproj.clone(), opts)?;
+        assert_eq!((pair.config().family, pair.info().mmproj.as_deref()), (family, Some(mmproj.as_path())));
+        let mut checked = Vec::new();
+        for case in reference["cases"].as_array().context("cases")? {
+            let case_name = case["name"].as_str().context("name")?;
+            let what = format!("{name}/{label}/{case_name}");
+            let images = super::common::case_images(case)?;
+            let prompt = chat_prompt(&pair, case, &images)?;
+            assert_eq!(prompt.ids(), super::common::ids(&case["input_ids"]), "{what}: prompt ids");
+            if !images.is_empty() {
+                let want = tensors.get(&format!("{case_name}.image_features")).context("reference features")?;
+                let (d, f) = features_match(&pair, &folder, &images, want, &what)?;
+                eprintln!("{what}: image features within {d:.1e} of transformers', {f:.1e} of the folder's");
+            }
+            let expected = tensors.get(&format!("{case_name}.logits")).context("reference logits")?;
+            super::common::pair_logits_and_greedy_match(&pair, &folder, &prompt, &images, expected, case, &what)?;
+            checked.push(case_name.to_string());
+        }
+        assert_eq!(checked, ["chelsea", "two_images", "earlier_turn", "text_only"], "{label}");
+    }
+    Ok(())
 }
