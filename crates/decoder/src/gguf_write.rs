@@ -193,6 +193,17 @@ impl GgufFile {
     }
 }
 
+/// A shape as ggml keeps it (`ggml_n_dims`): dimensions past a tensor's last one other than 1
+/// are implicit, so llama-quantize writes a `(1, 1, d)` class embedding as `(d)`. Outermost
+/// first, as tessera's shapes are; at least one dimension stays (a scalar is `(1)`).
+pub fn ggml_dims(dims: &[usize]) -> &[usize] {
+    if dims.is_empty() {
+        return &[1];
+    }
+    let ones = dims.iter().take_while(|&&n| n == 1).count();
+    &dims[ones.min(dims.len().saturating_sub(1))..]
+}
+
 /// The sort key of llama.cpp's tensor order ([`GgufFile::sort_tensors_as_llama_cpp`]): the
 /// block number (-1 outside `blk.N.`), then the name.
 pub fn llama_cpp_order(name: &str) -> (i64, &str) {
@@ -342,6 +353,14 @@ mod tests {
         let d = std::env::temp_dir().join(format!("tessera-gguf-write-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap_or(());
         d
+    }
+
+    #[test]
+    fn ggml_dims_drops_outer_ones_but_keeps_one_dimension() {
+        assert_eq!(ggml_dims(&[1, 1, 8]), &[8]);
+        assert_eq!(ggml_dims(&[4, 1, 8]), &[4, 1, 8]);
+        assert_eq!(ggml_dims(&[1, 1]), &[1]);
+        assert_eq!(ggml_dims(&[]), &[1]);
     }
 
     /// A file of every value type and two tensors reads back through Candle's reader and

@@ -296,10 +296,8 @@ impl Weights {
             }
             Source::Gguf(g) => {
                 let info = g.content.tensor_infos.get(&stored).ok_or_else(|| self.missing(&full))?;
-                // GGUF dimensions past a tensor's last one other than 1 are implicit: llama-quantize
-                // writes a `(1, 1, d)` class embedding as `(d)` (`ggml_n_dims`).
-                let ggml = |dims: &[usize]| -> Vec<usize> { dims.iter().copied().skip_while(|&n| n == 1).collect() };
-                if ggml(shape) != ggml(info.shape.dims()) {
+                // Shapes equal as ggml keeps them (`(1, 1, d)` written as `(d)`) are the same.
+                if crate::gguf_write::ggml_dims(shape) != crate::gguf_write::ggml_dims(info.shape.dims()) {
                     self.check_shape(&full, shape, info.shape.dims())?;
                 }
                 let tensor =

@@ -283,9 +283,7 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
             gguf_write::llama_cpp_order(&a.entry.name).cmp(&gguf_write::llama_cpp_order(&b.entry.name))
         });
         for t in &mut f.tensors {
-            let leading =
-                t.entry.dims.iter().take_while(|&&n| n == 1).count().min(t.entry.dims.len().saturating_sub(1));
-            t.entry.dims.drain(..leading);
+            t.entry.dims = gguf_write::ggml_dims(&t.entry.dims).to_vec();
         }
         for t in &f.tensors {
             f.gguf.add_tensor(t.entry.clone());

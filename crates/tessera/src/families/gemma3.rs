@@ -12,9 +12,10 @@ use serde::Deserialize;
 use tessera_decoder::{Activation, NormStyle};
 use tessera_vision::{FeatureLayer, TowerKind, VisionTowerConfig};
 
-use super::image::{processor_stats, MmprojMetadata, MmprojTensor, ProcessorSettings};
+use super::image::{
+    gguf_u32, processor_stats, under_roots, ClipHeader, MmprojMetadata, MmprojTensor, ProcessorSettings,
+};
 use super::llava::{PROJECTOR_ROOTS, TOWER_ROOTS};
-use super::llava_mmproj::under_roots;
 use super::mmproj::{MmprojInput, MmprojSide};
 use super::text::{TextFamily, TextSubConfig};
 use super::tower::{ConnectorConfig, Placeholder, ProcessorRule, TowerSpec, WeightRoots};
@@ -175,9 +176,8 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String>
 /// written only when it is not 4, as the converter writes it; the mean and std are the
 /// processor's, else Gemma3ImageProcessor's 0.5.
 pub(super) fn mmproj_metadata(spec: &TowerSpec, settings: &ProcessorSettings, text_hidden: usize) -> MmprojMetadata {
-    use tessera_decoder::gguf_write::MetaValue::{Bool, F32s, Str, F32, U32};
+    use tessera_decoder::gguf_write::MetaValue::{Bool, Str, F32};
     let t = &spec.tower;
-    let u = |v: usize| u32::try_from(v).map(U32).map_err(|_| format!("{v} does not fit a GGUF u32"));
     if t.kind != TowerKind::Siglip || t.hidden_act != Activation::GeluTanh || spec.feature != FeatureLayer::PostNorm {
         return Err(format!(
             "llama.cpp's gemma3 projector reads a tanh-GELU SigLIP tower's post-norm output, not {:?} {:?} {:?}",
@@ -198,25 +198,25 @@ pub(super) fn mmproj_metadata(spec: &TowerSpec, settings: &ProcessorSettings, te
         }
     }
     let stats = |key: &str| processor_stats(settings, key, [0.5; 3]);
-    let mut md = vec![
-        ("general.architecture".to_string(), Str("clip".into())),
-        ("general.type".into(), Str("mmproj".into())),
-        ("clip.has_vision_encoder".into(), Bool(true)),
-        ("clip.vision.projection_dim".into(), u(text_hidden)?),
-        ("clip.vision.image_size".into(), u(t.image_size)?),
-        ("clip.vision.patch_size".into(), u(t.patch_size)?),
-        ("clip.vision.embedding_length".into(), u(t.hidden_size)?),
-        ("clip.vision.feed_forward_length".into(), u(t.intermediate_size)?),
-        ("clip.vision.block_count".into(), u(t.num_hidden_layers)?),
-        ("clip.vision.attention.head_count".into(), u(t.num_attention_heads)?),
-        ("clip.vision.image_mean".into(), F32s(stats("image_mean")?)),
-        ("clip.vision.image_std".into(), F32s(stats("image_std")?)),
+    let mut md = ClipHeader {
+        projection_dim: text_hidden,
+        image_size: t.image_size,
+        patch_size: t.patch_size,
+        width: t.hidden_size,
+        feed_forward: t.intermediate_size,
+        blocks: t.num_hidden_layers,
+        heads: t.num_attention_heads,
+        mean: stats("image_mean")?,
+        std: stats("image_std")?,
+    }
+    .keys()?;
+    md.extend([
         ("clip.projector_type".into(), Str("gemma3".into())),
         ("clip.vision.attention.layer_norm_epsilon".into(), F32(t.layer_norm_eps as f32)),
         ("clip.use_gelu".into(), Bool(true)),
-    ];
+    ]);
     if scale != 4 {
-        md.push(("clip.vision.projector.scale_factor".into(), u(scale)?));
+        md.push(("clip.vision.projector.scale_factor".into(), gguf_u32(scale)?));
     }
     Ok(md)
 }

@@ -127,33 +127,34 @@ pub(crate) fn mmproj_metadata(
     settings: &super::image::ProcessorSettings,
     text_hidden: usize,
 ) -> super::image::MmprojMetadata {
-    use tessera_decoder::gguf_write::MetaValue::{Bool, F32s, Str, F32, U32};
-    let u = |v: usize| u32::try_from(v).map(U32).map_err(|_| format!("{v} does not fit a GGUF u32"));
+    use super::image::{gguf_u32 as u, ClipHeader};
+    use tessera_decoder::gguf_write::MetaValue::{Bool, Str, F32};
     let stats = |key: &str| super::image::processor_stats(settings, key, [0.5; 3]);
     if tower.hidden_act != Activation::GeluTanh {
         return Err(format!("llama.cpp's idefics3 projector runs a tanh-GELU tower, not {:?}", tower.hidden_act));
     }
     let longest_edge =
         settings.image.get("size").and_then(|s| s.get("longest_edge")).and_then(Value::as_u64).map(|v| v as usize);
-    Ok(vec![
-        ("general.architecture".into(), Str("clip".into())),
-        ("general.type".into(), Str("mmproj".into())),
-        ("clip.has_vision_encoder".into(), Bool(true)),
-        ("clip.vision.projection_dim".into(), u(text_hidden)?),
-        ("clip.vision.image_size".into(), u(tower.image_size)?),
-        ("clip.vision.patch_size".into(), u(tower.patch_size)?),
-        ("clip.vision.embedding_length".into(), u(tower.hidden_size)?),
-        ("clip.vision.feed_forward_length".into(), u(tower.intermediate_size)?),
-        ("clip.vision.block_count".into(), u(tower.num_hidden_layers)?),
-        ("clip.vision.attention.head_count".into(), u(tower.num_attention_heads)?),
-        ("clip.vision.image_mean".into(), F32s(stats("image_mean")?)),
-        ("clip.vision.image_std".into(), F32s(stats("image_std")?)),
+    let mut md = ClipHeader {
+        projection_dim: text_hidden,
+        image_size: tower.image_size,
+        patch_size: tower.patch_size,
+        width: tower.hidden_size,
+        feed_forward: tower.intermediate_size,
+        blocks: tower.num_hidden_layers,
+        heads: tower.num_attention_heads,
+        mean: stats("image_mean")?,
+        std: stats("image_std")?,
+    }
+    .keys()?;
+    md.extend([
         ("clip.projector_type".into(), Str("idefics3".into())),
         ("clip.vision.attention.layer_norm_epsilon".into(), F32(tower.layer_norm_eps as f32)),
         ("clip.vision.projector.scale_factor".into(), u(scale_factor)?),
         ("clip.use_gelu".into(), Bool(true)),
         ("clip.vision.preproc_image_size".into(), u(longest_edge.unwrap_or(tower.image_size))?),
-    ])
+    ]);
+    Ok(md)
 }
 
 /// Idefics3's image processor settings: the tiling (`size.longest_edge`, the tile side

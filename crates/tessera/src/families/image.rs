@@ -167,6 +167,56 @@ pub(crate) fn processor_stats(
 /// the file).
 pub type MmprojMetadata = std::result::Result<Vec<(String, tessera_decoder::gguf_write::MetaValue)>, String>;
 
+/// `v` as a GGUF `u32` value.
+pub(crate) fn gguf_u32(v: usize) -> std::result::Result<tessera_decoder::gguf_write::MetaValue, String> {
+    u32::try_from(v)
+        .map(tessera_decoder::gguf_write::MetaValue::U32)
+        .map_err(|_| format!("{v} does not fit a GGUF u32"))
+}
+
+/// The sizes llama.cpp's converter states first in every mmproj it writes through
+/// `MmprojModel.set_gguf_parameters`.
+pub(crate) struct ClipHeader {
+    /// The text model's width (`clip.vision.projection_dim`).
+    pub projection_dim: usize,
+    pub image_size: usize,
+    pub patch_size: usize,
+    /// The tower's width (`clip.vision.embedding_length`).
+    pub width: usize,
+    pub feed_forward: usize,
+    pub blocks: usize,
+    pub heads: usize,
+    pub mean: Vec<f32>,
+    pub std: Vec<f32>,
+}
+
+impl ClipHeader {
+    /// The header's keys in the converter's order: `general.*`, `clip.has_vision_encoder`, the
+    /// sizes, the mean and std; each family appends its own keys after them.
+    pub(crate) fn keys(self) -> MmprojMetadata {
+        use tessera_decoder::gguf_write::MetaValue::{Bool, F32s, Str};
+        Ok(vec![
+            ("general.architecture".into(), Str("clip".into())),
+            ("general.type".into(), Str("mmproj".into())),
+            ("clip.has_vision_encoder".into(), Bool(true)),
+            ("clip.vision.projection_dim".into(), gguf_u32(self.projection_dim)?),
+            ("clip.vision.image_size".into(), gguf_u32(self.image_size)?),
+            ("clip.vision.patch_size".into(), gguf_u32(self.patch_size)?),
+            ("clip.vision.embedding_length".into(), gguf_u32(self.width)?),
+            ("clip.vision.feed_forward_length".into(), gguf_u32(self.feed_forward)?),
+            ("clip.vision.block_count".into(), gguf_u32(self.blocks)?),
+            ("clip.vision.attention.head_count".into(), gguf_u32(self.heads)?),
+            ("clip.vision.image_mean".into(), F32s(self.mean)),
+            ("clip.vision.image_std".into(), F32s(self.std)),
+        ])
+    }
+}
+
+/// `stored` without the first of `roots` it lies under (and the dot), if any.
+pub(crate) fn under_roots<'a>(stored: &'a str, roots: &[&str]) -> Option<&'a str> {
+    roots.iter().find_map(|r| stored.strip_prefix(r)?.strip_prefix('.'))
+}
+
 /// A loaded family's image side: how an image becomes pixel values, image tokens in the
 /// decoder's width, and a place in the prompt.
 pub trait ImageSide: Send + Sync {

@@ -21,10 +21,9 @@ use tessera_decoder::Activation;
 use tessera_vision::{Connector, CropToPatches, Filter, InternVit, InternVitConfig, PreprocessConfig, RgbImage, Size};
 
 use super::image::{
-    first_prefix, processor_stats, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec, MmprojMetadata,
-    MmprojTensor, ProcessorSettings,
+    first_prefix, gguf_u32, processor_stats, token_text, under_roots, ClipHeader, ImageFeatures, ImageLoad, ImageSide,
+    ImageSpec, MmprojMetadata, MmprojTensor, ProcessorSettings,
 };
-use super::llava_mmproj::under_roots;
 use super::mmproj::{MmprojInput, MmprojSide};
 use super::text::{TextFamily, TextSubConfig};
 use super::{text_config, ModelConfig, PromptStyle, TokenIds};
@@ -311,9 +310,9 @@ impl InternVlSpec {
 
 impl InternVlSpec {
     fn mmproj_keys(&self, settings: &ProcessorSettings, text_hidden: usize) -> MmprojMetadata {
-        use tessera_decoder::gguf_write::MetaValue::{Bool, F32s, Str, F32, U32};
+        use tessera_decoder::gguf_write::MetaValue::{Bool, Str, F32};
         let t = &self.tower;
-        let u = |v: usize| u32::try_from(v).map(U32).map_err(|_| format!("{v} does not fit a GGUF u32"));
+        let u = gguf_u32;
         let stats = |key: &str| processor_stats(settings, key, [0.5; 3]);
         let act = match t.hidden_act {
             Activation::Gelu => "clip.use_gelu",
@@ -324,26 +323,27 @@ impl InternVlSpec {
             return Err(format!("llama.cpp's internvl projector uses GELU, not {:?}", self.projector_act));
         }
         let (tiling, _) = self.processor(settings).map_err(|e| e.to_string())?;
-        Ok(vec![
-            ("general.architecture".into(), Str("clip".into())),
-            ("general.type".into(), Str("mmproj".into())),
-            ("clip.has_vision_encoder".into(), Bool(true)),
-            ("clip.vision.projection_dim".into(), u(text_hidden)?),
-            ("clip.vision.image_size".into(), u(t.image_size)?),
-            ("clip.vision.patch_size".into(), u(t.patch_size)?),
-            ("clip.vision.embedding_length".into(), u(t.hidden_size)?),
-            ("clip.vision.feed_forward_length".into(), u(t.intermediate_size)?),
-            ("clip.vision.block_count".into(), u(t.num_hidden_layers)?),
-            ("clip.vision.attention.head_count".into(), u(t.num_attention_heads)?),
-            ("clip.vision.image_mean".into(), F32s(stats("image_mean")?)),
-            ("clip.vision.image_std".into(), F32s(stats("image_std")?)),
+        let mut md = ClipHeader {
+            projection_dim: text_hidden,
+            image_size: t.image_size,
+            patch_size: t.patch_size,
+            width: t.hidden_size,
+            feed_forward: t.intermediate_size,
+            blocks: t.num_hidden_layers,
+            heads: t.num_attention_heads,
+            mean: stats("image_mean")?,
+            std: stats("image_std")?,
+        }
+        .keys()?;
+        md.extend([
             ("clip.projector_type".into(), Str("internvl".into())),
             ("clip.vision.attention.layer_norm_epsilon".into(), F32(t.layer_norm_eps as f32)),
             (act.into(), Bool(true)),
             ("clip.vision.projector.scale_factor".into(), u(self.scale)?),
             ("clip.vision.preproc_min_tiles".into(), u(tiling.min_patches)?),
             ("clip.vision.preproc_max_tiles".into(), u(tiling.max_patches)?),
-        ])
+        ]);
+        Ok(md)
     }
 }
 

@@ -11,11 +11,11 @@
 //!   `gelu_pytorch_tanh`, which the script, comparing with `"gelu"`, would leave as quick GELU).
 
 use serde_json::Value;
-use tessera_decoder::gguf_write::MetaValue::{Bool, F32s, I32s, Str, F32, U32};
+use tessera_decoder::gguf_write::MetaValue::{Bool, F32s, I32s, Str, F32};
 use tessera_decoder::Activation;
 use tessera_vision::{FeatureLayer, TowerKind};
 
-use super::image::{processor_stats, MmprojMetadata, MmprojTensor, ProcessorSettings};
+use super::image::{gguf_u32, processor_stats, under_roots, MmprojMetadata, MmprojTensor, ProcessorSettings};
 use super::llava::{PROJECTOR_ROOTS, TOWER_ROOTS};
 use super::tower::TowerSpec;
 
@@ -27,7 +27,7 @@ const CLIP_STD: [f32; 3] = [0.268_629_54, 0.261_302_6, 0.275_777_1];
 /// CLIP tower's `projection_dim`, whether `vision_feature_layer` is stated).
 pub(super) fn metadata(spec: &TowerSpec, settings: &ProcessorSettings, config: &Value) -> MmprojMetadata {
     let t = &spec.tower;
-    let u = |v: usize| u32::try_from(v).map(U32).map_err(|_| format!("{v} does not fit a GGUF u32"));
+    let u = gguf_u32;
     let FeatureLayer::Hidden(k) = spec.feature else {
         return Err("llama.cpp's LLaVA projector reads a hidden layer of the tower, not its post-norm".into());
     };
@@ -90,9 +90,4 @@ pub(super) fn tensors(spec: &TowerSpec, stored: &str, dims: &[usize]) -> Vec<Mmp
         rest.replace(".mlp.fc2.", ".mlp.fc1.")
     };
     one(format!("model.vision_model.{swapped}"))
-}
-
-/// `stored` without the first of `roots` it lies under (and the dot), if any.
-pub(super) fn under_roots<'a>(stored: &'a str, roots: &[&str]) -> Option<&'a str> {
-    roots.iter().find_map(|r| stored.strip_prefix(r)?.strip_prefix('.'))
 }

@@ -8,11 +8,11 @@
 //! [`from_mmproj`](super::qwen2_vl::from_mmproj) reads back.
 
 use serde_json::Value;
-use tessera_decoder::gguf_write::MetaValue::{self, Bool, Bools, F32s, Str, F32, U32};
+use tessera_decoder::gguf_write::MetaValue::{self, Bool, Bools, Str, F32, U32};
 use tessera_decoder::Activation;
 use tessera_vision::qwen2_vl::VisionMlp;
 
-use super::image::{processor_stats, MmprojMetadata, MmprojTensor, Part, ProcessorSettings};
+use super::image::{processor_stats, ClipHeader, MmprojMetadata, MmprojTensor, Part, ProcessorSettings};
 use super::qwen2_vl::{pixel_budget, Qwen2VlSpec};
 
 /// The converter's `image_size` when the vision config has none (the tower takes any size).
@@ -42,7 +42,7 @@ fn write_metadata(
     text_hidden: usize,
 ) -> MmprojMetadata {
     let t = &spec.tower;
-    let u = |v: usize| u32::try_from(v).map(U32).map_err(|_| format!("{v} does not fit a GGUF u32"));
+    let u = super::image::gguf_u32;
     let (projector, image_size, ffn, act) = match (&t.windows, t.mlp, &t.qwen3) {
         // Qwen2-VL's `vision_config.hidden_size` (the merger's output) is its
         // `feed_forward_length`, as the converter has it.
@@ -64,21 +64,19 @@ fn write_metadata(
         return Err(format!("llama.cpp's {projector} runs a {act:?} tower, not {:?}", t.hidden_act));
     }
     let (min_pixels, max_pixels) = pixel_budget(&settings.image);
-    let mut md = vec![
-        ("general.architecture".to_string(), Str("clip".into())),
-        ("general.type".into(), Str("mmproj".into())),
-        ("clip.has_vision_encoder".into(), Bool(true)),
-        ("clip.vision.projection_dim".into(), u(text_hidden)?),
-        ("clip.vision.image_size".into(), u(image_size)?),
-        ("clip.vision.patch_size".into(), u(t.patch_size)?),
-        ("clip.vision.embedding_length".into(), u(t.embed_dim)?),
-        ("clip.vision.feed_forward_length".into(), u(ffn)?),
-        ("clip.vision.block_count".into(), u(t.depth)?),
-        ("clip.vision.attention.head_count".into(), u(t.num_heads)?),
-        ("clip.vision.image_mean".into(), F32s(processor_stats(settings, "image_mean", CLIP_MEAN)?)),
-        ("clip.vision.image_std".into(), F32s(processor_stats(settings, "image_std", CLIP_STD)?)),
-        ("clip.projector_type".into(), Str(projector.into())),
-    ];
+    let mut md = ClipHeader {
+        projection_dim: text_hidden,
+        image_size,
+        patch_size: t.patch_size,
+        width: t.embed_dim,
+        feed_forward: ffn,
+        blocks: t.depth,
+        heads: t.num_heads,
+        mean: processor_stats(settings, "image_mean", CLIP_MEAN)?,
+        std: processor_stats(settings, "image_std", CLIP_STD)?,
+    }
+    .keys()?;
+    md.push(("clip.projector_type".into(), Str(projector.into())));
     if let Some(w) = &t.windows {
         // `fullatt_block_indexes` as the converter checks it: every n-th block, from n-1.
         let n = w.full_blocks.first().map_or(0, |b| b + 1);
