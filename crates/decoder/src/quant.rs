@@ -105,9 +105,12 @@ pub enum Role {
 /// writes for it (`q_proj` → `attn_q`, `fc2` → `ffn_down`, `lm_head` → `output`, …).
 pub fn role_of(hf: &str) -> Role {
     let Some(stem) = hf.strip_suffix(".weight") else { return Role::Kept };
-    // Qwen3-VL's learned position table is `pos_embed` (`v.position_embd`).
+    // Qwen3-VL's learned position table is `pos_embed` (`v.position_embd`); Pixtral's patch
+    // kernel is `patch_conv` (`v.patch_embd`), Mistral 3's `patch_merger` (`mm.patch_merger`).
     if stem.contains("norm")
         || stem.contains("patch_embed")
+        || stem.contains("patch_conv")
+        || stem.contains("patch_merger")
         || stem.contains("position_embed")
         || stem.ends_with("pos_embed")
     {
@@ -284,6 +287,8 @@ mod tests {
             ("visual.merger.linear_fc2.weight", Role::Other),
             ("model.visual.deepstack_merger_list.0.linear_fc2.weight", Role::Other),
             ("model.visual.pos_embed.weight", Role::Kept),
+            ("multi_modal_projector.patch_merger.merging_layer.weight", Role::Kept),
+            ("vision_tower.patch_conv.weight", Role::Kept),
             ("model.connector.modality_projection.proj.weight", Role::Other),
             ("model.vision_model.embeddings.patch_embedding.weight", Role::Kept),
             ("model.vision_model.embeddings.position_embedding.weight", Role::Kept),

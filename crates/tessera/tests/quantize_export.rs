@@ -82,7 +82,7 @@ fn same_gguf_as(ours: &Path, theirs: &Path) -> Result<()> {
 }
 
 /// The tiny VLM folders llama-quantize's pairs were made from (tests/fixtures/quant/<name>-<type>).
-const PAIRS: [&str; 8] = [
+const PAIRS: [&str; 9] = [
     "smolvlm-tiny",
     "llava-tiny",
     "llava-interleave-tiny",
@@ -91,6 +91,7 @@ const PAIRS: [&str; 8] = [
     "qwen3-vl-tiny",
     "gemma3-tiny",
     "internvl-tiny",
+    "mistral3-pair-tiny",
 ];
 
 /// The tiny VLM folders quantized to pairs: both files are llama-quantize's (from llama.cpp's
@@ -102,7 +103,8 @@ const PAIRS: [&str; 8] = [
 /// mergers named by block, its text model as `qwen3vl` (`n_deepstack_layers`, the head widths);
 /// Gemma 3's norms stored as `1 + w` (the text model's and `mm.soft_emb_norm`), its sliding
 /// window, local RoPE base and linear RoPE scaling, its pooling factor; InternVL's CLS token and
-/// layer scales, its projector as `mm.model.mlp.{0,1,3}`, its shuffle and tile bounds.
+/// layer scales, its projector as `mm.model.mlp.{0,1,3}`, its shuffle and tile bounds; Mistral 3's
+/// text model as `mistral3`, its Pixtral tower's q/k rows permuted as a Llama's.
 #[test]
 fn the_tiny_pairs_are_llama_quantizes() -> Result<()> {
     let scratch = common::scratch("quantize_export_pairs")?;

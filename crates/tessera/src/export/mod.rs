@@ -115,11 +115,16 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
     let err = |reason: String| TesseraError::Config { path: config_path.clone(), reason };
     let text = config.text_family.gguf_text().ok_or_else(|| {
         err(format!(
-            "tessera quantize writes llama, qwen2, qwen2vl, qwen3vl and gemma3 text models; this checkpoint's text \
-             model is {}",
+            "tessera quantize writes llama (and mistral3), qwen2, qwen2vl, qwen3vl and gemma3 text models; this \
+             checkpoint's text model is {}",
             config.text_family.name()
         ))
     })?;
+    // Where the image side names the text model's architecture (Mistral 3's `mistral3`).
+    let text = match config.vision.as_ref().and_then(|s| s.text_gguf_arch()) {
+        Some(arch) => GgufText { arch, ..text },
+        None => text,
+    };
     let d = &config.decoder;
     let scaling = match d.rope.scaling {
         RopeScaling::Default => true,
@@ -243,7 +248,7 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
             .ok_or_else(|| {
                 TesseraError::InvalidInput(format!(
                     "tessera quantize does not write {}'s mmproj yet (it writes idefics3's, llava's, qwen2vl's, \
-                     qwen2.5vl's, qwen3vl's, gemma3's and internvl's)",
+                     qwen2.5vl's, qwen3vl's, gemma3's, internvl's and pixtral's)",
                     config.family
                 ))
             })?
@@ -267,7 +272,7 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
             tensors.push(Planned {
                 entry: TensorEntry { name, dims: piece.dims, ty },
                 stored: stored.clone(),
-                permute_heads: None,
+                permute_heads: piece.permute_heads,
                 part: piece.part,
                 rows: None,
                 shift: piece.shift,

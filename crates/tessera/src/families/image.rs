@@ -96,6 +96,12 @@ pub trait ImageSpec: fmt::Debug + Send + Sync + Any {
         MmprojTensor::whole(stored, dims)
     }
 
+    /// The architecture the converter writes this model's text GGUF as where the image side
+    /// decides it (Mistral 3's `mistral3`, where a Mistral text model alone is `llama`).
+    fn text_gguf_arch(&self) -> Option<&'static str> {
+        None
+    }
+
     /// What the converter writes into the text model's GGUF (architecture `arch`) about this
     /// image side (Qwen3-VL's `{arch}.n_deepstack_layers`); by default nothing.
     fn text_gguf_metadata(&self, _arch: &str) -> Vec<(String, tessera_decoder::gguf_write::MetaValue)> {
@@ -115,6 +121,9 @@ pub struct MmprojTensor {
     /// A constant the converter adds to every value (Gemma 3's `mm_soft_emb_norm`, stored as
     /// `1 + w`); `None`: the values as they are.
     pub shift: Option<f32>,
+    /// Heads whose rows the converter permutes for interleaved RoPE (Pixtral's `q_proj` /
+    /// `k_proj`, as a Llama's); `None`: the rows as they are.
+    pub permute_heads: Option<usize>,
 }
 
 /// Part `index` of `parts` equal parts along one axis of a tensor, viewed as
@@ -130,7 +139,7 @@ pub struct Part {
 impl MmprojTensor {
     /// The checkpoint tensor `stored` as it is.
     pub fn whole(stored: &str, dims: &[usize]) -> Vec<Self> {
-        vec![Self { name: stored.to_string(), dims: dims.to_vec(), part: None, shift: None }]
+        vec![Self { name: stored.to_string(), dims: dims.to_vec(), part: None, shift: None, permute_heads: None }]
     }
 }
 
@@ -166,6 +175,10 @@ pub(crate) fn processor_stats(
 /// An mmproj's metadata in file order, or why it cannot be written (a reason; the caller names
 /// the file).
 pub type MmprojMetadata = std::result::Result<Vec<(String, tessera_decoder::gguf_write::MetaValue)>, String>;
+
+/// CLIP's (and OpenAI's) normalization, the default mean and std of several processors.
+pub(crate) const CLIP_MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
+pub(crate) const CLIP_STD: [f32; 3] = [0.268_629_54, 0.261_302_6, 0.275_777_1];
 
 /// `v` as a GGUF `u32` value.
 pub(crate) fn gguf_u32(v: usize) -> std::result::Result<tessera_decoder::gguf_write::MetaValue, String> {

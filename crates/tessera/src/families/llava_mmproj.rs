@@ -15,13 +15,11 @@ use tessera_decoder::gguf_write::MetaValue::{Bool, F32s, I32s, Str, F32};
 use tessera_decoder::Activation;
 use tessera_vision::{FeatureLayer, TowerKind};
 
-use super::image::{gguf_u32, processor_stats, under_roots, MmprojMetadata, MmprojTensor, ProcessorSettings};
+use super::image::{
+    gguf_u32, processor_stats, under_roots, MmprojMetadata, MmprojTensor, ProcessorSettings, CLIP_MEAN, CLIP_STD,
+};
 use super::llava::{PROJECTOR_ROOTS, TOWER_ROOTS};
 use super::tower::TowerSpec;
-
-/// The script's default mean and std (OpenAI CLIP's), when the processor states none.
-const CLIP_MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
-const CLIP_STD: [f32; 3] = [0.268_629_54, 0.261_302_6, 0.275_777_1];
 
 /// The `clip.*` metadata in the script's order. `config`: the folder's config.json (the
 /// CLIP tower's `projection_dim`, whether `vision_feature_layer` is stated).
@@ -71,7 +69,8 @@ pub(super) fn metadata(spec: &TowerSpec, settings: &ProcessorSettings, config: &
 /// [`gguf_vision_name`](tessera_decoder::weights::gguf_vision_name) reads it (the tower under
 /// `model.vision_model.`, `fc1`/`fc2` swapped); none for what the script drops.
 pub(super) fn tensors(spec: &TowerSpec, stored: &str, dims: &[usize]) -> Vec<MmprojTensor> {
-    let one = |name: String| vec![MmprojTensor { name, dims: dims.to_vec(), part: None, shift: None }];
+    let one =
+        |name: String| vec![MmprojTensor { name, dims: dims.to_vec(), part: None, shift: None, permute_heads: None }];
     if let Some(rest) = under_roots(stored, PROJECTOR_ROOTS) {
         return one(format!("multi_modal_projector.{rest}"));
     }

@@ -10,16 +10,16 @@
 //! merged patch, `[IMG_BREAK]` after each row of them and `[IMG_END]` in place of the last
 //! break. Only the `[IMG]` positions take image tokens; the break and end tokens are text.
 
-use std::sync::Arc;
-
 use candle_core::{Device, Tensor};
 use serde::Deserialize;
 use serde_json::Value;
 use tessera_decoder::{Activation, RopeStyle};
 use tessera_vision::{Filter, PixtralProjector, PixtralVision, PixtralVisionConfig, PreprocessConfig, RgbImage, Size};
 
-use super::image::{first_prefix, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec, ProcessorSettings};
-use super::mmproj::{MmprojInput, MmprojSide};
+use super::image::{
+    first_prefix, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec, MmprojMetadata, MmprojTensor,
+    ProcessorSettings,
+};
 use super::text::{TextFamily, TextSubConfig};
 use super::{text_config, ModelConfig, PromptStyle, TokenIds};
 use crate::error::{Result, TesseraError};
@@ -142,106 +142,6 @@ impl Mistral3Config {
     }
 }
 
-/// The image side of an `mmproj` GGUF of projector type `pixtral` (llama.cpp's
-/// `conversion/llava.py`, `LlavaVisionModel` over a `Mistral3ForConditionalGeneration`), and its
-/// processor settings in `preprocessor_config.json`'s and `processor_config.json`'s terms. What
-/// llama.cpp's `clip.cpp` (`PROJECTOR_TYPE_PIXTRAL`, `clip_graph_pixtral`) makes of the file, and
-/// so tessera:
-/// - the tower: Pixtral from `clip.vision.{embedding_length, feed_forward_length, block_count,
-///   patch_size}` and `clip.vision.attention.head_count`, SiLU (`clip.use_silu`), GELU
-///   (`clip.use_gelu`) or else quick GELU, 2-D RoPE of base 10000 (fixed in `clip.cpp`; the converter writes none
-///   for a Hugging Face checkpoint); its q/k rows are permuted by the converter, so it rotates
-///   them interleaved;
-/// - the projector: `mm.input_norm` (RMSNorm with `clip.vision.attention.layer_norm_epsilon`,
-///   which `clip.cpp` uses where transformers takes the text model's `rms_norm_eps`: both 1e-5 in
-///   Mistral Small 3.1), the `mm.patch_merger` over `clip.vision.spatial_merge_size` blocks, then
-///   `mm.1` → GELU → `mm.2` (biases when the file has them); the image tokens are `mm.2`'s width.
-///   A file without the patch merger (Pixtral-12B's) is refused;
-/// - the prompt: `[IMG]` per merged patch, `[IMG_BREAK]` after each row and `[IMG_END]` last, the
-///   text model's tokens (`clip.cpp` splices `v.token_embd.img_break` in, the same row of the
-///   embeddings; the converter writes it only when it reaches the embeddings);
-/// - the processor: PixtralImageProcessor's bicubic fit within `clip.vision.image_size` (the
-///   checkpoint's `vision_config.image_size`, which is the processor's `longest_edge` in Mistral
-///   Small 3.1: 1540), sides rounded up to `patch × merge`, `clip.vision.image_mean` / `image_std`
-///   (llama.cpp bounds the token count to 8–1024 instead; tessera keeps transformers' rule).
-pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> std::result::Result<MmprojSide, String> {
-    let clip = &input.clip;
-    // As `clip.cpp` reads the two flags (neither: quick GELU).
-    let hidden_act = match (clip.bool("clip.use_gelu")? == Some(true), clip.bool("clip.use_silu")? == Some(true)) {
-        (true, true) => return Err("both `clip.use_gelu` and `clip.use_silu` are true".into()),
-        (true, false) => Activation::Gelu,
-        (false, true) => Activation::Silu,
-        (false, false) => Activation::QuickGelu,
-    };
-    let tower = PixtralVisionConfig {
-        hidden_size: clip.usize("clip.vision.embedding_length")?,
-        intermediate_size: clip.usize("clip.vision.feed_forward_length")?,
-        num_hidden_layers: clip.usize("clip.vision.block_count")?,
-        num_attention_heads: clip.usize("clip.vision.attention.head_count")?,
-        num_channels: 3,
-        patch_size: clip.usize("clip.vision.patch_size")?,
-        hidden_act,
-        rope_theta: 10_000.0,
-        rope_style: RopeStyle::Interleaved,
-    };
-    tower.validate().map_err(|e| e.to_string())?;
-    if !input.tensors.contains_key("mm.patch_merger.weight") {
-        return Err("the mmproj has no `mm.patch_merger.weight`: Pixtral without Mistral 3's patch merger \
-                    (Pixtral-12B) is not supported"
-            .into());
-    }
-    let merge = clip.usize_opt("clip.vision.spatial_merge_size")?.unwrap_or(1);
-    if merge == 0 {
-        return Err("`clip.vision.spatial_merge_size` is 0".into());
-    }
-    let d = tower.hidden_size;
-    match input.shape("mm.patch_merger.weight")? {
-        [rows, cols] if *rows == d && *cols == d * merge * merge => {}
-        other => {
-            return Err(format!(
-                "`mm.patch_merger.weight` has shape {other:?}, not ({d}, {}) for `clip.vision.spatial_merge_size` \
-                 {merge}",
-                d * merge * merge
-            ))
-        }
-    }
-    let width = match input.shape("mm.2.weight")? {
-        [rows, _] => *rows,
-        other => return Err(format!("`mm.2.weight` has shape {other:?}, not a matrix")),
-    };
-    let image_token_id = input.token("pixtral", "[IMG]")?;
-    for text in ["[IMG_BREAK]", "[IMG_END]"] {
-        input.token("pixtral", text)?;
-    }
-    let spec = Mistral3Spec {
-        tower,
-        merge,
-        projector_act: Activation::Gelu,
-        projector_bias: input.tensors.contains_key("mm.1.bias"),
-        projector_eps: clip.f64("clip.vision.attention.layer_norm_epsilon")?.unwrap_or(1e-5),
-        image_token_id,
-    };
-    let image_size = clip.usize("clip.vision.image_size")?;
-    let image = clip.normalized(serde_json::json!({
-        "do_resize": true,
-        "size": {"longest_edge": image_size},
-        "resample": 3,
-    }))?;
-    let patch = spec.tower.patch_size;
-    let processor = serde_json::json!({"patch_size": patch, "spatial_merge_size": merge});
-    Ok(MmprojSide {
-        family: "mistral3",
-        spec: Arc::new(spec),
-        image,
-        text: &[TextFamily::Mistral, TextFamily::Llama],
-        width,
-        swapped_ffn: false,
-        plain_positions: false,
-        bidirectional_images: false,
-        processor,
-    })
-}
-
 /// The processor's settings for one checkpoint.
 #[derive(Debug, Clone)]
 pub struct PixtralProcessorRule {
@@ -334,6 +234,23 @@ impl Mistral3Spec {
 }
 
 impl ImageSpec for Mistral3Spec {
+    fn mmproj_metadata(
+        &self,
+        settings: &ProcessorSettings,
+        config: &Value,
+        text_hidden: usize,
+    ) -> Option<MmprojMetadata> {
+        Some(super::mistral3_mmproj::mmproj_metadata(self, settings, config, text_hidden))
+    }
+
+    fn mmproj_tensors(&self, stored: &str, dims: &[usize]) -> Vec<MmprojTensor> {
+        super::mistral3_mmproj::mmproj_tensors(self, stored, dims)
+    }
+
+    fn text_gguf_arch(&self) -> Option<&'static str> {
+        Some(super::mistral3_mmproj::TEXT_ARCH)
+    }
+
     fn load(&self, at: &ImageLoad<'_>) -> Result<Box<dyn ImageSide>> {
         if at.pan_and_scan {
             return Err(TesseraError::InvalidInput("pan-and-scan is for Gemma 3; Mistral 3 has none".into()));

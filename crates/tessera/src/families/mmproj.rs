@@ -47,7 +47,7 @@ pub const PROJECTORS: &[(&str, FromMmproj)] = &[
     ("gemma3", super::gemma3::from_mmproj),
     // Mistral 3 (llama.cpp's conversion/llava.py, LlavaVisionModel): Pixtral, 2-D RoPE, RMSNorm,
     // a 2x2 patch merger, two linears.
-    ("pixtral", super::mistral3::from_mmproj),
+    ("pixtral", super::mistral3_mmproj::from_mmproj),
     // MiniCPM-V 4.6 (llama.cpp's conversion/minicpm.py): SigLIP, a window-attention merger, a
     // 2x2 downsample MLP; sliced images, plain positions.
     ("minicpmv4_6", super::minicpm_mmproj::from_mmproj),

@@ -20,6 +20,7 @@ mod llava_mmproj;
 mod minicpm_mmproj;
 mod minicpmv4_6;
 mod mistral3;
+mod mistral3_mmproj;
 pub mod mmproj;
 mod native;
 mod paligemma;

@@ -12,15 +12,13 @@ use tessera_decoder::gguf_write::MetaValue::{self, Bool, Bools, Str, F32, U32};
 use tessera_decoder::Activation;
 use tessera_vision::qwen2_vl::VisionMlp;
 
-use super::image::{processor_stats, ClipHeader, MmprojMetadata, MmprojTensor, Part, ProcessorSettings};
+use super::image::{
+    processor_stats, ClipHeader, MmprojMetadata, MmprojTensor, Part, ProcessorSettings, CLIP_MEAN, CLIP_STD,
+};
 use super::qwen2_vl::{pixel_budget, Qwen2VlSpec};
 
 /// The converter's `image_size` when the vision config has none (the tower takes any size).
 const IMAGE_SIZE: usize = 560;
-/// `Qwen2VLImageProcessor`'s mean and std (OpenAI CLIP's), when the processor states none.
-const CLIP_MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
-const CLIP_STD: [f32; 3] = [0.268_629_54, 0.261_302_6, 0.275_777_1];
-
 /// The `clip.*` metadata in the converter's order.
 /// Written beyond the converter: `clip.vision.image_min_pixels` / `image_max_pixels` (the
 /// processor's pixel budget) and Qwen2.5-VL's `clip.vision.window_size`, keys of llama.cpp's
@@ -139,7 +137,8 @@ pub(super) fn text_metadata(spec: &Qwen2VlSpec, arch: &str) -> Vec<(String, Meta
 /// `deepstack`: Qwen3-VL's DeepStack blocks (`None`: Qwen2-VL or Qwen2.5-VL).
 pub(super) fn tensors(deepstack: Option<&[usize]>, stored: &str, dims: &[usize]) -> Vec<MmprojTensor> {
     let name = stored.strip_prefix("model.").filter(|r| r.starts_with("visual.")).unwrap_or(stored);
-    let one = |name: String| vec![MmprojTensor { name, dims: dims.to_vec(), part: None, shift: None }];
+    let one =
+        |name: String| vec![MmprojTensor { name, dims: dims.to_vec(), part: None, shift: None, permute_heads: None }];
     if let Some(blocks) = deepstack {
         // DeepStack merger `i` as the block it reads (`v.deepstack.B.*`); `qkv` stays fused.
         let level = name.strip_prefix("visual.deepstack_merger_list.").and_then(|r| r.split_once('.'));
@@ -154,7 +153,13 @@ pub(super) fn tensors(deepstack: Option<&[usize]>, stored: &str, dims: &[usize])
                 let mut d = dims.to_vec();
                 d[0] /= 3;
                 let part = Some(Part { outer: 1, parts: 3, index });
-                MmprojTensor { name: name.replace(".attn.qkv.", &format!(".attn.{p}.")), dims: d, part, shift: None }
+                MmprojTensor {
+                    name: name.replace(".attn.qkv.", &format!(".attn.{p}.")),
+                    dims: d,
+                    part,
+                    shift: None,
+                    permute_heads: None,
+                }
             })
             .collect();
     }
@@ -165,6 +170,7 @@ pub(super) fn tensors(deepstack: Option<&[usize]>, stored: &str, dims: &[usize])
                 dims: vec![*d, *c, *p, *q],
                 part: Some(Part { outer: d * c, parts: 2, index }),
                 shift: None,
+                permute_heads: None,
             })
             .collect(),
         _ => one(name.to_string()),
