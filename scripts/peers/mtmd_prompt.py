@@ -12,6 +12,7 @@ than the Hugging Face processor does. Run with llama.cpp's converter venv (jinja
 
 Usage: mtmd_prompt.py GGUF_PY_DIR MODEL.gguf QUESTION MARKER OURS THEIRS
 """
+import datetime
 import sys
 
 import jinja2
@@ -45,6 +46,8 @@ def raise_exception(message):
 
 
 env.globals["raise_exception"] = raise_exception
+# Mistral's templates date their default system prompt (transformers' `strftime_now`).
+env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
 messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
 text = env.from_string(template).render(messages=messages, add_generation_prompt=True, bos_token="", eos_token="")
 if text.count(marker) != 1:

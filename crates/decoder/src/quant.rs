@@ -110,6 +110,8 @@ pub fn role_of(hf: &str) -> Role {
     if stem.contains("norm")
         || stem.contains("patch_embed")
         || stem.contains("patch_conv")
+        // Gated DeltaNet's conv kernel (`ssm_conv1d`).
+        || stem.ends_with("conv1d")
         || stem.contains("patch_merger")
         || stem.contains("position_embed")
         || stem.ends_with("pos_embed")
@@ -123,7 +125,8 @@ pub fn role_of(hf: &str) -> Role {
         "lm_head" => Role::Output,
         "embed_tokens" => Role::TokenEmbd,
         "v_proj" => Role::AttnV,
-        "qkv" | "qkv_proj" => Role::AttnQkv,
+        // Gated DeltaNet's `in_proj_qkv` is llama.cpp's `attn_qkv` too.
+        "qkv" | "qkv_proj" | "in_proj_qkv" => Role::AttnQkv,
         "k_proj" => Role::AttnK,
         "q_proj" => Role::AttnQ,
         "o_proj" | "out_proj" => Role::AttnOutput,
@@ -289,6 +292,8 @@ mod tests {
             ("model.visual.pos_embed.weight", Role::Kept),
             ("multi_modal_projector.patch_merger.merging_layer.weight", Role::Kept),
             ("vision_tower.patch_conv.weight", Role::Kept),
+            ("model.layers.0.linear_attn.conv1d.weight", Role::Kept),
+            ("model.layers.0.linear_attn.in_proj_qkv.weight", Role::AttnQkv),
             ("model.connector.modality_projection.proj.weight", Role::Other),
             ("model.vision_model.embeddings.patch_embedding.weight", Role::Kept),
             ("model.vision_model.embeddings.position_embedding.weight", Role::Kept),

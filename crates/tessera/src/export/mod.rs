@@ -30,7 +30,7 @@ use tessera_decoder::{QuantMix, QuantPlan, RopeScaling, RopeStyle, Weights};
 use crate::config::ModelConfig;
 use crate::error::{Result, TesseraError};
 use crate::families::image::{processor_files, Part, ProcessorSettings};
-use crate::families::text::GgufText;
+use crate::families::text::{GgufText, TensorChange};
 use crate::source::{self, ModelSource};
 
 /// What to quantize, and where the files go.
@@ -77,6 +77,8 @@ struct Planned {
     rows: Option<usize>,
     /// A constant added to every value (Gemma's norms stored as `1 + w`), if any.
     shift: Option<f32>,
+    /// The family's change of the values ([`TensorChange`]), if any.
+    change: Option<TensorChange>,
 }
 
 /// A file to write: its metadata, tensors and target.
@@ -115,8 +117,8 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
     let err = |reason: String| TesseraError::Config { path: config_path.clone(), reason };
     let text = config.text_family.gguf_text().ok_or_else(|| {
         err(format!(
-            "tessera quantize writes llama (and mistral3), qwen2, qwen2vl, qwen3vl and gemma3 text models; this \
-             checkpoint's text model is {}",
+            "tessera quantize writes llama (and mistral3), qwen2, qwen2vl, qwen3vl, qwen35 and gemma3 text models; \
+             this checkpoint's text model is {}",
             config.text_family.name()
         ))
     })?;
@@ -179,7 +181,7 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
     let tied = config.tie_word_embeddings || !vb.contains(&head);
     let text_plan = QuantPlan::text(job.mix, d.num_hidden_layers, tied);
     let permute = config.text_family.gguf_rope_style() == RopeStyle::Interleaved;
-    let text_name = if d.sandwich_norms { gguf_sandwich_name } else { gguf_name };
+    let text_name = if d.sandwich_norms || text.sandwich_names { gguf_sandwich_name } else { gguf_name };
     let embedding_rows = match text.embedding_to_tokenizer {
         true => Some(vocab::tokenizer_entries(dir)?),
         false => None,
@@ -214,6 +216,10 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
         };
         let gguf = text_name(&hf).ok_or_else(|| unmapped(dir, stored, text.arch))?;
         let mut dims = shape(&vb, dir, stored)?;
+        let change = text.writer.and_then(|w| (w.tensor)(d, &hf, &dims));
+        if let Some(c) = &change {
+            dims = c.dims.clone();
+        }
         let rows = embedding_rows.filter(|&n| hf == "model.embed_tokens.weight" && n < dims[0]);
         if let Some(n) = rows {
             dims[0] = n;
@@ -231,6 +237,7 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
             part: None,
             rows,
             shift: (text.norm_plus_one && hf.ends_with("norm.weight")).then_some(1.0),
+            change,
         });
     }
     finish(&mut text_file, job.mix);
@@ -276,6 +283,7 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
                 part: piece.part,
                 rows: None,
                 shift: piece.shift,
+                change: None,
             });
         }
         files.push(PlannedFile { path: mmproj_out.clone(), gguf, tensors });
@@ -379,6 +387,9 @@ fn text_metadata(
     if let Some((size, _)) = window {
         md.push((format!("{arch}.attention.sliding_window"), u(size)?));
     }
+    if let Some(w) = text.writer {
+        md.extend((w.keys)(d, arch).map_err(TesseraError::InvalidInput)?);
+    }
     Ok(md)
 }
 
@@ -433,6 +444,9 @@ fn write(file: &PlannedFile, dir: &Path, progress: &mut dyn FnMut(Progress<'_>))
         }
         if let Some(shift) = t.shift {
             x.iter_mut().for_each(|v| *v += shift);
+        }
+        if let Some(change) = &t.change {
+            x = (change.values)(x);
         }
         if let Some(heads) = t.permute_heads {
             let rows = entry.dims[0];

@@ -18,6 +18,7 @@
 //! weight layout); its mmproj is Qwen3-VL's `qwen3vl_merger` (`qwen2_vl::from_mmproj`).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use candle_core::quantized::gguf_file;
 use serde::Deserialize;
@@ -25,8 +26,10 @@ use serde_json::Value;
 use tessera_decoder::{DecoderConfig, DeltaLayout, GatedDeltaConfig, LinearLayers, NormStyle};
 
 use super::qwen2_vl::{Generation, Qwen2VlConfig};
+use super::text::{GgufTextWriter, TensorChange};
 use super::{parse, ModelConfig};
 use crate::config::gguf_usize;
+use tessera_decoder::gguf_write::MetaValue;
 
 /// `Qwen3_5TextConfig`'s fields beyond the ones every text model has (`null` counts as absent).
 #[derive(Debug, Default, Deserialize)]
@@ -189,6 +192,79 @@ pub(crate) fn gguf_keys(
     };
     apply(d, LinearLayers { delta, layers }, need("rope.dimension_count")?);
     Ok(())
+}
+
+/// How `conversion/qwen.py` writes Qwen3.5's text model (`tessera quantize`).
+pub(crate) const GGUF_WRITER: GgufTextWriter = GgufTextWriter { keys: gguf_write_keys, tensor: gguf_tensor };
+
+/// `Qwen3NextModel.set_gguf_parameters`' keys after the head widths, in its order ([`gguf_keys`]
+/// reads them back); `full_attention_interval` is the layers' period (the first attention layer's
+/// position), which `attention.recurrent_layers` makes redundant for llama.cpp.
+fn gguf_write_keys(d: &DecoderConfig, arch: &str) -> Result<Vec<(String, MetaValue)>, String> {
+    let linear = d.linear.as_ref().ok_or("the decoder has no linear-attention layers")?;
+    let c = &linear.delta;
+    let u = super::image::gguf_u32;
+    let interval = linear.layers.iter().position(|recurrent| !recurrent).map_or(4, |i| i + 1);
+    let rotary = d.rotary_dim.unwrap_or(d.head_dim);
+    Ok(vec![
+        (format!("{arch}.ssm.conv_kernel"), u(c.conv_kernel)?),
+        (format!("{arch}.ssm.state_size"), u(c.key_head_dim)?),
+        (format!("{arch}.ssm.group_count"), u(c.key_heads)?),
+        (format!("{arch}.ssm.time_step_rank"), u(c.value_heads)?),
+        (format!("{arch}.ssm.inner_size"), u(c.value_heads * c.value_head_dim)?),
+        (format!("{arch}.attention.recurrent_layers"), MetaValue::Bools(linear.layers.clone())),
+        (format!("{arch}.full_attention_interval"), u(interval)?),
+        (format!("{arch}.rope.dimension_count"), u(rotary)?),
+    ])
+}
+
+/// What the converter does to the checkpoint tensor `hf` (`Qwen3NextModel.modify_tensors` and
+/// `_LinearAttentionVReorderBase`): every RMSNorm but the DeltaNet's gated one stored as `1 + w`,
+/// `A_log` as `A = −exp(A_log)`, the conv kernel squeezed to `(channels, kernel)`, and where value
+/// heads outnumber key heads every per-value-head row or column tiled over the key heads
+/// ([`DeltaLayout::LlamaCpp`]).
+fn gguf_tensor(d: &DecoderConfig, hf: &str, dims: &[usize]) -> Option<TensorChange> {
+    let change =
+        |dims: Vec<usize>, f: Arc<dyn Fn(Vec<f32>) -> Vec<f32> + Send + Sync>| TensorChange { dims, values: f };
+    if hf.ends_with("norm.weight") && !hf.ends_with("linear_attn.norm.weight") {
+        return Some(change(dims.to_vec(), Arc::new(|x| x.into_iter().map(|v| v + 1.0).collect())));
+    }
+    let c = &d.linear.as_ref()?.delta;
+    let (k, per) = (c.key_heads, c.value_heads / c.key_heads.max(1));
+    // Rows (or columns) `start..` of `len` in heads of `width`, as `(key head, its value heads)`,
+    // retiled as `(value head, key head)` — the converter's `_reorder_v_heads`.
+    let tile = move |outer: usize, len: usize, inner: usize, start: usize, width: usize| {
+        move |x: Vec<f32>| {
+            let mut out = x.clone();
+            for o in 0..outer {
+                for (j, key) in (0..per).flat_map(|j| (0..k).map(move |key| (j, key))) {
+                    let (to, from) = (start + (j * k + key) * width, start + (key * per + j) * width);
+                    let (to, from) = ((o * len + to) * inner, (o * len + from) * inner);
+                    out[to..to + width * inner].copy_from_slice(&x[from..from + width * inner]);
+                }
+            }
+            out
+        }
+    };
+    let module = hf.strip_suffix(".weight").unwrap_or(hf);
+    let kd = c.key_heads * c.key_head_dim;
+    let (rows, cols) = (dims.first().copied().unwrap_or(0), dims[1..].iter().product::<usize>());
+    let f: Arc<dyn Fn(Vec<f32>) -> Vec<f32> + Send + Sync> = match module.rsplit_once("linear_attn.")?.1 {
+        "A_log" => {
+            let t = tile(1, rows, 1, 0, 1);
+            Arc::new(move |x: Vec<f32>| t(x.into_iter().map(|a| -a.exp()).collect()))
+        }
+        "dt_bias" | "in_proj_a" | "in_proj_b" => Arc::new(tile(1, rows, cols, 0, 1)),
+        "in_proj_z" => Arc::new(tile(1, rows, cols, 0, c.value_head_dim)),
+        "in_proj_qkv" => Arc::new(tile(1, rows, cols, 2 * kd, c.value_head_dim)),
+        "conv1d" => {
+            let kernel = *dims.last()?;
+            return Some(change(vec![rows, kernel], Arc::new(tile(1, rows, kernel, 2 * kd, c.value_head_dim))));
+        }
+        "out_proj" => Arc::new(tile(rows, cols, 1, 0, c.value_head_dim)),
+        _ => return None,
+    };
+    Some(change(dims.to_vec(), f))
 }
 
 #[cfg(test)]

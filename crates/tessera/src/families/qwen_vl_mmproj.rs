@@ -107,12 +107,11 @@ fn write_metadata(
                 q.deepstack, t.depth
             ));
         }
-        if !q.deepstack.is_empty() {
-            md.push((
-                "clip.vision.is_deepstack_layers".into(),
-                Bools((0..t.depth).map(|b| q.deepstack.contains(&b)).collect()),
-            ));
-        }
+        // Written for every tower with blocks, all false for Qwen3.5's (no DeepStack).
+        md.push((
+            "clip.vision.is_deepstack_layers".into(),
+            Bools((0..t.depth).map(|b| q.deepstack.contains(&b)).collect()),
+        ));
     } else {
         md.push(("clip.vision.attention.layer_norm_epsilon".into(), F32(eps as f32)));
     }
@@ -124,12 +123,12 @@ fn write_metadata(
     Ok(md)
 }
 
-/// What Qwen3-VL's converter adds to the text model's GGUF (`Qwen3VLTextModel`): the number of
-/// DeepStack levels.
+/// What Qwen3-VL's converter adds to the text model's GGUF (`Qwen3VLTextModel`, architecture
+/// `qwen3vl`): the number of DeepStack levels. Qwen3.5's text class (`qwen35`) adds nothing.
 pub(super) fn text_metadata(spec: &Qwen2VlSpec, arch: &str) -> Vec<(String, MetaValue)> {
     match &spec.tower.qwen3 {
-        Some(q) => vec![(format!("{arch}.n_deepstack_layers"), U32(q.deepstack.len() as u32))],
-        None => Vec::new(),
+        Some(q) if arch == "qwen3vl" => vec![(format!("{arch}.n_deepstack_layers"), U32(q.deepstack.len() as u32))],
+        _ => Vec::new(),
     }
 }
 

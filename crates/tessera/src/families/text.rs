@@ -11,7 +11,7 @@ use tessera_decoder::{Activation, DecoderConfig, LocalRope, MRope, NormStyle, Ro
 use super::TokenIds;
 
 mod gguf;
-pub use gguf::{GgufRules, GgufText};
+pub use gguf::{GgufRules, GgufText, GgufTextWriter, TensorChange};
 
 /// The text families, by `model_type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -3,8 +3,10 @@
 //! the family (`tessera quantize`).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use candle_core::quantized::gguf_file;
+use tessera_decoder::gguf_write::MetaValue;
 use tessera_decoder::{Activation, DecoderConfig};
 
 use super::{Sliding, TextFamily};
@@ -68,8 +70,30 @@ impl TextFamily {
     }
 }
 
+/// GGUF metadata in file order.
+pub type GgufKeyValues = Vec<(String, MetaValue)>;
+
+/// A family's own part of the text GGUF llama.cpp's converter writes (Qwen3.5's linear layers).
+#[derive(Debug, Clone, Copy)]
+pub struct GgufTextWriter {
+    /// Its `{arch}.*` keys after the common ones, in the converter's order (`arch` given).
+    pub keys: fn(&DecoderConfig, &str) -> Result<GgufKeyValues, String>,
+    /// How the converter changes the checkpoint tensor `hf` (a name under `model.`, as
+    /// [`gguf_name`](tessera_decoder::weights::gguf_name) reads it) of shape `dims`; `None`:
+    /// stored as it is.
+    pub tensor: fn(&DecoderConfig, &str, &[usize]) -> Option<TensorChange>,
+}
+
+/// A checkpoint tensor as the converter changes it: its stored shape and its values (row-major,
+/// the whole tensor's in, the stored tensor's out).
+#[derive(Clone)]
+pub struct TensorChange {
+    pub dims: Vec<usize>,
+    pub values: Arc<dyn Fn(Vec<f32>) -> Vec<f32> + Send + Sync>,
+}
+
 /// How llama.cpp's converter writes a text family's GGUF (`tessera quantize`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct GgufText {
     /// `general.architecture`.
     pub arch: &'static str,
@@ -91,6 +115,11 @@ pub struct GgufText {
     pub sliding_window: bool,
     /// Linear RoPE scaling written (`rope.scaling.type` / `factor`, the global layers').
     pub linear_rope_scaling: bool,
+    /// The MLP's input norm named `post_attention_norm`
+    /// ([`gguf_sandwich_name`](tessera_decoder::weights::gguf_sandwich_name): Qwen3.5's).
+    pub sandwich_names: bool,
+    /// The family's own keys and tensor changes, if any.
+    pub writer: Option<GgufTextWriter>,
 }
 
 impl GgufText {
@@ -104,6 +133,8 @@ impl GgufText {
             embedding_to_tokenizer: false,
             sliding_window: false,
             linear_rope_scaling: false,
+            sandwich_names: false,
+            writer: None,
         }
     }
 }
@@ -131,6 +162,14 @@ impl TextFamily {
                 sliding_window: true,
                 linear_rope_scaling: true,
                 ..GgufText::new("gemma3")
+            }),
+            // Qwen3_5TextModel (conversion/qwen.py): Qwen2's keys, the head widths, the M-RoPE
+            // sections; the family's `ssm.*` keys and its tensors' layout changes.
+            Self::Qwen35 => Some(GgufText {
+                head_dim_keys: true,
+                sandwich_names: true,
+                writer: Some(crate::families::qwen3_5::GGUF_WRITER),
+                ..GgufText::new("qwen35")
             }),
             _ => None,
         }
