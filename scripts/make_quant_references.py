@@ -137,6 +137,35 @@ def quantize(src, dst, mix):
     subprocess.run([QUANTIZE, src, dst, mix], check=True, capture_output=True, env=env)
 
 
+def with_img_break(src, dst, folder):
+    """The converter's Mistral 3 mmproj `src` with `v.token_embd.img_break`, the [IMG_BREAK] row
+    of the text model's token embedding, added as `LlavaVisionModel` means to (it drops the text
+    tensors before it reaches the embedding, and llama.cpp's clip.cpp then refuses the file):
+    what `tessera quantize` writes, so that llama-mtmd-cli loads its pair."""
+    import numpy as np
+    from safetensors.numpy import load_file
+    tokenizer = json.load(open(os.path.join(folder, "tokenizer.json")))
+    token = next(t["id"] for t in tokenizer["added_tokens"] if t["content"] == "[IMG_BREAK]")
+    weights = load_file(os.path.join(folder, "model.safetensors"))
+    embed = next(v for k, v in weights.items() if k.endswith("language_model.embed_tokens.weight")
+                 or k.endswith("language_model.model.embed_tokens.weight"))
+    reader = gguf.GGUFReader(src)
+    writer = gguf.GGUFWriter(dst, arch="clip")
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue
+        kind = field.types[0]
+        sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), kind, sub_type=sub)
+    for t in reader.tensors:
+        writer.add_tensor(t.name, np.array(t.data), raw_shape=list(t.data.shape), raw_dtype=t.tensor_type)
+    writer.add_tensor("v.token_embd.img_break", np.ascontiguousarray(embed[token], dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def tensor_table(path):
     """Every quantized tensor of a GGUF: name, type, shape (rows, cols), SHA-256 of its blocks."""
     rows = []
@@ -180,7 +209,12 @@ def main():
                 d = os.path.join(OUT, f"{name}-{mix}")
                 os.makedirs(d, exist_ok=True)
                 quantize(os.path.join(pair, f"{name}-f32.gguf"), os.path.join(d, "model.gguf"), mix)
-                quantize(os.path.join(pair, f"mmproj-{name}-f32.gguf"), os.path.join(d, "mmproj.gguf"), mix)
+                mmproj = os.path.join(pair, f"mmproj-{name}-f32.gguf")
+                if name == "mistral3-pair-tiny":
+                    staged = os.path.join(stage, f"mmproj-{name}-img-break-f32.gguf")
+                    with_img_break(mmproj, staged, os.path.join(ROOT, "tests", "fixtures", "vlm", name))
+                    mmproj = staged
+                quantize(mmproj, os.path.join(d, "mmproj.gguf"), mix)
             d = os.path.join(OUT, f"qwen2-bias-{mix}")
             os.makedirs(d, exist_ok=True)
             quantize(qwen2_f32, os.path.join(d, "model.gguf"), mix)

@@ -286,6 +286,7 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
                 change: None,
             });
         }
+        tensors.extend(embedding_rows_for_mmproj(dir, &vb, &lm_prefix, spec.mmproj_embedding_rows())?);
         files.push(PlannedFile { path: mmproj_out.clone(), gguf, tensors });
     }
     // llama-quantize's order, so that the data section is laid out as it lays it out, and its
@@ -303,6 +304,47 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
         }
     }
     Ok(files)
+}
+
+/// The token embedding's rows an mmproj carries (`rows`: GGUF name and token,
+/// [`ImageSpec::mmproj_embedding_rows`](crate::families::ImageSpec::mmproj_embedding_rows)), f32.
+/// llama.cpp's converter means to write Pixtral's `[IMG_BREAK]` row (`LlavaVisionModel`) but
+/// drops the text tensors first for a Hugging Face checkpoint, and its `clip.cpp` then refuses
+/// the mmproj; tessera writes the row.
+fn embedding_rows_for_mmproj(dir: &Path, vb: &Weights, lm_prefix: &str, rows: &[(&str, &str)]) -> Result<Vec<Planned>> {
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let tokenizer_path = dir.join("tokenizer.json");
+    let tokenizer = tessera_text::Tokenizer::from_file(&tokenizer_path)?;
+    let embed = format!("{lm_prefix}embed_tokens.weight");
+    let (vocab, width) = match shape(vb, dir, &embed)?.as_slice() {
+        [v, w] => (*v, *w),
+        other => {
+            return Err(TesseraError::Config { path: dir.to_path_buf(), reason: format!("`{embed}` is {other:?}") })
+        }
+    };
+    rows.iter()
+        .map(|(name, token)| {
+            let id = tokenizer.token_to_id(token).map(|i| i as usize).filter(|&i| i < vocab).ok_or_else(|| {
+                TesseraError::Config {
+                    path: tokenizer_path.clone(),
+                    reason: format!(
+                        "the mmproj carries `{token}`'s embedding row, which the tokenizer or `{embed}` lacks"
+                    ),
+                }
+            })?;
+            Ok(Planned {
+                entry: TensorEntry { name: name.to_string(), dims: vec![width], ty: TensorType::F32 },
+                stored: embed.clone(),
+                permute_heads: None,
+                part: Some(Part { outer: 1, parts: vocab, index: id }),
+                rows: None,
+                shift: None,
+                change: None,
+            })
+        })
+        .collect()
 }
 
 /// A sliding-window decoder's window and its local layers' RoPE base, where the family's GGUF

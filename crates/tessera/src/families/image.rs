@@ -96,6 +96,13 @@ pub trait ImageSpec: fmt::Debug + Send + Sync + Any {
         MmprojTensor::whole(stored, dims)
     }
 
+    /// Rows of the text model's token embedding the mmproj carries, as `(GGUF name, token)`:
+    /// Pixtral's `[IMG_BREAK]` row as `v.token_embd.img_break`, which llama.cpp's `clip.cpp`
+    /// requires; by default none.
+    fn mmproj_embedding_rows(&self) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
+
     /// The architecture the converter writes this model's text GGUF as where the image side
     /// decides it (Mistral 3's `mistral3`, where a Mistral text model alone is `llama`).
     fn text_gguf_arch(&self) -> Option<&'static str> {

@@ -247,6 +247,10 @@ impl ImageSpec for Mistral3Spec {
         super::mistral3_mmproj::mmproj_tensors(self, stored, dims)
     }
 
+    fn mmproj_embedding_rows(&self) -> &'static [(&'static str, &'static str)] {
+        &[("v.token_embd.img_break", "[IMG_BREAK]")]
+    }
+
     fn text_gguf_arch(&self) -> Option<&'static str> {
         Some(super::mistral3_mmproj::TEXT_ARCH)
     }
