@@ -8,7 +8,7 @@
 //! finds in the GGUF name the converter gives it), and [`QuantPlan`] holds what the rule needs
 //! of the whole checkpoint (layer counts, tied embeddings) and tallies what it chose.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use tessera_kernels::QType;
@@ -99,6 +99,33 @@ pub enum Role {
     Other,
     /// Kept as it is: norms, patch and position embeddings (`tensor_allows_quantization`).
     Kept,
+}
+
+/// llama.cpp's category of a tensor by its GGUF name (`tensor_get_category`: substrings of the
+/// name), [`Role::Kept`] for what `tensor_allows_quantization` keeps (norms, an mmproj's patch
+/// and position embeddings and patch merger, anything not ending in `weight`).
+pub fn role_of_gguf(name: &str) -> Role {
+    const KEPT: [&str; 5] = ["_norm.weight", ".position_embd", ".patch_embd", ".patch_merger", "ssm_conv1d"];
+    if !name.ends_with("weight") || KEPT.iter().any(|k| name.contains(k)) {
+        return Role::Kept;
+    }
+    match name {
+        "output.weight" => return Role::Output,
+        "token_embd.weight" => return Role::TokenEmbd,
+        _ => {}
+    }
+    const CATEGORIES: [(&str, Role); 9] = [
+        ("attn_qkv.weight", Role::AttnQkv),
+        ("attn_v.weight", Role::AttnV),
+        ("attn_k.weight", Role::AttnK),
+        ("attn_q.weight", Role::AttnQ),
+        ("attn_output.weight", Role::AttnOutput),
+        ("ffn_up", Role::FfnUp),
+        ("ffn_gate", Role::FfnGate),
+        ("ffn_down", Role::FfnDown),
+        ("", Role::Other),
+    ];
+    CATEGORIES.iter().find(|(part, _)| name.contains(part)).map_or(Role::Other, |(_, role)| *role)
 }
 
 /// The category of a Hugging Face tensor name, as llama.cpp gives the GGUF name its converter
@@ -221,26 +248,55 @@ pub struct QuantPlan {
     pub n_attn_v: usize,
     pub n_ffn: usize,
     pub tied: bool,
+    /// The image side's `attn_v`-like matrices by name, numbered as llama-quantize counts them
+    /// (`i_attention_wv`); the text model's are numbered by their layer.
+    attn_v_index: HashMap<String, usize>,
+    /// The image side's matrices' categories by their mmproj names ([`role_of_gguf`]).
+    roles: HashMap<String, Role>,
     tally: Mutex<BTreeMap<&'static str, usize>>,
 }
 
 impl QuantPlan {
     /// The text model's plan: `layers` decoder layers, `tied` embeddings.
     pub fn text(mix: QuantMix, layers: usize, tied: bool) -> Self {
-        Self { mix, n_attn_v: layers, n_ffn: layers, tied, tally: Mutex::new(BTreeMap::new()) }
+        let (attn_v_index, roles) = (HashMap::new(), HashMap::new());
+        Self { mix, n_attn_v: layers, n_ffn: layers, tied, attn_v_index, roles, tally: Mutex::new(BTreeMap::new()) }
     }
 
-    /// The image side's plan, as llama-quantize treats an mmproj: its `attn_v`-like tensors
-    /// counted among `names` (the image side's tensor names), no block count.
-    pub fn vision<'a>(mix: QuantMix, names: impl IntoIterator<Item = &'a str>) -> Self {
-        let n_attn_v = names.into_iter().filter(|n| matches!(role_of(n), Role::AttnV | Role::AttnQkv)).count();
-        Self { mix, n_attn_v, n_ffn: 0, tied: false, tally: Mutex::new(BTreeMap::new()) }
+    /// The image side's plan, as llama-quantize treats an mmproj: `tensors` are the image
+    /// side's matrices as `(name, its mmproj name if it has one)`. Each is categorized by its
+    /// mmproj name as llama.cpp does ([`role_of_gguf`]; else by [`role_of`]); the `attn_v`-like
+    /// ones are counted and numbered in llama.cpp's tensor order of those names
+    /// (`weight_name_comparer`: an mmproj's `v.blk.N.` names are ordered as text, so block 10
+    /// comes before block 2); no block count.
+    pub fn vision(mix: QuantMix, tensors: impl IntoIterator<Item = (String, Option<String>)>) -> Self {
+        let mut roles = HashMap::new();
+        let mut attn_v = Vec::new();
+        for (name, gguf) in tensors {
+            let role = gguf.as_deref().map_or_else(|| role_of(&name), role_of_gguf);
+            if matches!(role, Role::AttnV | Role::AttnQkv) {
+                attn_v.push((gguf.clone().unwrap_or_else(|| name.clone()), name.clone()));
+            }
+            if gguf.is_some() {
+                roles.insert(name, role);
+            }
+        }
+        attn_v.sort_by(|a, b| crate::gguf_write::llama_cpp_order(&a.0).cmp(&crate::gguf_write::llama_cpp_order(&b.0)));
+        let n_attn_v = attn_v.len();
+        let attn_v_index = attn_v.into_iter().enumerate().map(|(i, (_, name))| (name, i)).collect();
+        Self { mix, n_attn_v, n_ffn: 0, tied: false, attn_v_index, roles, tally: Mutex::new(BTreeMap::new()) }
+    }
+
+    /// The category of the tensor `hf` (a Hugging Face name) under this plan.
+    pub fn role(&self, hf: &str) -> Role {
+        self.roles.get(hf).copied().unwrap_or_else(|| role_of(hf))
     }
 
     /// The type of the matrix `hf` (a Hugging Face name) with rows of `cols` values, counted.
     pub fn type_for(&self, hf: &str, cols: usize) -> Option<QType> {
-        let pos = Position { layer: layer_of(hf).unwrap_or(0), n_attn_v: self.n_attn_v, n_ffn: self.n_ffn };
-        let t = tensor_type(self.mix, role_of(hf), cols, pos, self.tied);
+        let layer = self.attn_v_index.get(hf).copied().or_else(|| layer_of(hf)).unwrap_or(0);
+        let pos = Position { layer, n_attn_v: self.n_attn_v, n_ffn: self.n_ffn };
+        let t = tensor_type(self.mix, self.role(hf), cols, pos, self.tied);
         if let (Some(t), Ok(mut tally)) = (t, self.tally.lock()) {
             *tally.entry(t.name()).or_default() += 1;
         }
@@ -262,6 +318,27 @@ mod tests {
 
     fn at(layer: usize, n: usize) -> Position {
         Position { layer, n_attn_v: n, n_ffn: n }
+    }
+
+    /// A 12-block tower under Q4_K_M: llama-quantize numbers an mmproj's `attn_v` matrices in
+    /// its name order (`v.blk.10` before `v.blk.2`), which gives blocks 0, 4, 7, 8, 9 and 11
+    /// the extra bits (as it did SmolVLM-256M's full-size mmproj, 2026-11-29), where numbering by
+    /// layer would give 0, 3, 6, 9, 10 and 11; the categories come from the mmproj names (the
+    /// window merger's `linear_2` is `ds_ffn_down`, an `ffn_down`).
+    #[test]
+    fn an_mmproj_is_counted_in_llama_cpps_name_order() {
+        let hf = |i: usize| format!("model.vision_model.encoder.layers.{i}.self_attn.v_proj.weight");
+        let plan =
+            QuantPlan::vision(QuantMix::Q4_K_M, (0..12).map(|i| (hf(i), Some(format!("v.blk.{i}.attn_v.weight")))));
+        let more: Vec<usize> = (0..12).filter(|&i| plan.type_for(&hf(i), 256) == Some(QType::Q6K)).collect();
+        assert_eq!(more, [0, 4, 7, 8, 9, 11]);
+        let merger = "model.vision_tower.vit_merger.linear_2.weight";
+        let plan =
+            QuantPlan::vision(QuantMix::Q4_K_M, [(merger.to_string(), Some("v.vit_merger.ds_ffn_down.weight".into()))]);
+        assert_eq!(plan.role(merger), Role::FfnDown);
+        assert_eq!(role_of_gguf("v.position_embd.weight"), Role::Kept);
+        assert_eq!(role_of_gguf("mm.patch_merger.weight"), Role::Kept);
+        assert_eq!(role_of_gguf("v.blk.3.attn_qkv.weight"), Role::AttnQkv);
     }
 
     #[test]

@@ -288,7 +288,7 @@ impl Model {
         let mode = if opts.dtype.is_some() { GgufMode::Dequantized } else { GgufMode::Quantized };
         let mut vb = Weights::from_gguf_content(path, content, mode, dtype, &opts.device)?;
         if opts.vision_q8_0 {
-            vb = vb.with_quantization(std::sync::Arc::new(QuantPlan::vision(QuantMix::Q8_0, [])));
+            vb = vb.with_quantization(std::sync::Arc::new(QuantPlan::vision(QuantMix::Q8_0, std::iter::empty())));
         }
         let dir = path.parent().unwrap_or(Path::new("."));
         let images =
@@ -534,10 +534,19 @@ fn quant_plans(
         std::sync::Arc::new(QuantPlan::text(mix, config.decoder.num_hidden_layers, tied))
     });
     let vision_mix = if opts.vision_q8_0 { Some(QuantMix::Q8_0) } else { opts.quantize };
-    let vision = vision_mix.filter(|_| config.vision.is_some()).map(|mix| {
+    let vision = vision_mix.zip(config.vision.as_ref()).map(|(mix, spec)| {
         let text_prefix = format!("{}.", lm.prefix());
         let names = vb.stored_names();
-        let image_side = names.iter().filter(|n| !n.starts_with(&text_prefix)).map(String::as_str);
+        // Each matrix with the name its mmproj gives it (llama-quantize categorizes and counts
+        // by it), where the mmproj holds it whole (not Qwen2-VL's fused `qkv`, split there).
+        let image_side = names.into_iter().filter(|n| !n.starts_with(&text_prefix)).map(|n| {
+            let dims = vb.stored_shape(&n).unwrap_or_default();
+            let gguf = match spec.mmproj_tensors(&n, &dims).as_slice() {
+                [whole] if whole.part.is_none() => tessera_decoder::weights::gguf_vision_name(&whole.name),
+                _ => None,
+            };
+            (n, gguf)
+        });
         std::sync::Arc::new(QuantPlan::vision(mix, image_side))
     });
     (text, vision)

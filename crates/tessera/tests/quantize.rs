@@ -125,7 +125,8 @@ fn smolvlm_blocks_are_llama_quantizes_text_and_mmproj() -> Result<()> {
         let pair = quant_dir().join(format!("smolvlm-tiny-{mix}"));
         let text_plan = QuantPlan::text(mix, layers, true);
         let vision_names = tensors.keys().filter(|n| !n.starts_with("model.text_model."));
-        let vision_plan = QuantPlan::vision(mix, vision_names.map(String::as_str));
+        let vision_plan =
+            QuantPlan::vision(mix, vision_names.map(|n| (n.clone(), tessera_decoder::weights::gguf_vision_name(n))));
         let mut compared = 0;
         for (hf, t) in &tensors {
             if t.rank() != 2 {

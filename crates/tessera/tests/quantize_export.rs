@@ -84,7 +84,7 @@ fn same_gguf_as(ours: &Path, theirs: &Path) -> Result<()> {
 }
 
 /// The tiny VLM folders llama-quantize's pairs were made from (tests/fixtures/quant/<name>-<type>).
-const PAIRS: [&str; 10] = [
+const PAIRS: [&str; 11] = [
     "smolvlm-tiny",
     "llava-tiny",
     "llava-interleave-tiny",
@@ -95,6 +95,7 @@ const PAIRS: [&str; 10] = [
     "internvl-tiny",
     "mistral3-pair-tiny",
     "qwen3.5-tiny",
+    "minicpm-v4.6-pair-tiny",
 ];
 
 /// The tiny VLM folders quantized to pairs: both files are llama-quantize's (from llama.cpp's
@@ -110,7 +111,8 @@ const PAIRS: [&str; 10] = [
 /// text model as `mistral3`, its Pixtral tower's q/k rows permuted as a Llama's; Qwen3.5's text
 /// model as `qwen35` (the `ssm.*` keys, `A = −exp(A_log)`, the squeezed conv kernel, the value
 /// heads retiled over the key heads, `1 + w` norms but the gated one) and its Qwen3-VL tower
-/// without DeepStack (scripts/make_qwen3_5_quant_references.sh).
+/// without DeepStack (scripts/make_qwen3_5_quant_references.sh); MiniCPM-V 4.6's Qwen3.5 text
+/// model and its SigLIP tower, window merger and downsample MLP.
 #[test]
 fn the_tiny_pairs_are_llama_quantizes() -> Result<()> {
     let scratch = common::scratch("quantize_export_pairs")?;

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device};
 use tessera_decoder::gguf_write::{self, GgufFile, MetaValue, TensorEntry, TensorType};
-use tessera_decoder::quant::{role_of, Role};
+use tessera_decoder::quant::Role;
 use tessera_decoder::weights::{gguf_name, gguf_sandwich_name, gguf_vision_name};
 use tessera_decoder::{QuantMix, QuantPlan, RopeScaling, RopeStyle, Weights};
 
@@ -255,7 +255,7 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
             .ok_or_else(|| {
                 TesseraError::InvalidInput(format!(
                     "tessera quantize does not write {}'s mmproj yet (it writes idefics3's, llava's, qwen2vl's, \
-                     qwen2.5vl's, qwen3vl's, gemma3's, internvl's and pixtral's)",
+                     qwen2.5vl's, qwen3vl's, gemma3's, internvl's, pixtral's and minicpmv4_6's)",
                     config.family
                 ))
             })?
@@ -266,7 +266,8 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
                 pieces.push((stored, piece));
             }
         }
-        let vision_plan = QuantPlan::vision(job.mix, pieces.iter().map(|(_, p)| p.name.as_str()));
+        let vision_plan =
+            QuantPlan::vision(job.mix, pieces.iter().map(|(_, p)| (p.name.clone(), gguf_vision_name(&p.name))));
         let mut gguf = GgufFile::new();
         for (k, v) in metadata {
             gguf.set(k, v);
@@ -445,7 +446,7 @@ fn finish(gguf: &mut GgufFile, mix: QuantMix) {
 /// no block type tiles its rows), everything else (norms, biases, patch and position
 /// embeddings) as the f32 conversion has it.
 fn storage_type(plan: &QuantPlan, hf: &str, dims: &[usize]) -> TensorType {
-    if dims.len() != 2 || role_of(hf) == Role::Kept {
+    if dims.len() != 2 || plan.role(hf) == Role::Kept {
         return TensorType::F32;
     }
     plan.type_for(hf, dims[1]).map_or(TensorType::F16, TensorType::Quant)

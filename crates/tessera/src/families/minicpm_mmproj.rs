@@ -8,9 +8,66 @@
 
 use std::sync::Arc;
 
+use serde_json::Value;
+
+use super::image::{processor_stats, under_roots, ClipHeader, MmprojMetadata, MmprojTensor, ProcessorSettings};
 use super::minicpmv4_6::{MiniCpmTowerConfig, MiniCpmV46Spec};
 use super::mmproj::{MmprojInput, MmprojSide};
 use super::text::TextFamily;
+
+/// What `MiniCPMV4_6VisionModel.set_gguf_parameters` writes, in its order ([`from_mmproj`] reads
+/// it back): the header with the processor's `scale_resolution` as `clip.vision.image_size`, the
+/// merge as `projector.scale_factor` (4: "16x", 2: "4x"), the window merger's layer as
+/// `wa_layer_indexes` (written under "4x" too), `clip.use_gelu`, the tower's epsilon.
+pub(super) fn mmproj_metadata(
+    spec: &MiniCpmV46Spec,
+    settings: &ProcessorSettings,
+    config: &Value,
+    text_hidden: usize,
+) -> MmprojMetadata {
+    use tessera_decoder::gguf_write::MetaValue::{Bool, I32s, Str, F32};
+    let t = &spec.tower;
+    let scale = settings.image.get("scale_resolution").and_then(Value::as_u64).map(|v| v as usize);
+    let layer = i32::try_from(t.insert_layer_id).map_err(|_| "insert_layer_id does not fit a GGUF i32".to_string())?;
+    let eps = config["vision_config"]["layer_norm_eps"].as_f64().unwrap_or(1e-6);
+    let mut md = ClipHeader {
+        projection_dim: text_hidden,
+        image_size: scale.unwrap_or(t.image_size),
+        patch_size: t.patch_size,
+        width: t.hidden_size,
+        feed_forward: t.intermediate_size,
+        blocks: t.num_hidden_layers,
+        heads: t.num_attention_heads,
+        mean: processor_stats(settings, "image_mean", [0.5; 3])?,
+        std: processor_stats(settings, "image_std", [0.5; 3])?,
+    }
+    .keys()?;
+    md.extend([
+        ("clip.projector_type".into(), Str("minicpmv4_6".into())),
+        ("clip.vision.projector.scale_factor".into(), super::image::gguf_u32(spec.merge)?),
+        ("clip.vision.wa_layer_indexes".into(), I32s(vec![layer])),
+        ("clip.use_gelu".into(), Bool(true)),
+        ("clip.vision.attention.layer_norm_epsilon".into(), F32(eps as f32)),
+    ]);
+    Ok(md)
+}
+
+/// The checkpoint's tensors under the root `minicpm.` ([`tessera_decoder::minicpm_names`]);
+/// under "4x" (merge 2) the window merger's are dropped, as the converter drops them.
+pub(super) fn mmproj_tensors(spec: &MiniCpmV46Spec, stored: &str, dims: &[usize]) -> Vec<MmprojTensor> {
+    // `model.vision_tower.…` / `model.merger.…` (transformers 5's roots) or without `model.`.
+    let rest = under_roots(stored, &["model"]).unwrap_or(stored);
+    if spec.merge == 2 && rest.contains(".vit_merger.") {
+        return Vec::new();
+    }
+    vec![MmprojTensor {
+        name: format!("minicpm.{rest}"),
+        dims: dims.to_vec(),
+        part: None,
+        shift: None,
+        permute_heads: None,
+    }]
+}
 
 /// The image side of an `mmproj` GGUF of projector type `minicpmv4_6`, and its processor
 /// settings in `preprocessor_config.json`'s terms. What the file states, and what llama.cpp

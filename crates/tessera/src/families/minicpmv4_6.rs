@@ -17,7 +17,8 @@ use candle_core::{Device, Tensor};
 use tessera_vision::{preprocess, Filter, MiniCpmVision, PreprocessConfig, RgbImage};
 
 use super::image::{
-    first_prefix, processor_stats, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec, ProcessorSettings,
+    first_prefix, processor_stats, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec, MmprojMetadata,
+    MmprojTensor, ProcessorSettings,
 };
 use super::text::{TextFamily, TextSubConfig};
 use super::{qwen3_5, text_config, ModelConfig, PromptStyle, TokenIds};
@@ -295,6 +296,19 @@ impl MiniCpmProcessorRule {
 }
 
 impl ImageSpec for MiniCpmV46Spec {
+    fn mmproj_metadata(
+        &self,
+        settings: &ProcessorSettings,
+        config: &Value,
+        text_hidden: usize,
+    ) -> Option<MmprojMetadata> {
+        Some(super::minicpm_mmproj::mmproj_metadata(self, settings, config, text_hidden))
+    }
+
+    fn mmproj_tensors(&self, stored: &str, dims: &[usize]) -> Vec<MmprojTensor> {
+        super::minicpm_mmproj::mmproj_tensors(self, stored, dims)
+    }
+
     fn load(&self, at: &ImageLoad<'_>) -> Result<Box<dyn ImageSide>> {
         if at.pan_and_scan {
             return Err(TesseraError::InvalidInput("pan-and-scan is for Gemma 3; MiniCPM-V slices its images".into()));

@@ -198,7 +198,7 @@ pub(crate) fn gguf_keys(
 pub(crate) const GGUF_WRITER: GgufTextWriter = GgufTextWriter { keys: gguf_write_keys, tensor: gguf_tensor };
 
 /// `Qwen3NextModel.set_gguf_parameters`' keys after the head widths, in its order ([`gguf_keys`]
-/// reads them back); `full_attention_interval` is the layers' period (the first attention layer's
+/// reads them back), and the M-RoPE sections where the common keys have none; `full_attention_interval` is the layers' period (the first attention layer's
 /// position), which `attention.recurrent_layers` makes redundant for llama.cpp.
 fn gguf_write_keys(d: &DecoderConfig, arch: &str) -> Result<Vec<(String, MetaValue)>, String> {
     let linear = d.linear.as_ref().ok_or("the decoder has no linear-attention layers")?;
@@ -206,7 +206,7 @@ fn gguf_write_keys(d: &DecoderConfig, arch: &str) -> Result<Vec<(String, MetaVal
     let u = super::image::gguf_u32;
     let interval = linear.layers.iter().position(|recurrent| !recurrent).map_or(4, |i| i + 1);
     let rotary = d.rotary_dim.unwrap_or(d.head_dim);
-    Ok(vec![
+    let mut md = vec![
         (format!("{arch}.ssm.conv_kernel"), u(c.conv_kernel)?),
         (format!("{arch}.ssm.state_size"), u(c.key_head_dim)?),
         (format!("{arch}.ssm.group_count"), u(c.key_heads)?),
@@ -215,7 +215,13 @@ fn gguf_write_keys(d: &DecoderConfig, arch: &str) -> Result<Vec<(String, MetaVal
         (format!("{arch}.attention.recurrent_layers"), MetaValue::Bools(linear.layers.clone())),
         (format!("{arch}.full_attention_interval"), u(interval)?),
         (format!("{arch}.rope.dimension_count"), u(rotary)?),
-    ])
+    ];
+    if d.rope.mrope.is_none() {
+        // `_Qwen35MRopeMixin`: the default sections where the config states none (MiniCPM-V
+        // 4.6's text model, which runs plain positions).
+        md.push((format!("{arch}.rope.dimension_sections"), MetaValue::I32s(vec![11, 11, 10, 0])));
+    }
+    Ok(md)
 }
 
 /// What the converter does to the checkpoint tensor `hf` (`Qwen3NextModel.modify_tensors` and
