@@ -198,18 +198,7 @@ pub(super) fn mmproj_metadata(spec: &TowerSpec, settings: &ProcessorSettings, te
         }
     }
     let stats = |key: &str| processor_stats(settings, key, [0.5; 3]);
-    let mut md = ClipHeader {
-        projection_dim: text_hidden,
-        image_size: t.image_size,
-        patch_size: t.patch_size,
-        width: t.hidden_size,
-        feed_forward: t.intermediate_size,
-        blocks: t.num_hidden_layers,
-        heads: t.num_attention_heads,
-        mean: stats("image_mean")?,
-        std: stats("image_std")?,
-    }
-    .keys()?;
+    let mut md = ClipHeader::of_tower(t, text_hidden, stats("image_mean")?, stats("image_std")?).keys()?;
     md.extend([
         ("clip.projector_type".into(), Str("gemma3".into())),
         ("clip.vision.attention.layer_norm_epsilon".into(), F32(t.layer_norm_eps as f32)),

@@ -135,18 +135,7 @@ pub(crate) fn mmproj_metadata(
     }
     let longest_edge =
         settings.image.get("size").and_then(|s| s.get("longest_edge")).and_then(Value::as_u64).map(|v| v as usize);
-    let mut md = ClipHeader {
-        projection_dim: text_hidden,
-        image_size: tower.image_size,
-        patch_size: tower.patch_size,
-        width: tower.hidden_size,
-        feed_forward: tower.intermediate_size,
-        blocks: tower.num_hidden_layers,
-        heads: tower.num_attention_heads,
-        mean: stats("image_mean")?,
-        std: stats("image_std")?,
-    }
-    .keys()?;
+    let mut md = ClipHeader::of_tower(tower, text_hidden, stats("image_mean")?, stats("image_std")?).keys()?;
     md.extend([
         ("clip.projector_type".into(), Str("idefics3".into())),
         ("clip.vision.attention.layer_norm_epsilon".into(), F32(tower.layer_norm_eps as f32)),

@@ -211,6 +211,26 @@ pub(crate) struct ClipHeader {
 }
 
 impl ClipHeader {
+    /// The header of a SigLIP / CLIP tower's mmproj (`tower`'s sizes).
+    pub(crate) fn of_tower(
+        tower: &tessera_vision::VisionTowerConfig,
+        projection_dim: usize,
+        mean: Vec<f32>,
+        std: Vec<f32>,
+    ) -> Self {
+        Self {
+            projection_dim,
+            image_size: tower.image_size,
+            patch_size: tower.patch_size,
+            width: tower.hidden_size,
+            feed_forward: tower.intermediate_size,
+            blocks: tower.num_hidden_layers,
+            heads: tower.num_attention_heads,
+            mean,
+            std,
+        }
+    }
+
     /// The header's keys in the converter's order: `general.*`, `clip.has_vision_encoder`, the
     /// sizes, the mean and std; each family appends its own keys after them.
     pub(crate) fn keys(self) -> MmprojMetadata {
