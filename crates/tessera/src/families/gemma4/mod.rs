@@ -34,6 +34,9 @@ use super::text::{LayerType, TextFamily, TextModel};
 use super::{ModelConfig, PerLayerInputs, PromptStyle, TokenIds};
 use crate::error::{Result, TesseraError};
 
+mod gguf;
+pub(crate) use gguf::text_config as gguf_config;
+
 #[derive(Debug, Deserialize)]
 pub struct Gemma4Config {
     #[serde(default)]

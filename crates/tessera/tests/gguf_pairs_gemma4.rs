@@ -1,0 +1,57 @@
+//! llama.cpp's GGUF + mmproj pair of Gemma 4 (issues 39 and 41): the tiny
+//! Gemma4ForConditionalGeneration checkpoint tests/fixtures/vlm/gemma4-pair-tiny (a Gemma-style
+//! byte-fallback BPE vocabulary, 3 KV-shared layers) converted by llama.cpp's own
+//! `convert_hf_to_gguf.py` (scripts/make_gguf_pairs.sh, `gemma4`) into an f32 text GGUF
+//! (`gemma4`: per-type head sizes, RoPE bases and the `rope_freqs` factors of proportional RoPE,
+//! the sliding pattern as one flag per layer, KV-shared layers without k/v, double-wide MLPs,
+//! per-layer inputs, layer output scales, norms as stored) and an f32 mmproj (`gemma4v`); see the
+//! fixture's SOURCES.md. Compared with transformers' reference for the checkpoint
+//! (gemma4-pair-tiny/reference.*) and with tessera's run of the folder.
+
+mod common;
+mod pairs_common;
+
+use anyhow::{Context, Result};
+use tessera::Model;
+
+const NAME: &str = "gemma4-pair-tiny";
+
+/// The text GGUF alone (no mmproj), dequantized to f32 and as loaded by default: the text-only
+/// chat renders through the GGUF's chat template and vocabulary to transformers' prompt ids,
+/// the last 8 positions' logits are transformers' and the folder's within 1e-4, and the 16
+/// greedy ids are transformers' (the 4th is `<|audio|>`, embedded as `<pad>` as transformers
+/// does). The decoder the file describes is the folder's, layer by layer.
+#[test]
+fn the_gemma4_text_gguf_alone_matches_transformers_and_the_folder() -> Result<()> {
+    let folder = pairs_common::folder(NAME)?;
+    let (reference, tensors) = pairs_common::reference(NAME)?;
+    let case = reference["cases"]
+        .as_array()
+        .context("cases")?
+        .iter()
+        .find(|c| c["name"] == "text_only")
+        .context("text_only")?;
+    let (text, _) = pairs_common::pair_files(NAME);
+    for (label, opts) in [("f32", common::load_options()?), ("default", common::gguf_load_options()?)] {
+        let what = format!("{NAME}/text GGUF/{label}");
+        let gguf = Model::load(text.to_str().context("utf-8 path")?, &opts)?;
+        let (g, f) = (gguf.config(), folder.config());
+        // The file's epsilon is the f32 nearest 1e-6.
+        assert_eq!(g.decoder.rms_norm_eps, f64::from(f.decoder.rms_norm_eps as f32), "{what}");
+        let decoder = tessera_decoder::DecoderConfig { rms_norm_eps: f.decoder.rms_norm_eps, ..g.decoder.clone() };
+        assert_eq!(format!("{decoder:?}"), format!("{:?}", f.decoder), "{what}: the decoder");
+        assert_eq!(
+            (g.embed_scale, g.vocab_size, g.tie_word_embeddings, &g.layer_windows, g.final_logit_softcapping),
+            (f.embed_scale, f.vocab_size, f.tie_word_embeddings, &f.layer_windows, f.final_logit_softcapping),
+            "{what}"
+        );
+        assert_eq!((g.per_layer_inputs, &g.embed_as), (f.per_layer_inputs, &f.embed_as), "{what}");
+        // `<eos>` and `<turn|>` (the folder's generation_config; llama.cpp's end of generation).
+        assert_eq!(gguf.eos_ids(), folder.eos_ids(), "{what}");
+        let prompt = pairs_common::chat_prompt(&gguf, case, &[])?;
+        assert_eq!(prompt.ids(), common::ids(&case["input_ids"]), "{what}: prompt ids");
+        let expected = tensors.get("text_only.logits").context("reference logits")?;
+        common::pair_logits_and_greedy_match(&gguf, &folder, &prompt, &[], expected, case, &what)?;
+    }
+    Ok(())
+}
