@@ -91,7 +91,8 @@ fn text_gguf_name(hf: &str, sandwich: bool) -> Option<String> {
 /// ([`qwen_vl_names`](crate::qwen_vl_names)), Mistral 3's Pixtral under `pixtral.`
 /// ([`pixtral_names`](crate::pixtral_names), whose tower's q/k rows are permuted), MiniCPM-V
 /// 4.6's under `minicpm.` ([`minicpm_names`](crate::minicpm_names)), InternVL's InternViT under
-/// `internvl.` ([`internvl_names`](crate::internvl_names)). The
+/// `internvl.` ([`internvl_names`](crate::internvl_names)), Gemma 4's tower under `gemma4v.`
+/// ([`gemma4v_names`](crate::gemma4v_names)). The
 /// converters store every other one as it is in the checkpoint (no permutation or transpose:
 /// GGUF's reversed dimension order is undone by the reader), the patch embedding as
 /// the Conv2d kernel `(d, 3, p, p)`. `mlp.fc1` / `fc2` are `ffn_up` / `ffn_down` as the current
@@ -109,6 +110,9 @@ pub fn gguf_vision_name(hf: &str) -> Option<String> {
     }
     if let Some(rest) = hf.strip_prefix("minicpm.") {
         return crate::minicpm_names::gguf_name(rest);
+    }
+    if let Some(rest) = hf.strip_prefix("gemma4v.") {
+        return crate::gemma4v_names::gguf_name(rest);
     }
     if let Some(kind) = hf.strip_prefix("model.connector.modality_projection.proj.") {
         return Some(format!("mm.model.fc.{kind}"));

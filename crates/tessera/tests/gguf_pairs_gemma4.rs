@@ -12,9 +12,24 @@ mod common;
 mod pairs_common;
 
 use anyhow::{Context, Result};
-use tessera::Model;
+use tessera::{LoadOptions, Model};
 
 const NAME: &str = "gemma4-pair-tiny";
+
+/// The pair, dequantized to f32 and as loaded by default, against transformers' reference and
+/// the folder on the photo, two images, an image in an earlier turn and text alone: prompt ids
+/// (`<|image>` + 60 `<|image|>` + `<image|>` for chelsea), image features within 1e-4 of
+/// transformers' and 1e-5 of the folder's, logits within 1e-4, 16 greedy ids. The budget the
+/// mmproj does not state is the checkpoint processor's 70 soft tokens, given as llama.cpp's
+/// `--image-max-tokens 70` is.
+#[test]
+fn the_gemma4_pair_matches_transformers_and_the_folder() -> Result<()> {
+    pairs_common::pair_with_options_matches_transformers_and_the_folder(NAME, "gemma4", budget_70)
+}
+
+fn budget_70(opts: LoadOptions) -> LoadOptions {
+    LoadOptions { image_max_tokens: Some(70), ..opts }
+}
 
 /// The text GGUF alone (no mmproj), dequantized to f32 and as loaded by default: the text-only
 /// chat renders through the GGUF's chat template and vocabulary to transformers' prompt ids,
@@ -53,5 +68,28 @@ fn the_gemma4_text_gguf_alone_matches_transformers_and_the_folder() -> Result<()
         let expected = tensors.get("text_only.logits").context("reference logits")?;
         common::pair_logits_and_greedy_match(&gguf, &folder, &prompt, &[], expected, case, &what)?;
     }
+    Ok(())
+}
+
+/// The Gemma 4 mmproj beside a text model of another family (the Gemma 3 pair's, whose
+/// vocabulary has no `<|image|>`) is refused in one line naming both files, the projector type,
+/// the text model's family and the token; another family's mmproj (Gemma 3's) beside the Gemma
+/// 4 text model likewise.
+#[test]
+fn a_gemma4_mmproj_with_another_text_model_is_refused_in_one_line() -> Result<()> {
+    let (text, mmproj) = pairs_common::pair_files(NAME);
+    let refused = |model: &std::path::Path, mmproj: &std::path::Path| -> Result<String> {
+        let opts = LoadOptions { mmproj: Some(mmproj.to_path_buf()), ..common::load_options()? };
+        let err = Model::load(model.to_str().context("utf-8 path")?, &opts).err().context("loaded")?.to_string();
+        eprintln!("{err}");
+        assert!(!err.contains('\n'), "{err}");
+        assert!(err.contains(&mmproj.display().to_string()) && err.contains(&model.display().to_string()), "{err}");
+        Ok(err)
+    };
+    let (gemma3, gemma3_mmproj) = pairs_common::pair_files("gemma3-tiny");
+    let err = refused(&gemma3, &mmproj)?;
+    assert!(err.contains("`gemma4v`") && err.contains("(gemma3_text)") && err.contains("`<|image|>`"), "{err}");
+    let err = refused(&text, &gemma3_mmproj)?;
+    assert!(err.contains("`gemma3`") && err.contains("(gemma4_text)") && err.contains("`<image_soft_token>`"), "{err}");
     Ok(())
 }
