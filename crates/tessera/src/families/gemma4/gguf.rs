@@ -86,6 +86,10 @@ pub(crate) fn text_config(content: &gguf_file::Content, path: &Path) -> Result<M
         return Err(err(format!("`{}` is {d} but the full heads are {full_dim} wide", key("rope.dimension_count"))));
     }
     let shared = opt_u("attention.shared_kv_layers")?.unwrap_or(0);
+    if shared > 0 && shared >= layers {
+        let k = key("attention.shared_kv_layers");
+        return Err(err(format!("`{k}` {shared} leaves none of the {layers} layers to share keys and values from")));
+    }
     let ffn = per_layer("feed_forward_length", layers)?;
     let first_shared = layers.saturating_sub(shared);
     let intermediate = ffn.first().copied().unwrap_or(0);

@@ -67,10 +67,17 @@ pub(crate) fn from_mmproj(input: &MmprojInput<'_>) -> Result<MmprojSide, String>
         [text, vision] if *vision == hidden => *text,
         other => return Err(format!("`mm.input_projection.weight` has shape {other:?}, not (text width, {hidden})")),
     };
+    let budget = input.image_max_tokens.unwrap_or(DEFAULT_SOFT_TOKENS);
+    if !super::SOFT_TOKEN_BUDGETS.contains(&budget) {
+        return Err(format!(
+            "the image-token budget {budget} (--image-max-tokens) is not one of Gemma 4's {:?}",
+            super::SOFT_TOKEN_BUDGETS
+        ));
+    }
     let image = serde_json::json!({
         "patch_size": tower.patch_size,
         "pooling_kernel_size": tower.pooling_kernel_size,
-        "max_soft_tokens": input.image_max_tokens.unwrap_or(DEFAULT_SOFT_TOKENS),
+        "max_soft_tokens": budget,
         "do_resize": true,
         "resample": 3,
         "do_rescale": true,
