@@ -93,3 +93,44 @@ fn a_gemma4_mmproj_with_another_text_model_is_refused_in_one_line() -> Result<()
     assert!(err.contains("`gemma3`") && err.contains("(gemma4_text)") && err.contains("`<image_soft_token>`"), "{err}");
     Ok(())
 }
+
+/// The pair against llama.cpp's own run of it (`llamacpp_steps.json`, llama-mtmd-logits: the
+/// same files, chelsea resized by PIL to the 160×96 both sides then keep, `--image-max-tokens
+/// 70`; see the fixture's SOURCES.md): llama.cpp's prompt chunks are tessera's ids (60 image
+/// tokens), and step by step, teacher-forced with llama.cpp's choices, the project's criterion —
+/// the same top-1 wherever llama.cpp's margin exceeds 1.0, its top-5 logits within 2.0. (llama.cpp
+/// runs the tower's MLP with quick GELU, the converter writing no `clip.use_gelu`, and keeps an
+/// f16 KV cache: the logits differ by about 0.1.)
+#[test]
+fn the_gemma4_pair_agrees_with_llama_mtmd_step_by_step() -> Result<()> {
+    let dir = common::fixtures().join("vlm/gemma4-pair-tiny-gguf");
+    let reference = common::read_json(&dir.join("llamacpp_steps.json"))?;
+    let (_, mmproj) = pairs_common::pair_files(NAME);
+    let image_file = reference["image"].as_str().context("image")?;
+    let image =
+        tessera::load_image(&common::fixtures().join("vlm/images").join(image_file), tessera::DEFAULT_MAX_PIXELS)?;
+    for (label, opts) in [("f32", common::load_options()?), ("default", common::gguf_load_options()?)] {
+        let what = format!("{NAME}/{label}/llama.cpp");
+        let model = pairs_common::load_pair(NAME, mmproj.clone(), budget_70(opts))?;
+        // llama.cpp's text chunks' ids, each image chunk as that many `<|image|>`.
+        let image_id = model.tokenizer().token_to_id("<|image|>").context("<|image|>")?;
+        let mut theirs = Vec::new();
+        for chunk in reference["chunks"].as_array().context("chunks")? {
+            match chunk["media"].as_u64() {
+                Some(n) => theirs.extend(std::iter::repeat_n(image_id, n as usize)),
+                None => theirs.extend(common::ids(&chunk["text"])),
+            }
+        }
+        let text = reference["prompt"].as_str().context("prompt")?;
+        let ours = model.encode_prompt(text, None, true, std::slice::from_ref(&image))?;
+        assert_eq!(ours.ids(), &theirs[..], "{what}: tessera's prompt ids vs llama.cpp's");
+        let mut cache = model.new_cache();
+        let hidden = model.prefill(&ours, &mut cache, &mut Default::default(), &mut Default::default())?;
+        let logits: Vec<f32> = model.last_logits(&hidden)?.to_vec1()?;
+        let steps = reference["steps"].as_array().context("steps")?;
+        assert_eq!(steps.len(), 16);
+        let worst = common::follows_llama_cpp_steps(&model, logits, &mut cache, steps, 2.0, &what)?;
+        eprintln!("{what}: largest |logit − llama.cpp| over the top-5 of every step: {worst:.4}");
+    }
+    Ok(())
+}
