@@ -283,6 +283,23 @@ def gen_mmproj(c: Corpus):
     internvl_text = "{repo}/" + pairs + "internvl-tiny-gguf/internvl-tiny-f32.gguf"
     c.add(cls, "mmproj-internvl-scale-3", gen(internvl_text, "{case}/mmproj-scale3.gguf"), "error",
           ["{case}/mmproj-scale3.gguf", "scale_factor", "3", "4×4 patches"])
+    # Gemma 4's mmproj (gemma4v) with Gemma 3's text model (no <|image|>), and Gemma 3's mmproj
+    # with Gemma 4's text model (no <image_soft_token>).
+    gemma4_mmproj = pairs + "gemma4-pair-tiny-gguf/mmproj-gemma4-pair-tiny-f32.gguf"
+    c.add(cls, "mmproj-gemma4-with-gemma3", gen(gemma3_text, "{repo}/" + gemma4_mmproj), "error",
+          [tail(gemma4_mmproj), tail(gemma3_text), "gemma4v", "gemma3_text", "<|image|>"])
+    gemma4_text = pairs + "gemma4-pair-tiny-gguf/gemma4-pair-tiny-f32.gguf"
+    c.add(cls, "mmproj-gemma3-with-gemma4", gen("{repo}/" + gemma4_text, gemma3_mmproj), "error",
+          [tail(gemma3_mmproj), tail(gemma4_text), "gemma3", "gemma4_text", "<image_soft_token>"])
+    # The budget Gemma 4's mmproj leaves open, given as one its processor does not take.
+    c.add(cls, "mmproj-gemma4-budget-100",
+          gen("{repo}/" + gemma4_text, "{repo}/" + gemma4_mmproj) + ["--image-max-tokens", "100"], "error",
+          [tail(gemma4_mmproj), "--image-max-tokens", "100", "70, 140, 280, 560, 1120"])
+    # Gemma 4's text GGUF whose every layer shares another's keys and values.
+    patched_copy(REPO / gemma4_text, c.dir("mmproj-gemma4-text-shared-6") / "gemma4-shared6.gguf",
+                 b"gemma4.attention.shared_kv_layers", struct.pack("<I", 3), struct.pack("<I", 6))
+    c.add(cls, "mmproj-gemma4-text-shared-6", gen("{case}/gemma4-shared6.gguf", "{repo}/" + gemma4_mmproj), "error",
+          ["{case}/gemma4-shared6.gguf", "gemma4.attention.shared_kv_layers", "6"])
 
 
 def gen_cli(c: Corpus):

@@ -37,10 +37,16 @@ pub struct ModelArgs {
     model: Option<String>,
     /// With a .gguf text model: llama.cpp's mmproj GGUF holding the vision tower and projector
     /// (SmolVLM / Idefics3, LLaVA 1.5, LLaVA-interleave, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5,
-    /// Gemma 3, Mistral 3 / Pixtral, MiniCPM-V 4.6; an unknown projector type is named in the
-    /// error). Default: the one `mmproj*.gguf` file beside the model, if there is exactly one.
+    /// Gemma 3, Gemma 4, Mistral 3 / Pixtral, MiniCPM-V 4.6, InternVL3; an unknown projector type
+    /// is named in the error). Default: the one `mmproj*.gguf` file beside the model, if there is
+    /// exactly one.
     #[arg(long)]
     mmproj: Option<PathBuf>,
+    /// With an mmproj that states no image-token budget (Gemma 4's): the most tokens per image,
+    /// as llama.cpp's --image-max-tokens (one of 70, 140, 280, 560, 1120). Default: the
+    /// processor's, 280.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    image_max_tokens: Option<u32>,
     /// auto (CUDA, then Metal, then CPU), cpu, cuda[:N] or metal[:N].
     #[arg(long, default_value = "auto")]
     device: DeviceChoice,
@@ -138,6 +144,7 @@ pub fn load(args: &ModelArgs) -> Result<(Model, f64)> {
             kv_cache_dtype: args.kv_cache_dtype.as_deref().map(parse_dtype).transpose()?,
             prefill_block: args.prefill_block.map(|n| n as usize),
             mmproj,
+            image_max_tokens: args.image_max_tokens.map(|n| n as usize),
         },
     )
     .with_context(|| format!("loading model `{spec}`"))?;

@@ -25,6 +25,10 @@ fn text_gguf_name(hf: &str, sandwich: bool) -> Option<String> {
         "model.embed_tokens.weight" => Some("token_embd.weight"),
         "model.norm.weight" => Some("output_norm.weight"),
         "lm_head.weight" => Some("output.weight"),
+        // Gemma 4's per-layer inputs (PLE).
+        "model.embed_tokens_per_layer.weight" => Some("per_layer_token_embd.weight"),
+        "model.per_layer_model_projection.weight" => Some("per_layer_model_proj.weight"),
+        "model.per_layer_projection_norm.weight" => Some("per_layer_proj_norm.weight"),
         _ => None,
     };
     if let Some(t) = top {
@@ -38,6 +42,8 @@ fn text_gguf_name(hf: &str, sandwich: bool) -> Option<String> {
     match rest {
         "linear_attn.A_log" => return Some(format!("blk.{layer}.ssm_a")),
         "linear_attn.dt_bias" => return Some(format!("blk.{layer}.ssm_dt.bias")),
+        // Gemma 4's layer scalar (a buffer; the converter appends `.weight`).
+        "layer_scalar" => return Some(format!("blk.{layer}.layer_output_scale.weight")),
         _ => {}
     }
     let (module, kind) = rest.rsplit_once('.')?;
@@ -57,6 +63,10 @@ fn text_gguf_name(hf: &str, sandwich: bool) -> Option<String> {
             "mlp.gate_proj" => "ffn_gate",
             "mlp.up_proj" => "ffn_up",
             "mlp.down_proj" => "ffn_down",
+            // Gemma 4's per-layer input gate, projection and norm.
+            "per_layer_input_gate" => "inp_gate",
+            "per_layer_projection" => "proj",
+            "post_per_layer_input_norm" => "post_norm",
             // Gated DeltaNet (llama.cpp's `qwen35` / `qwen3next` tensors).
             "linear_attn.in_proj_qkv" => "attn_qkv",
             "linear_attn.in_proj_z" => "attn_gate",
@@ -81,7 +91,8 @@ fn text_gguf_name(hf: &str, sandwich: bool) -> Option<String> {
 /// ([`qwen_vl_names`](crate::qwen_vl_names)), Mistral 3's Pixtral under `pixtral.`
 /// ([`pixtral_names`](crate::pixtral_names), whose tower's q/k rows are permuted), MiniCPM-V
 /// 4.6's under `minicpm.` ([`minicpm_names`](crate::minicpm_names)), InternVL's InternViT under
-/// `internvl.` ([`internvl_names`](crate::internvl_names)). The
+/// `internvl.` ([`internvl_names`](crate::internvl_names)), Gemma 4's tower under `gemma4v.`
+/// ([`gemma4v_names`](crate::gemma4v_names)). The
 /// converters store every other one as it is in the checkpoint (no permutation or transpose:
 /// GGUF's reversed dimension order is undone by the reader), the patch embedding as
 /// the Conv2d kernel `(d, 3, p, p)`. `mlp.fc1` / `fc2` are `ffn_up` / `ffn_down` as the current
@@ -99,6 +110,9 @@ pub fn gguf_vision_name(hf: &str) -> Option<String> {
     }
     if let Some(rest) = hf.strip_prefix("minicpm.") {
         return crate::minicpm_names::gguf_name(rest);
+    }
+    if let Some(rest) = hf.strip_prefix("gemma4v.") {
+        return crate::gemma4v_names::gguf_name(rest);
     }
     if let Some(kind) = hf.strip_prefix("model.connector.modality_projection.proj.") {
         return Some(format!("mm.model.fc.{kind}"));

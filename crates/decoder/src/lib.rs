@@ -12,6 +12,7 @@ mod cpu_op;
 pub mod decoder;
 pub mod error;
 pub mod gated_delta;
+pub mod gemma4v_names;
 pub mod gguf_layout;
 mod gguf_names;
 pub mod gguf_write;

@@ -25,6 +25,23 @@ fn gemma_layer_norms_take_their_own_names() {
     assert_eq!(gguf_name("model.layers.0.pre_feedforward_layernorm.weight"), None);
 }
 
+/// Gemma 4's per-layer inputs and layer scalar, as gguf-py's tensor map names them for `gemma4`
+/// (tests/fixtures/vlm/gemma4-pair-tiny-gguf/SOURCES.md's tensor table).
+#[test]
+fn gemma4_per_layer_names_translate_as_the_converter_writes_them() {
+    for (hf, gguf) in [
+        ("model.embed_tokens_per_layer.weight", "per_layer_token_embd.weight"),
+        ("model.per_layer_model_projection.weight", "per_layer_model_proj.weight"),
+        ("model.per_layer_projection_norm.weight", "per_layer_proj_norm.weight"),
+        ("model.layers.3.per_layer_input_gate.weight", "blk.3.inp_gate.weight"),
+        ("model.layers.3.per_layer_projection.weight", "blk.3.proj.weight"),
+        ("model.layers.3.post_per_layer_input_norm.weight", "blk.3.post_norm.weight"),
+        ("model.layers.5.layer_scalar", "blk.5.layer_output_scale.weight"),
+    ] {
+        assert_eq!(gguf_sandwich_name(hf).as_deref(), Some(gguf), "{hf}");
+    }
+}
+
 /// Qwen3.5's Gated DeltaNet layers, as gguf-py's tensor map names them for `qwen35` (a layer's
 /// one post-attention norm, the MLP's input, is `post_attention_norm` there: the sandwich names).
 #[test]

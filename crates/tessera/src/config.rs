@@ -34,6 +34,7 @@ impl ModelConfig {
             // Qwen3.5's hybrid text model (Gated DeltaNet and gated attention layers).
             "qwen35" => TextFamily::Qwen35,
             "gemma3" => TextFamily::Gemma3,
+            "gemma4" => TextFamily::Gemma4,
             // Mistral 3's text model (Llama's tensors; older converters wrote it as `llama`).
             "mistral3" => TextFamily::Mistral,
             "clip" => {
@@ -51,6 +52,9 @@ impl ModelConfig {
                 })
             }
         };
+        if let Some(read) = family.gguf_rules().own_config {
+            return read(content, path);
+        }
         let key = |k: &str| format!("{arch_name}.{k}");
         let get_u = |k: &str| -> Result<usize> {
             let full = key(k);

@@ -56,6 +56,10 @@ pub struct LoadOptions {
     /// llama.cpp's `mmproj` GGUF holding the vision tower and projector of a GGUF text model
     /// (`families::mmproj`); refused with a model folder, whose image side is its own.
     pub mmproj: Option<PathBuf>,
+    /// The most image tokens per image where an mmproj states no budget (llama.cpp's
+    /// `--image-max-tokens`; Gemma 4's `gemma4v`, whose processor default is 280). `None`: the
+    /// family's processor default.
+    pub image_max_tokens: Option<usize>,
 }
 
 impl Default for LoadOptions {
@@ -69,6 +73,7 @@ impl Default for LoadOptions {
             kv_cache_dtype: None,
             prefill_block: None,
             mmproj: None,
+            image_max_tokens: None,
         }
     }
 }
@@ -283,7 +288,7 @@ impl Model {
     ) -> Result<(crate::families::mmproj::Mmproj, Box<dyn ImageSide>)> {
         let text_hidden = text.1;
         let mut content = tessera_decoder::weights::read_gguf(path)?;
-        let mmproj = crate::families::mmproj::read(&mut content, path, model, tokenizer, text)?;
+        let mmproj = crate::families::mmproj::read(&mut content, path, model, tokenizer, text, opts.image_max_tokens)?;
         // Quantized blocks stay quantized, as the text model's (unless a dtype is asked for).
         let mode = if opts.dtype.is_some() { GgufMode::Dequantized } else { GgufMode::Quantized };
         let mut vb = Weights::from_gguf_content(path, content, mode, dtype, &opts.device)?;

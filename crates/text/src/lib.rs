@@ -5,6 +5,7 @@ pub mod chat;
 pub mod conversation;
 pub mod embedding;
 pub mod error;
+mod gguf_gemma4;
 pub mod placeholders;
 mod pyjson;
 pub mod reasoning;

@@ -91,7 +91,8 @@ impl Tokenizer {
         Ok(Self { inner, special: SpecialTokens::default(), vocab_size })
     }
 
-    /// Builds the tokenizer a GGUF file describes (`tokenizer.ggml.model == "gpt2"`: byte-level BPE).
+    /// Builds the tokenizer a GGUF file describes (`tokenizer.ggml.model`: `gpt2`, byte-level BPE;
+    /// `gemma4`, BPE over `▁`-spaced text with byte fallback, [`crate::gguf_gemma4`]).
     pub fn from_gguf(content: &gguf_file::Content) -> Result<Self> {
         let md = &content.metadata;
         let meta_err = |key: &str, reason: &str| TextError::GgufMetadata { key: key.into(), reason: reason.into() };
@@ -104,11 +105,15 @@ impl Tokenizer {
         let get_id = |key: &str| -> Option<u32> { md.get(key).and_then(|v| v.to_u32().ok()) };
         let model = get_str("tokenizer.ggml.model")?
             .ok_or_else(|| meta_err("tokenizer.ggml.model", "missing: the GGUF has no embedded tokenizer"))?;
-        if model != "gpt2" {
-            return Err(TextError::Unsupported(format!(
-                "GGUF tokenizer.ggml.model `{model}` (only byte-level BPE, `gpt2`, is supported)"
-            )));
-        }
+        let gemma4 = match model.as_str() {
+            "gpt2" => false,
+            "gemma4" => true,
+            _ => {
+                return Err(TextError::Unsupported(format!(
+                    "GGUF tokenizer.ggml.model `{model}` (supported: byte-level BPE `gpt2`, `gemma4`)"
+                )))
+            }
+        };
         let tokens = string_array(md, "tokenizer.ggml.tokens")?;
         let merges = string_array(md, "tokenizer.ggml.merges")?;
         let token_types: Vec<i64> = match md.get("tokenizer.ggml.token_type") {
@@ -136,38 +141,13 @@ impl Tokenizer {
                     .ok_or_else(|| meta_err("tokenizer.ggml.merges", &format!("bad merge `{m}`")))
             })
             .collect::<Result<_>>()?;
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .build()
-            .map_err(|e| TextError::Tokenize(format!("building BPE from GGUF: {e}")))?;
-        let mut inner = tokenizers::Tokenizer::new(bpe);
-
-        let byte_level = ByteLevel::new(false, true, true);
-        let pre_name = get_str("tokenizer.ggml.pre")?.map(String::as_str);
-        let qwen2 = pre_name == Some("qwen2");
-        let pre: PreTokenizerWrapper = match pre_name {
-            // SmolLM's own tokenizer.json splits digits one by one before the byte-level split.
-            Some("smollm") => Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into(),
-            // Qwen2's (Qwen2-VL, Qwen2.5-VL): its tokenizer.json's split, then bytes to symbols.
-            Some("qwen2") => {
-                let split =
-                    Split::new(SplitPattern::Regex(QWEN2_SPLIT.into()), SplitDelimiterBehavior::Isolated, false)
-                        .map_err(|e| TextError::Tokenize(format!("Qwen2's pre-tokenizer: {e}")))?;
-                Sequence::new(vec![split.into(), ByteLevel::new(false, false, false).into()]).into()
-            }
-            None | Some("default") | Some("gpt2") | Some("gpt-2") => byte_level.into(),
-            Some(other) => {
-                return Err(TextError::Unsupported(format!(
-                    "GGUF tokenizer.ggml.pre `{other}` (supported: smollm, qwen2, gpt2, default)"
-                )))
-            }
+        let mut inner = if gemma4 {
+            let unk = get_id("tokenizer.ggml.unknown_token_id").and_then(|i| tokens.get(i as usize).cloned());
+            crate::gguf_gemma4::tokenizer(vocab, merges, unk)?
+        } else {
+            let pre_name = get_str("tokenizer.ggml.pre")?.map(String::as_str);
+            byte_level_bpe(vocab, merges, pre_name)?
         };
-        inner.with_pre_tokenizer(Some(pre));
-        if qwen2 {
-            // Qwen2's tokenizer.json composes text (NFC) before it splits it.
-            inner.with_normalizer(Some(NFC));
-        }
-        inner.with_decoder(Some(ByteLevelDecoder::default()));
 
         // Control (3) and user-defined (4) tokens are never split; an empty one (which would
         // match at every position) stays an ordinary vocabulary entry.
@@ -182,7 +162,7 @@ impl Tokenizer {
         let bos = get_id("tokenizer.ggml.bos_token_id");
         let eos = get_id("tokenizer.ggml.eos_token_id");
         let name = |id: Option<u32>| id.and_then(|i| tokens.get(i as usize).cloned());
-        let add_bos = md.get("tokenizer.ggml.add_bos_token").and_then(|v| v.to_bool().ok()).unwrap_or(false);
+        let add_bos = md.get("tokenizer.ggml.add_bos_token").and_then(|v| v.to_bool().ok()).unwrap_or(false) || gemma4; // llama.cpp forces a BOS for the gemma4 pre-type
         if add_bos {
             let (Some(bos_id), Some(bos_tok)) = (bos, name(bos)) else {
                 return Err(meta_err("tokenizer.ggml.bos_token_id", "add_bos_token is set but no BOS id is given"));
@@ -390,6 +370,46 @@ impl TextStream<'_> {
     pub fn ids(&self) -> &[u32] {
         &self.ids
     }
+}
+
+/// The byte-level BPE (`tokenizer.ggml.model = gpt2`) of `vocab` and `merges`, pre-tokenized as
+/// `tokenizer.ggml.pre` (`pre_name`) says.
+fn byte_level_bpe(
+    vocab: tokenizers::models::bpe::Vocab,
+    merges: Vec<(String, String)>,
+    pre_name: Option<&str>,
+) -> Result<tokenizers::Tokenizer> {
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .build()
+        .map_err(|e| TextError::Tokenize(format!("building BPE from GGUF: {e}")))?;
+    let mut inner = tokenizers::Tokenizer::new(bpe);
+
+    let byte_level = ByteLevel::new(false, true, true);
+    let qwen2 = pre_name == Some("qwen2");
+    let pre: PreTokenizerWrapper = match pre_name {
+        // SmolLM's own tokenizer.json splits digits one by one before the byte-level split.
+        Some("smollm") => Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into(),
+        // Qwen2's (Qwen2-VL, Qwen2.5-VL): its tokenizer.json's split, then bytes to symbols.
+        Some("qwen2") => {
+            let split = Split::new(SplitPattern::Regex(QWEN2_SPLIT.into()), SplitDelimiterBehavior::Isolated, false)
+                .map_err(|e| TextError::Tokenize(format!("Qwen2's pre-tokenizer: {e}")))?;
+            Sequence::new(vec![split.into(), ByteLevel::new(false, false, false).into()]).into()
+        }
+        None | Some("default") | Some("gpt2") | Some("gpt-2") => byte_level.into(),
+        Some(other) => {
+            return Err(TextError::Unsupported(format!(
+                "GGUF tokenizer.ggml.pre `{other}` (supported: smollm, qwen2, gpt2, default)"
+            )))
+        }
+    };
+    inner.with_pre_tokenizer(Some(pre));
+    if qwen2 {
+        // Qwen2's tokenizer.json composes text (NFC) before it splits it.
+        inner.with_normalizer(Some(NFC));
+    }
+    inner.with_decoder(Some(ByteLevelDecoder::default()));
+    Ok(inner)
 }
 
 /// The id of the first entry of a `tokenizer.json`'s `added_tokens` whose `content` is empty

@@ -170,6 +170,17 @@ struct Layer {
     down: ClippedLinear,
 }
 
+/// The patch embedding `input_proj` `(h, p·p·3)` (a patch's values row, column, channel), or
+/// the Conv2d kernel `conv.weight` `(h, 3, p, p)` llama.cpp's mmproj stores it as, turned back.
+fn patch_projection(vb: &Weights, h: usize, p: usize) -> Result<Linear> {
+    if !vb.contains("conv.weight") {
+        return Ok(vb.linear(3 * p * p, h, false, "input_proj")?);
+    }
+    let kernel = vb.get(&[h, 3, p, p], "conv.weight")?;
+    let weight = kernel.permute((0, 2, 3, 1))?.reshape((h, 3 * p * p))?.contiguous()?;
+    Ok(Linear::new(tessera_decoder::MatrixWeight::Dense(weight), None)?)
+}
+
 /// The tower: patch embedding, encoder layers, pooler (and standardization).
 #[derive(Clone, Debug)]
 pub struct Gemma4Vision {
@@ -227,7 +238,7 @@ impl Gemma4Vision {
         };
         Ok(Self {
             cfg: cfg.clone(),
-            input_proj: vb.pp("patch_embedder").linear(3 * p * p, h, false, "input_proj")?,
+            input_proj: patch_projection(&vb.pp("patch_embedder"), h, p)?,
             positions: vb.pp("patch_embedder").get(&[2, cfg.position_embedding_size, h], "position_embedding_table")?,
             layers,
             standardize,

@@ -54,6 +54,10 @@ pub const PROJECTORS: &[(&str, FromMmproj)] = &[
     // InternVL3 (llama.cpp's conversion/internvl.py): InternViT (CLS token, layer scale), pixel
     // shuffle, LayerNorm + two linears; tiles and a thumbnail.
     ("internvl", super::internvl::from_mmproj),
+    // Gemma 4 (llama.cpp's conversion/gemma.py, Gemma4VisionAudioModel): patches, learned
+    // column and row tables, 2-D RoPE, clipped linears, k x k pooling, standardization, one
+    // projection.
+    ("gemma4v", super::gemma4::from_mmproj),
 ];
 
 /// What a family's `from_mmproj` reads: the mmproj's metadata, and the text model it is paired
@@ -68,6 +72,9 @@ pub struct MmprojInput<'a> {
     /// type can serve two families' towers).
     pub model: &'a Path,
     pub text_family: TextFamily,
+    /// The most image tokens an image may take where the file states no budget
+    /// (`LoadOptions::image_max_tokens`, llama.cpp's `--image-max-tokens`; Gemma 4).
+    pub image_max_tokens: Option<usize>,
 }
 
 /// A family's image side as an mmproj gives it.
@@ -228,13 +235,15 @@ impl ClipMetadata<'_> {
 
 /// Reads the image side of the `mmproj` GGUF at `path` (its parsed header `content`) for the
 /// GGUF text model at `model`, of family `text_family` and width `text_hidden`, whose tokenizer
-/// is `tokenizer`. Tensor names the family says are swapped are put right in `content`.
+/// is `tokenizer`; `image_max_tokens` is [`MmprojInput::image_max_tokens`]. Tensor names the
+/// family says are swapped are put right in `content`.
 pub fn read(
     content: &mut gguf_file::Content,
     path: &Path,
     model: &Path,
     tokenizer: &Tokenizer,
     (text_family, text_hidden): (TextFamily, usize),
+    image_max_tokens: Option<usize>,
 ) -> Result<Mmproj> {
     let err = |reason: String| TesseraError::Config { path: path.to_path_buf(), reason };
     let mismatch =
@@ -266,7 +275,7 @@ pub fn read(
             names.join(", ")
         )));
     };
-    let input = MmprojInput { clip, tensors: &content.tensor_infos, tokenizer, model, text_family };
+    let input = MmprojInput { clip, tensors: &content.tensor_infos, tokenizer, model, text_family, image_max_tokens };
     let side = from_mmproj(&input).map_err(err)?;
     if !side.text.contains(&text_family) {
         let names: Vec<&str> = side.text.iter().map(|f| f.name()).collect();

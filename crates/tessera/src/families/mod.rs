@@ -98,7 +98,10 @@ pub const REGISTRY: &[(&str, Resolve)] = &[
 /// architectures.
 pub fn supported() -> String {
     let names: Vec<&str> = REGISTRY.iter().map(|(name, _)| *name).collect();
-    format!("{} (config.json model_type) / llama, qwen2 (GGUF)", names.join(", "))
+    format!(
+        "{} (config.json model_type) / llama, qwen2, qwen2vl, qwen3vl, qwen35, gemma3, gemma4, mistral3 (GGUF)",
+        names.join(", ")
+    )
 }
 
 /// A text model's config.

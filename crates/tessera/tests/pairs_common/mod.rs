@@ -114,11 +114,21 @@ pub fn f16_mmproj_matches(name: &str, f16: PathBuf, skip: impl Fn(&Value) -> boo
 /// processor under the mmproj's settings); image features within 1e-4 of transformers' and 1e-5
 /// of the folder's; logits and 16 greedy ids.
 pub fn pair_matches_transformers_and_the_folder(name: &str, family: &str) -> Result<()> {
+    pair_with_options_matches_transformers_and_the_folder(name, family, |o| o)
+}
+
+/// [`pair_matches_transformers_and_the_folder`] with the load options `options` makes of the
+/// test's (what the pair's files leave to the loader, as llama.cpp's flags: Gemma 4's budget).
+pub fn pair_with_options_matches_transformers_and_the_folder(
+    name: &str,
+    family: &str,
+    options: impl Fn(LoadOptions) -> LoadOptions,
+) -> Result<()> {
     let folder = folder(name)?;
     let (reference, tensors) = reference(name)?;
     let (_, mmproj) = pair_files(name);
     for (label, opts) in [("f32", super::common::load_options()?), ("default", super::common::gguf_load_options()?)] {
-        let pair = load_pair(name, mmproj.clone(), opts)?;
+        let pair = load_pair(name, mmproj.clone(), options(opts))?;
         assert_eq!((pair.config().family, pair.info().mmproj.as_deref()), (family, Some(mmproj.as_path())));
         let mut checked = Vec::new();
         for case in reference["cases"].as_array().context("cases")? {

@@ -24,6 +24,7 @@ pub const FAMILIES: &[&str] = &[
     "mistral3-tiny",
     "qwen3.5-tiny",
     "gemma4-tiny",
+    "gemma4-pair-tiny",
     "minicpm-v4.6-tiny",
 ];
 

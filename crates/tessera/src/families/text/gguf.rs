@@ -33,7 +33,14 @@ pub struct GgufRules {
     pub local_rope_theta: Option<f64>,
     /// The family's own keys beyond every text model's (Qwen3.5's linear layers).
     pub family_keys: Option<GgufKeys>,
+    /// The family reads its whole config from the file itself (Gemma 4: per-layer arrays where
+    /// the others have one number).
+    pub own_config: Option<GgufConfig>,
 }
+
+/// Reads a family's [`ModelConfig`](crate::ModelConfig) from a GGUF's parsed header (the path
+/// for errors and for tensors the config needs).
+pub type GgufConfig = fn(&gguf_file::Content, &std::path::Path) -> crate::Result<crate::ModelConfig>;
 
 /// Reads a family's own keys of GGUF metadata `md` (under `{arch}.`, `arch` given) into the
 /// decoder `d` read from the common ones; the error is a reason naming the key.
@@ -64,6 +71,11 @@ impl TextFamily {
             family_keys: match self {
                 // llama.cpp's `qwen35` (Qwen3.5's text model, also MiniCPM-V 4.6's).
                 Self::Qwen35 => Some(crate::families::qwen3_5::gguf_keys),
+                _ => None,
+            },
+            own_config: match self {
+                // llama.cpp's `gemma4`.
+                Self::Gemma4 => Some(crate::families::gemma4::gguf_config),
                 _ => None,
             },
         }

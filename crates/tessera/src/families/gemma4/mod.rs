@@ -34,6 +34,11 @@ use super::text::{LayerType, TextFamily, TextModel};
 use super::{ModelConfig, PerLayerInputs, PromptStyle, TokenIds};
 use crate::error::{Result, TesseraError};
 
+mod gguf;
+mod mmproj;
+pub(crate) use gguf::text_config as gguf_config;
+pub(crate) use mmproj::from_mmproj;
+
 #[derive(Debug, Deserialize)]
 pub struct Gemma4Config {
     #[serde(default)]
@@ -145,6 +150,11 @@ pub struct Gemma4Spec {
     pub boi_token_id: u32,
     pub eoi_token_id: u32,
 }
+
+/// Where the tower and `embed_vision` lie: a checkpoint's names, or an mmproj's read through
+/// [`tessera_decoder::gemma4v_names`].
+const TOWER_ROOTS: [&str; 3] = ["model.vision_tower", "vision_tower", "gemma4v.vision_tower"];
+const EMBEDDER_ROOTS: [&str; 3] = ["model.embed_vision", "embed_vision", "gemma4v.embed_vision"];
 
 /// The soft-token budgets `Gemma4ImageProcessor` accepts (`_SUPPORTED_SOFT_TOKENS`).
 const SOFT_TOKEN_BUDGETS: [usize; 5] = [70, 140, 280, 560, 1120];
@@ -451,15 +461,13 @@ impl ImageSpec for Gemma4Spec {
             token_text(at, self.eoi_token_id, "eoi_token_id")?,
         ];
         let vb = at.weights;
-        let tower = Gemma4Vision::new(
-            &self.tower,
-            &first_prefix(vb, &["model.vision_tower", "vision_tower"], "patch_embedder.input_proj.weight"),
-        )?;
+        let tower =
+            Gemma4Vision::new(&self.tower, &first_prefix(vb, &TOWER_ROOTS, "encoder.layers.0.input_layernorm.weight"))?;
         let embedder = Gemma4Embedder::new(
             self.tower.hidden_size,
             at.text_hidden,
             self.tower.rms_norm_eps,
-            &first_prefix(vb, &["model.embed_vision", "embed_vision"], "embedding_projection.weight"),
+            &first_prefix(vb, &EMBEDDER_ROOTS, "embedding_projection.weight"),
         )?;
         Ok(Box::new(Gemma4Images { spec: self.clone(), rule, tower, embedder, tokens }))
     }
@@ -552,39 +560,4 @@ impl ImageSide for Gemma4Images {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::path::Path;
-
-    use serde_json::json;
-
-    use crate::families::ModelConfig;
-
-    fn resolve(text: serde_json::Value) -> Result<ModelConfig, String> {
-        let config = json!({"model_type": "gemma4", "text_config": text});
-        ModelConfig::from_config_json(&config, Path::new("config.json")).map_err(|e| e.to_string())
-    }
-
-    #[test]
-    fn class_defaults_and_what_is_not_run_are_named() -> Result<(), String> {
-        // No text_config: Gemma4TextConfig's defaults (30 layers, every 6th full, PLE of 256).
-        let cfg = resolve(json!({}))?;
-        let v = cfg.decoder.variants.as_ref().ok_or("variants")?;
-        assert_eq!(
-            (cfg.decoder.num_hidden_layers, v.per_layer_input, cfg.per_layer_inputs.map(|p| p.dim)),
-            (30, Some(256), Some(256))
-        );
-        assert_eq!((v.shapes[5].head_dim, v.shapes[4].head_dim, cfg.layer_windows[0]), (512, 256, Some(512)));
-        // transformers 5.23's per_layer_config in place of global_head_dim.
-        let cfg = resolve(json!({"num_hidden_layers": 2, "layer_types": ["sliding_attention", "full_attention"],
-                                 "per_layer_config": {"1": {"head_dim": 64}}, "hidden_size_per_layer_input": null}))?;
-        let v = cfg.decoder.variants.as_ref().ok_or("variants")?;
-        assert_eq!((v.shapes[0].head_dim, v.shapes[1].head_dim, cfg.per_layer_inputs), (256, 64, None));
-        let e = resolve(json!({"enable_moe_block": true})).unwrap_err();
-        assert!(e.contains("enable_moe_block") && e.contains("config.json"), "{e}");
-        let e = resolve(json!({"use_bidirectional_attention": "all"})).unwrap_err();
-        assert!(e.contains("use_bidirectional_attention \"all\""), "{e}");
-        let e = resolve(json!({"num_hidden_layers": 2, "per_layer_config": {"7": {"head_dim": 64}}})).unwrap_err();
-        assert!(e.contains("per_layer_config names layer `7`"), "{e}");
-        Ok(())
-    }
-}
+mod tests;
