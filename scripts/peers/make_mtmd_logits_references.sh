@@ -9,7 +9,7 @@
 # against them. Not run in CI; the outputs are committed.
 #
 # Usage: scripts/peers/make_mtmd_logits_references.sh [name…] (default: qwen3-vl-tiny qwen2-vl-tiny
-#   qwen2.5-vl-tiny llava-interleave-tiny: the pairs quantized_pairs.rs checks). TYPES (default "Q8_0 Q4_K_M"), N (16), THREADS (2).
+#   qwen2.5-vl-tiny llava-interleave-tiny qwen3.5-tiny: the pairs quantized_pairs.rs checks). TYPES (default "Q8_0 Q4_K_M"), N (16), THREADS (2).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -19,7 +19,7 @@ bin="$("$here/build_mtmd_logits.sh" | tail -1)"
 py="${CONVERT_VENV:-$cache/convert-venv}/bin/python"
 [ -x "$py" ] || { echo "no $py (llama.cpp's converter venv: scripts/peers/convert_hf.py)" >&2; exit 1; }
 question="What is in this image?"
-[ $# -gt 0 ] || set -- qwen3-vl-tiny qwen2-vl-tiny qwen2.5-vl-tiny llava-interleave-tiny
+[ $# -gt 0 ] || set -- qwen3-vl-tiny qwen2-vl-tiny qwen2.5-vl-tiny llava-interleave-tiny qwen3.5-tiny
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 for name in "$@"; do

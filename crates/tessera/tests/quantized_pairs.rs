@@ -21,8 +21,12 @@ use tessera::{load_image, LoadOptions, Model, DEFAULT_MAX_PIXELS};
 /// `mm.input_projection.weight` in the graph (`ggml_cont(ggml_transpose(…))`, siglip.cpp), which
 /// a quantized (here Q8_0) tensor does not survive: with the quantized mmproj its image features
 /// (`MTMD_DEBUG_EMBEDDINGS`) move by 6.5 from its own f32 pair's (magnitudes ≤ 5.3), tessera's by
-/// 0.11; on the f32 pair the two engines agree within 0.002 (measured 2026-11-29).
-const PAIRS: [&str; 4] = ["qwen3-vl-tiny", "qwen2-vl-tiny", "qwen2.5-vl-tiny", "llava-interleave-tiny"];
+/// 0.11; on the f32 pair the two engines agree within 0.002 (measured 2026-11-29). InternVL3 is
+/// left out for now: on one 28-pixel tile (the same prompt ids on both sides) llama.cpp's top-5
+/// logits are within 0.22 of tessera's at the first step and then move away by up to 6.5
+/// (teacher-forced, Q8_0 and Q4_K_M alike, 2026-11-29), which quantization does not explain;
+/// tessera's InternVL3 equals transformers on the folder and on the f32 pair.
+const PAIRS: [&str; 5] = ["qwen3-vl-tiny", "qwen2-vl-tiny", "qwen2.5-vl-tiny", "llava-interleave-tiny", "qwen3.5-tiny"];
 const TYPES: [&str; 2] = ["Q8_0", "Q4_K_M"];
 
 /// llama.cpp's prompt as ids: its text chunks' ids in order, each image chunk as that many of
