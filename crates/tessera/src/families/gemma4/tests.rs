@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use candle_core::quantized::gguf_file;
 use serde_json::json;
 
 use crate::families::ModelConfig;
@@ -33,4 +34,39 @@ fn class_defaults_and_what_is_not_run_are_named() -> Result<(), String> {
     let e = resolve(json!({"num_hidden_layers": 2, "per_layer_config": {"7": {"head_dim": 64}}})).unwrap_err();
     assert!(e.contains("per_layer_config names layer `7`"), "{e}");
     Ok(())
+}
+
+/// The pair fixture's `gemma4` text GGUF header with `edit` applied, read as tessera reads it.
+fn from_edited_gguf(edit: impl FnOnce(&mut std::collections::HashMap<String, gguf_file::Value>)) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/vlm/gemma4-pair-tiny-gguf/gemma4-pair-tiny-f32.gguf");
+    let mut file = std::fs::File::open(&path).expect("the fixture");
+    let mut content = gguf_file::Content::read(&mut file).expect("a GGUF");
+    edit(&mut content.metadata);
+    match super::gguf::text_config(&content, &path) {
+        Ok(_) => String::new(),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Each key the text GGUF's reader checks is refused in one line naming it and the file.
+#[test]
+fn bad_gemma4_text_keys_are_named() {
+    use gguf_file::Value::{Array, Bool, U32};
+    assert_eq!(from_edited_gguf(|_| {}), "", "the fixture as written reads");
+    let widths = [128, 96, 128, 256, 256, 256].map(U32).to_vec();
+    let cases = [
+        ("attention.value_length", U32(3)),
+        ("rope.dimension_count", U32(2)),
+        ("feed_forward_length", Array(widths)),
+        // The last layer sliding, then too few flags.
+        ("attention.sliding_window_pattern", Array(vec![Bool(true); 6])),
+        ("attention.sliding_window_pattern", Array(vec![Bool(true)])),
+        ("attention.head_count_kv", Array(vec![U32(1)])),
+    ];
+    for (key, value) in cases {
+        let key = format!("gemma4.{key}");
+        let e = from_edited_gguf(|md| drop(md.insert(key.clone(), value)));
+        assert!(e.contains(&key) && e.contains("gemma4-pair-tiny-f32.gguf") && !e.contains('\n'), "{key}: {e}");
+    }
 }
