@@ -408,3 +408,35 @@ fn bad_requests_are_refused_and_write_nothing() -> Result<()> {
     assert!(e.contains("no/such/dir/model.gguf"), "{e}");
     Ok(())
 }
+
+/// A Qwen3.5 checkpoint with multi-token-prediction layers (`mtp.*`, as the real ones hold):
+/// the converter leaves them out, and so does `tessera quantize` — the same pair as without them
+/// (llama-quantize's), where they once stopped it as tensors with no mmproj name.
+#[test]
+fn qwen3_5_mtp_layers_are_left_out_as_the_converter_leaves_them() -> Result<()> {
+    let scratch = common::scratch("quantize_export_mtp")?;
+    let folder = scratch.join("qwen3.5-mtp");
+    std::fs::create_dir_all(&folder)?;
+    let source = common::fixtures().join("vlm/qwen3.5-tiny");
+    for entry in std::fs::read_dir(&source)? {
+        let path = entry?.path();
+        if path.is_file() && path.extension().is_none_or(|e| e != "safetensors") {
+            std::fs::copy(&path, folder.join(path.file_name().context("name")?))?;
+        }
+    }
+    let mut tensors = candle_core::safetensors::load(source.join("model.safetensors"), &candle_core::Device::Cpu)?;
+    let mtp = candle_core::Tensor::ones((64, 128), candle_core::DType::F32, &candle_core::Device::Cpu)?;
+    tensors.insert("mtp.fc.weight".into(), mtp);
+    candle_core::safetensors::save(&tensors, folder.join("model.safetensors"))?;
+    let (model, mmproj) = (scratch.join("model.gguf"), scratch.join("mmproj.gguf"));
+    let job = QuantizeJob {
+        model: folder.to_str().context("utf-8")?.into(),
+        out: model.clone(),
+        mmproj_out: Some(mmproj.clone()),
+        mix: QuantMix::Q8_0,
+    };
+    quantize_to_gguf(&job, &mut |_| {})?;
+    let reference = common::fixtures().join("quant/qwen3.5-tiny-Q8_0");
+    same_gguf_as(&model, &reference.join("model.gguf"))?;
+    same_gguf_as(&mmproj, &reference.join("mmproj.gguf"))
+}

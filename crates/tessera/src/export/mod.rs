@@ -200,7 +200,7 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
     }
     let mut text_tensors = Vec::new();
     let mut image_names = Vec::new();
-    for stored in &names {
+    for stored in names.iter().filter(|n| !text.dropped.iter().any(|p| n.starts_with(p))) {
         let hf = match stored.strip_prefix(&lm_prefix) {
             Some(rest) => format!("model.{rest}"),
             None if *stored == head => {

@@ -132,6 +132,9 @@ pub struct GgufText {
     pub sandwich_names: bool,
     /// The family's own keys and tensor changes, if any.
     pub writer: Option<GgufTextWriter>,
+    /// Checkpoint tensors the converter leaves out, by name prefix (Qwen3.5's multi-token
+    /// prediction layers, `mtp.*`, which tessera does not run either).
+    pub dropped: &'static [&'static str],
 }
 
 impl GgufText {
@@ -147,6 +150,7 @@ impl GgufText {
             linear_rope_scaling: false,
             sandwich_names: false,
             writer: None,
+            dropped: &[],
         }
     }
 }
@@ -181,6 +185,7 @@ impl TextFamily {
                 head_dim_keys: true,
                 sandwich_names: true,
                 writer: Some(crate::families::qwen3_5::GGUF_WRITER),
+                dropped: &["mtp."],
                 ..GgufText::new("qwen35")
             }),
             _ => None,
