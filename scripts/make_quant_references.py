@@ -7,7 +7,7 @@
    4, all exact in f32). It is converted by llama.cpp's converter to an f32 GGUF and quantized by
    llama-quantize to each type; the JSON holds, per type, every quantized tensor's GGUF name,
    type and the SHA-256 of its blocks. The checkpoint itself (10 MB) is not committed.
-2. The tiny SmolVLM, LLaVA, LLaVA-interleave, Qwen2-VL, Qwen2.5-VL, Gemma 3, Qwen3-VL, InternVL3, Mistral 3 and MiniCPM-V 4.6 pairs
+2. The tiny SmolVLM, LLaVA, LLaVA-interleave, Qwen2-VL, Qwen2.5-VL, Gemma 3, Qwen3-VL, InternVL3, Mistral 3, MiniCPM-V 4.6 and Gemma 4 pairs
    (tests/fixtures/vlm/<name>-gguf) and the tiny Qwen2 checkpoint (tests/fixtures/tiny/qwen2-bias,
    converted here) quantized by llama-quantize to Q8_0, Q4_0 (SmolVLM and Qwen2 only) and Q4_K_M:
    <name>-<type>/{model.gguf, mmproj.gguf}, small enough to commit, for the end-to-end comparison
@@ -36,7 +36,7 @@ M64 = (1 << 64) - 1
 # The tiny pairs of tests/fixtures/vlm/<name>-gguf (scripts/make_gguf_pairs.sh) quantized whole
 # (Q4_0: the first only; the others' files differ from it in the splitting and naming, not in
 # the quantizers).
-# crates/tessera/tests/quantize_export.rs compares `tessera quantize`'s pairs of all ten with these (and Qwen3.5's, scripts/make_qwen3_5_quant_references.sh).
+# crates/tessera/tests/quantize_export.rs compares `tessera quantize`'s pairs of all eleven with these (and Qwen3.5's, scripts/make_qwen3_5_quant_references.sh).
 PAIRS = [
     "smolvlm-tiny",
     "llava-tiny",
@@ -48,6 +48,7 @@ PAIRS = [
     "internvl-tiny",
     "mistral3-pair-tiny",
     "minicpm-v4.6-pair-tiny",
+    "gemma4-pair-tiny",
 ]
 MIXES = ["Q4_0", "Q8_0", "Q4_K_M", "Q5_K_M", "Q6_K"]
 CONFIG_256 = {

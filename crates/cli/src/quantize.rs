@@ -15,10 +15,10 @@ pub struct QuantizeArgs {
     /// The checkpoint: a model folder (safetensors) or a Hugging Face Hub id `org/name[@revision]`.
     model: String,
     /// The text model's GGUF to write (llama.cpp's `llama`, `mistral3`, `qwen2`, `qwen2vl`, `qwen3vl`,
-    /// `qwen35` or `gemma3` architecture).
+    /// `qwen35`, `gemma3` or `gemma4` architecture).
     out: PathBuf,
     /// For a vision-language model (SmolVLM / Idefics3, LLaVA, Qwen2-VL, Qwen2.5-VL, Qwen3-VL,
-    /// Qwen3.5, Gemma 3, InternVL3, Mistral 3, MiniCPM-V 4.6), required:
+    /// Qwen3.5, Gemma 3, Gemma 4, InternVL3, Mistral 3, MiniCPM-V 4.6), required:
     /// the mmproj GGUF to write, holding the vision tower and projector as llama.cpp's converter
     /// writes them (`convert_hf_to_gguf.py --mmproj`; LLaVA's legacy script), quantized as
     /// llama-quantize quantizes an mmproj.

@@ -105,13 +105,16 @@ pub enum Role {
 /// name), [`Role::Kept`] for what `tensor_allows_quantization` keeps (norms, an mmproj's patch
 /// and position embeddings and patch merger, anything not ending in `weight`).
 pub fn role_of_gguf(name: &str) -> Role {
-    const KEPT: [&str; 5] = ["_norm.weight", ".position_embd", ".patch_embd", ".patch_merger", "ssm_conv1d"];
+    // Gemma 4's `per_layer_model_proj` is kept too ("not too big").
+    const KEPT: [&str; 6] =
+        ["_norm.weight", ".position_embd", ".patch_embd", ".patch_merger", "ssm_conv1d", "per_layer_model_proj"];
     if !name.ends_with("weight") || KEPT.iter().any(|k| name.contains(k)) {
         return Role::Kept;
     }
     match name {
         "output.weight" => return Role::Output,
-        "token_embd.weight" => return Role::TokenEmbd,
+        // Gemma 4's per-layer embedding is a token embedding to llama-quantize.
+        "token_embd.weight" | "per_layer_token_embd.weight" => return Role::TokenEmbd,
         _ => {}
     }
     const CATEGORIES: [(&str, Role); 9] = [
@@ -142,6 +145,8 @@ pub fn role_of(hf: &str) -> Role {
         || stem.contains("patch_merger")
         || stem.contains("position_embed")
         || stem.ends_with("pos_embed")
+        // Gemma 4's `per_layer_model_proj`, which llama-quantize keeps.
+        || stem.ends_with("per_layer_model_projection")
     {
         return Role::Kept;
     }
@@ -150,7 +155,8 @@ pub fn role_of(hf: &str) -> Role {
     let parent = parts.next().unwrap_or("");
     match last {
         "lm_head" => Role::Output,
-        "embed_tokens" => Role::TokenEmbd,
+        // Gemma 4's per-layer embedding (`per_layer_token_embd`), a token embedding to llama.cpp.
+        "embed_tokens" | "embed_tokens_per_layer" => Role::TokenEmbd,
         "v_proj" => Role::AttnV,
         // Gated DeltaNet's `in_proj_qkv` is llama.cpp's `attn_qkv` too.
         "qkv" | "qkv_proj" | "in_proj_qkv" => Role::AttnQkv,

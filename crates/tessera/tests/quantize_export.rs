@@ -84,7 +84,7 @@ fn same_gguf_as(ours: &Path, theirs: &Path) -> Result<()> {
 }
 
 /// The tiny VLM folders llama-quantize's pairs were made from (tests/fixtures/quant/<name>-<type>).
-const PAIRS: [&str; 11] = [
+const PAIRS: [&str; 12] = [
     "smolvlm-tiny",
     "llava-tiny",
     "llava-interleave-tiny",
@@ -96,6 +96,7 @@ const PAIRS: [&str; 11] = [
     "mistral3-pair-tiny",
     "qwen3.5-tiny",
     "minicpm-v4.6-pair-tiny",
+    "gemma4-pair-tiny",
 ];
 
 /// The tiny VLM folders quantized to pairs: both files are llama-quantize's (from llama.cpp's
@@ -112,7 +113,10 @@ const PAIRS: [&str; 11] = [
 /// model as `qwen35` (the `ssm.*` keys, `A = −exp(A_log)`, the squeezed conv kernel, the value
 /// heads retiled over the key heads, `1 + w` norms but the gated one) and its Qwen3-VL tower
 /// without DeepStack (scripts/make_qwen3_5_quant_references.sh); MiniCPM-V 4.6's Qwen3.5 text
-/// model and its SigLIP tower, window merger and downsample MLP.
+/// model and its SigLIP tower, window merger and downsample MLP; Gemma 4's text model as
+/// `gemma4` (per-layer keys, `rope_freqs`, per-layer inputs, KV-shared layers without k/v, the
+/// `gemma4` vocabulary) and its `gemma4v` mmproj (the patch embedding as a Conv2d kernel, the
+/// clipped linears' bounds, the pooling factor).
 #[test]
 fn the_tiny_pairs_are_llama_quantizes() -> Result<()> {
     let scratch = common::scratch("quantize_export_pairs")?;
@@ -376,8 +380,9 @@ fn bad_requests_are_refused_and_write_nothing() -> Result<()> {
     assert!(e.contains("RoPE") && e.contains("config.json"), "{e}");
     let e = refused("tiny/gemma", None);
     assert!(e.contains("gemma") && e.contains("config.json"), "{e}");
+    // Gemma 4 with a byte-level BPE tokenizer: the converter's `LlamaHfVocab` stops at it too.
     let e = refused("vlm/gemma4-tiny", Some(scratch.join("mmproj.gguf")));
-    assert!(e.contains("gemma4") && e.contains("config.json"), "{e}");
+    assert!(e.contains("`gemma4` vocabulary") && e.contains("byte_fallback") && e.contains("tokenizer.json"), "{e}");
     let e = refused("vlm/smolvlm-tiny", Some(out.clone()));
     assert!(e.contains("both") && e.contains("model.gguf"), "{e}");
     // Gemma 3 whose local layers are not llama.cpp's pattern (every layer but each 6th): the

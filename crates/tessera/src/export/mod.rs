@@ -79,6 +79,8 @@ struct Planned {
     shift: Option<f32>,
     /// The family's change of the values ([`TensorChange`]), if any.
     change: Option<TensorChange>,
+    /// The values themselves, for a tensor the converter generates (`stored` unread).
+    generated: Option<Vec<f32>>,
 }
 
 /// A file to write: its metadata, tensors and target.
@@ -117,7 +119,7 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
     let err = |reason: String| TesseraError::Config { path: config_path.clone(), reason };
     let text = config.text_family.gguf_text().ok_or_else(|| {
         err(format!(
-            "tessera quantize writes llama (and mistral3), qwen2, qwen2vl, qwen3vl, qwen35 and gemma3 text models; \
+            "tessera quantize writes llama (and mistral3), qwen2, qwen2vl, qwen3vl, qwen35, gemma3 and gemma4 text models; \
              this checkpoint's text model is {}",
             config.text_family.name()
         ))
@@ -128,29 +130,12 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
         None => text,
     };
     let d = &config.decoder;
-    let scaling = match d.rope.scaling {
-        RopeScaling::Default => true,
-        RopeScaling::Linear { .. } => text.linear_rope_scaling,
-        _ => false,
+    // A family that states its layers itself (Gemma 4) checks them as it writes its keys.
+    let layout = text.writer.and_then(|w| w.layout);
+    let window = match layout {
+        Some(_) => None,
+        None => common_layout(config, text).map_err(err)?,
     };
-    if !scaling || d.rope.mrope.is_some_and(|m| m.interleaved != config.text_family.gguf_mrope_interleaved()) {
-        return Err(err(format!(
-            "its RoPE ({:?}, {:?}) is not written to GGUF by tessera yet",
-            d.rope.scaling, d.rope.mrope
-        )));
-    }
-    let window = sliding_window(config, text).map_err(err)?;
-    let rules = config.text_family.gguf_rules();
-    let scalar = rules.query_pre_attn_scalar(d.num_hidden_layers, d.hidden_size, d.num_attention_heads, d.head_dim);
-    if d.query_pre_attn_scalar != scalar || config.embed_scale.is_some() != rules.embed_scaled {
-        return Err(err(format!(
-            "its query scale {:?} or embedding scale {:?} is not what llama.cpp's `{}` applies",
-            d.query_pre_attn_scalar, config.embed_scale, text.arch
-        )));
-    }
-    if config.final_logit_softcapping.is_some() || d.attn_logit_softcapping.is_some() {
-        return Err(err("logit soft-capping is not written to GGUF by tessera yet".into()));
-    }
     match (&config.vision, &job.mmproj_out) {
         (Some(_), None) => {
             return Err(TesseraError::InvalidInput(format!(
@@ -179,7 +164,7 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
     let head = format!("{head}.weight");
     let lm_prefix = format!("{}.", lm.prefix());
     let tied = config.tie_word_embeddings || !vb.contains(&head);
-    let text_plan = QuantPlan::text(job.mix, d.num_hidden_layers, tied);
+    let mut text_plan = QuantPlan::text(job.mix, d.num_hidden_layers, tied);
     let permute = config.text_family.gguf_rope_style() == RopeStyle::Interleaved;
     let text_name = if d.sandwich_norms || text.sandwich_names { gguf_sandwich_name } else { gguf_name };
     let embedding_rows = match text.embedding_to_tokenizer {
@@ -195,8 +180,21 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
     for (k, v) in text_metadata(config, text, window, dir_name)?.into_iter().chain(image_keys) {
         text_file.set(k, v);
     }
-    for (k, v) in vocab::vocab_metadata(dir, config.vocab_size)? {
+    let vocab = match text.writer.and_then(|w| w.hf_vocab) {
+        Some(how) => vocab::llama_hf_vocab_metadata(dir, config.vocab_size, how)?,
+        None => vocab::vocab_metadata(dir, config.vocab_size)?,
+    };
+    for (k, v) in vocab {
         text_file.set(k, v);
+    }
+    // llama-quantize counts the `attn_v`-like matrices present (KV-shared layers have none).
+    let attn_v = names
+        .iter()
+        .filter_map(|n| n.strip_prefix(&lm_prefix).and_then(|rest| text_name(&format!("model.{rest}"))))
+        .filter(|g| g.ends_with("attn_v.weight") || g.ends_with("attn_qkv.weight"))
+        .count();
+    if attn_v > 0 {
+        text_plan.n_attn_v = attn_v;
     }
     let mut text_tensors = Vec::new();
     let mut image_names = Vec::new();
@@ -238,7 +236,22 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
             rows,
             shift: (text.norm_plus_one && hf.ends_with("norm.weight")).then_some(1.0),
             change,
+            generated: None,
         });
+    }
+    if let Some(w) = text.writer {
+        for g in (w.generated)(config) {
+            text_tensors.push(Planned {
+                entry: TensorEntry { name: g.name, dims: g.dims, ty: TensorType::F32 },
+                stored: String::new(),
+                permute_heads: None,
+                part: None,
+                rows: None,
+                shift: None,
+                change: None,
+                generated: Some(g.values),
+            });
+        }
     }
     finish(&mut text_file, job.mix);
     let mut files = vec![PlannedFile { path: job.out.clone(), gguf: text_file, tensors: text_tensors }];
@@ -255,7 +268,7 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
             .ok_or_else(|| {
                 TesseraError::InvalidInput(format!(
                     "tessera quantize does not write {}'s mmproj yet (it writes idefics3's, llava's, qwen2vl's, \
-                     qwen2.5vl's, qwen3vl's, gemma3's, internvl's, pixtral's and minicpmv4_6's)",
+                     qwen2.5vl's, qwen3vl's, gemma3's, gemma4v's, internvl's, pixtral's and minicpmv4_6's)",
                     config.family
                 ))
             })?
@@ -284,7 +297,8 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
                 part: piece.part,
                 rows: None,
                 shift: piece.shift,
-                change: None,
+                change: piece.change,
+                generated: None,
             });
         }
         tensors.extend(embedding_rows_for_mmproj(dir, &vb, &lm_prefix, spec.mmproj_embedding_rows())?);
@@ -343,9 +357,41 @@ fn embedding_rows_for_mmproj(dir: &Path, vb: &Weights, lm_prefix: &str, rows: &[
                 rows: None,
                 shift: None,
                 change: None,
+                generated: None,
             })
         })
         .collect()
+}
+
+/// The checks of a text model whose GGUF keys are the common ones: its RoPE, sliding windows,
+/// scales and soft-capping as llama.cpp's architecture lays them out; the sliding window and the
+/// local layers' RoPE base ([`sliding_window`]), else why not.
+fn common_layout(config: &ModelConfig, text: GgufText) -> std::result::Result<Option<(usize, f64)>, String> {
+    let d = &config.decoder;
+    let scaling = match d.rope.scaling {
+        RopeScaling::Default => true,
+        RopeScaling::Linear { .. } => text.linear_rope_scaling,
+        _ => false,
+    };
+    if !scaling || d.rope.mrope.is_some_and(|m| m.interleaved != config.text_family.gguf_mrope_interleaved()) {
+        return Err(format!(
+            "its RoPE ({:?}, {:?}) is not written to GGUF by tessera yet",
+            d.rope.scaling, d.rope.mrope
+        ));
+    }
+    let window = sliding_window(config, text)?;
+    let rules = config.text_family.gguf_rules();
+    let scalar = rules.query_pre_attn_scalar(d.num_hidden_layers, d.hidden_size, d.num_attention_heads, d.head_dim);
+    if d.query_pre_attn_scalar != scalar || config.embed_scale.is_some() != rules.embed_scaled {
+        return Err(format!(
+            "its query scale {:?} or embedding scale {:?} is not what llama.cpp's `{}` applies",
+            d.query_pre_attn_scalar, config.embed_scale, text.arch
+        ));
+    }
+    if config.final_logit_softcapping.is_some() || d.attn_logit_softcapping.is_some() {
+        return Err("logit soft-capping is not written to GGUF by tessera yet".into());
+    }
+    Ok(window)
 }
 
 /// A sliding-window decoder's window and its local layers' RoPE base, where the family's GGUF
@@ -432,6 +478,15 @@ fn text_metadata(
     }
     if let Some(w) = text.writer {
         md.extend((w.keys)(d, arch).map_err(TesseraError::InvalidInput)?);
+        if let Some(layout) = w.layout {
+            // The family's keys, some overwriting the common ones as the converter's do.
+            for (k, v) in layout(config).map_err(TesseraError::InvalidInput)? {
+                match md.iter_mut().find(|(key, _)| *key == k) {
+                    Some(slot) => slot.1 = v,
+                    None => md.push((k, v)),
+                }
+            }
+        }
     }
     Ok(md)
 }
@@ -476,6 +531,17 @@ fn write(file: &PlannedFile, dir: &Path, progress: &mut dyn FnMut(Progress<'_>))
     progress(Progress::File { path: &file.path, tensors: file.tensors.len(), values: total });
     let bytes = file.gguf.write(&file.path, &mut |i, entry| {
         let t = &file.tensors[i];
+        if let Some(values) = &t.generated {
+            let data = gguf_write::encode(entry.ty, values, &entry.dims).map_err(|reason| {
+                tessera_decoder::DecoderError::TensorData {
+                    name: entry.name.clone(),
+                    source_desc: "generated".into(),
+                    reason,
+                }
+            })?;
+            progress(Progress::Tensor { name: &entry.name, values: values.len() as u64 });
+            return Ok(data);
+        }
         let whole = vb.stored_shape(&t.stored).unwrap_or_else(|| entry.dims.clone());
         let tensor = vb.get_with_dtype(&whole, &t.stored, DType::F32)?;
         let mut x = tensor.flatten_all()?.to_vec1::<f32>()?;

@@ -23,6 +23,7 @@ use crate::error::{Result, TesseraError};
 const NORMAL: i32 = 1;
 const CONTROL: i32 = 3;
 const USER_DEFINED: i32 = 4;
+const BYTE: i32 = 6;
 const UNUSED: i32 = 5;
 
 /// The special token kinds `SpecialVocab` looks for, in its order.
@@ -103,8 +104,104 @@ pub(crate) fn vocab_metadata(dir: &Path, vocab_size: usize) -> Result<Vec<(Strin
     let tokenizer_config = crate::model::read_json_opt(&dir.join("tokenizer_config.json"))?;
     let config = crate::model::read_json_opt(&dir.join("config.json"))?;
     let (ids, adds) = special_tokens(&tokenizer, &added, tokenizer_config.as_ref(), config.as_ref(), vocab_size);
+    push_specials(&mut md, ids, adds);
+    if let Some(template) = chat_template(dir, tokenizer_config.as_ref())? {
+        md.push(("tokenizer.chat_template".into(), MetaValue::Str(template)));
+    }
+    Ok(md)
+}
+
+/// The `tokenizer.*` metadata of the folder `dir` as gguf-py's `LlamaHfVocab` and `SpecialVocab`
+/// give it to a converter class that names the model `how.model` (Gemma 4's `set_vocab`): a BPE
+/// with byte fallback (`<0xNN>` tokens) and a `Sequence` decoder, tokens as written, every score
+/// −1000 (merges rank, not scores), `<0xNN>` BYTE, special tokens CONTROL, other added tokens
+/// and `how.user_defined` USER_DEFINED; no `tokenizer.ggml.pre`; `add_bos_token` true and
+/// `add_space_prefix` false as the class sets them.
+pub(crate) fn llama_hf_vocab_metadata(
+    dir: &Path,
+    vocab_size: usize,
+    how: crate::families::text::HfVocab,
+) -> Result<Vec<(String, MetaValue)>> {
+    let path = dir.join("tokenizer.json");
+    let err = |reason: String| TesseraError::Config { path: path.clone(), reason };
+    let tokenizer = crate::model::read_json(&path)?;
+    let model = &tokenizer["model"];
+    if model["type"].as_str() != Some("BPE")
+        || model["byte_fallback"].as_bool() != Some(true)
+        || tokenizer["decoder"]["type"].as_str() != Some("Sequence")
+    {
+        return Err(err(format!(
+            "llama.cpp's `{}` vocabulary is a BPE with byte fallback and a Sequence decoder; this tokenizer's model is \
+             {} (byte_fallback {}), its decoder {}",
+            how.model, model["type"], model["byte_fallback"], tokenizer["decoder"]["type"]
+        )));
+    }
+    let added: Vec<&Value> = tokenizer["added_tokens"].as_array().map(|a| a.iter().collect()).unwrap_or_default();
+    let mut by_id: HashMap<usize, String> = HashMap::new();
+    for (text, id) in model["vocab"].as_object().ok_or_else(|| err("`model.vocab` is not an object".into()))? {
+        let id = id.as_u64().ok_or_else(|| err(format!("vocabulary entry `{text}` has no integer id")))?;
+        by_id.insert(id as usize, text.clone());
+    }
+    let base = by_id.len();
+    let mut special = std::collections::HashSet::new();
+    for a in &added {
+        let (Some(id), Some(text)) = (a["id"].as_u64(), a["content"].as_str()) else {
+            return Err(err(format!("added token {a} lacks an id or content")));
+        };
+        by_id.insert(id as usize, text.to_string());
+        if a["special"].as_bool() == Some(true) {
+            special.insert(id as usize);
+        }
+    }
+    let n = by_id.len();
+    if n != vocab_size {
+        return Err(err(format!("the tokenizer lists {n} tokens, the model has {vocab_size} token rows")));
+    }
+    let mut tokens = Vec::with_capacity(n);
+    let mut types = Vec::with_capacity(n);
+    for i in 0..n {
+        let text = by_id.remove(&i).ok_or_else(|| err(format!("no token has id {i} (of {n})")))?;
+        let is_byte = text.len() == 6
+            && text.starts_with("<0x")
+            && text.ends_with('>')
+            && text.as_bytes()[3..5].iter().all(u8::is_ascii_hexdigit);
+        let ty = if how.user_defined.contains(&text.as_str()) {
+            USER_DEFINED
+        } else if i < base && is_byte {
+            BYTE
+        } else if special.contains(&i) {
+            CONTROL
+        } else if i < base {
+            NORMAL
+        } else {
+            USER_DEFINED
+        };
+        tokens.push(text);
+        types.push(ty);
+    }
+    let mut md = vec![
+        ("tokenizer.ggml.model".to_string(), MetaValue::Str(how.model.into())),
+        ("tokenizer.ggml.tokens".into(), MetaValue::Strs(tokens)),
+        ("tokenizer.ggml.scores".into(), MetaValue::F32s(vec![-1000.0; n])),
+        ("tokenizer.ggml.token_type".into(), MetaValue::I32s(types)),
+        ("tokenizer.ggml.merges".into(), MetaValue::Strs(merges(&model["merges"]).map_err(err)?)),
+    ];
+    let tokenizer_config = crate::model::read_json_opt(&dir.join("tokenizer_config.json"))?;
+    let config = crate::model::read_json_opt(&dir.join("config.json"))?;
+    let (ids, adds) = special_tokens(&tokenizer, &added, tokenizer_config.as_ref(), config.as_ref(), vocab_size);
+    push_specials(&mut md, ids, adds);
+    md.push(("tokenizer.ggml.add_space_prefix".into(), MetaValue::Bool(false)));
+    md.push(("tokenizer.ggml.add_bos_token".into(), MetaValue::Bool(true)));
+    if let Some(template) = chat_template(dir, tokenizer_config.as_ref())? {
+        md.push(("tokenizer.chat_template".into(), MetaValue::Str(template)));
+    }
+    Ok(md)
+}
+
+/// `SpecialVocab.add_to_gguf`'s ids (gguf-py's key names, `seperator` as spelled there) and
+/// `add_*_token` flags.
+fn push_specials(md: &mut Vec<(String, MetaValue)>, ids: Vec<(&str, u32)>, adds: Vec<(&str, bool)>) {
     for (kind, id) in ids {
-        // gguf-py's key names (`seperator` as spelled there).
         let name = match kind {
             "unk" => "unknown",
             "sep" => "seperator",
@@ -116,10 +213,6 @@ pub(crate) fn vocab_metadata(dir: &Path, vocab_size: usize) -> Result<Vec<(Strin
     for (kind, on) in adds {
         md.push((format!("tokenizer.ggml.add_{kind}_token"), MetaValue::Bool(on)));
     }
-    if let Some(template) = chat_template(dir, tokenizer_config.as_ref())? {
-        md.push(("tokenizer.chat_template".into(), MetaValue::Str(template)));
-    }
-    Ok(md)
 }
 
 /// How many entries the folder `dir`'s tokenizer.json lists: its model's vocabulary and its

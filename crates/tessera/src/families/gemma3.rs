@@ -228,5 +228,5 @@ pub(super) fn mmproj_tensors(stored: &str, dims: &[usize]) -> Vec<MmprojTensor> 
     } else {
         (stored.to_string(), None)
     };
-    vec![MmprojTensor { name, dims: dims.to_vec(), part: None, shift, permute_heads: None }]
+    vec![MmprojTensor { name, dims: dims.to_vec(), part: None, shift, permute_heads: None, change: None }]
 }

@@ -131,6 +131,9 @@ pub struct MmprojTensor {
     /// Heads whose rows the converter permutes for interleaved RoPE (Pixtral's `q_proj` /
     /// `k_proj`, as a Llama's); `None`: the rows as they are.
     pub permute_heads: Option<usize>,
+    /// How the converter changes the values (Gemma 4's patch embedding turned into a Conv2d
+    /// kernel), if at all.
+    pub change: Option<super::text::TensorChange>,
 }
 
 /// Part `index` of `parts` equal parts along one axis of a tensor, viewed as
@@ -146,7 +149,14 @@ pub struct Part {
 impl MmprojTensor {
     /// The checkpoint tensor `stored` as it is.
     pub fn whole(stored: &str, dims: &[usize]) -> Vec<Self> {
-        vec![Self { name: stored.to_string(), dims: dims.to_vec(), part: None, shift: None, permute_heads: None }]
+        vec![Self {
+            name: stored.to_string(),
+            dims: dims.to_vec(),
+            part: None,
+            shift: None,
+            permute_heads: None,
+            change: None,
+        }]
     }
 }
 

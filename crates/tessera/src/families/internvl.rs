@@ -370,7 +370,7 @@ impl ImageSpec for InternVlSpec {
         } else {
             stored.to_string()
         };
-        vec![MmprojTensor { name, dims: dims.to_vec(), part: None, shift: None, permute_heads: None }]
+        vec![MmprojTensor { name, dims: dims.to_vec(), part: None, shift: None, permute_heads: None, change: None }]
     }
 
     fn load(&self, at: &ImageLoad<'_>) -> Result<Box<dyn ImageSide>> {

@@ -66,6 +66,7 @@ pub(super) fn mmproj_tensors(spec: &MiniCpmV46Spec, stored: &str, dims: &[usize]
         part: None,
         shift: None,
         permute_heads: None,
+        change: None,
     }]
 }
 

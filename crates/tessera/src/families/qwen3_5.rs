@@ -195,7 +195,13 @@ pub(crate) fn gguf_keys(
 }
 
 /// How `conversion/qwen.py` writes Qwen3.5's text model (`tessera quantize`).
-pub(crate) const GGUF_WRITER: GgufTextWriter = GgufTextWriter { keys: gguf_write_keys, tensor: gguf_tensor };
+pub(crate) const GGUF_WRITER: GgufTextWriter = GgufTextWriter {
+    keys: gguf_write_keys,
+    tensor: gguf_tensor,
+    layout: None,
+    generated: super::text::no_generated,
+    hf_vocab: None,
+};
 
 /// `Qwen3NextModel.set_gguf_parameters`' keys after the head widths, in its order ([`gguf_keys`]
 /// reads them back), and the M-RoPE sections where the common keys have none; `full_attention_interval` is the layers' period (the first attention layer's

@@ -11,7 +11,7 @@ use tessera_decoder::{Activation, DecoderConfig, LocalRope, MRope, NormStyle, Ro
 use super::TokenIds;
 
 mod gguf;
-pub use gguf::{GgufRules, GgufText, GgufTextWriter, TensorChange};
+pub use gguf::{no_generated, GeneratedTensor, GgufRules, GgufText, GgufTextWriter, HfVocab, TensorChange};
 
 /// The text families, by `model_type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

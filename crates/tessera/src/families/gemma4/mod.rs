@@ -29,13 +29,18 @@ use tessera_decoder::{
 };
 use tessera_vision::{gemma4 as vision, Gemma4Embedder, Gemma4Vision, Gemma4VisionConfig, RgbImage};
 
-use super::image::{first_prefix, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec, ProcessorSettings};
+use super::image::{
+    first_prefix, token_text, ImageFeatures, ImageLoad, ImageSide, ImageSpec, MmprojMetadata, MmprojTensor,
+    ProcessorSettings,
+};
 use super::text::{LayerType, TextFamily, TextModel};
 use super::{ModelConfig, PerLayerInputs, PromptStyle, TokenIds};
 use crate::error::{Result, TesseraError};
 
+mod export;
 mod gguf;
 mod mmproj;
+pub(crate) use export::GGUF_WRITER;
 pub(crate) use gguf::text_config as gguf_config;
 pub(crate) use mmproj::from_mmproj;
 
@@ -448,6 +453,19 @@ impl ImageSpec for Gemma4Spec {
             "its tower's scale-1 attention over q/k-normed heads carries the 8-bit rounding past the 3% the other \
              towers stay within (3.1% on the tiny checkpoint's two-image case)",
         )
+    }
+
+    fn mmproj_metadata(
+        &self,
+        settings: &ProcessorSettings,
+        config: &Value,
+        text_hidden: usize,
+    ) -> Option<MmprojMetadata> {
+        Some(export::mmproj_metadata(self, settings, config, text_hidden))
+    }
+
+    fn mmproj_tensors(&self, stored: &str, dims: &[usize]) -> Vec<MmprojTensor> {
+        export::mmproj_tensors(stored, dims)
     }
 
     fn load(&self, at: &ImageLoad<'_>) -> Result<Box<dyn ImageSide>> {

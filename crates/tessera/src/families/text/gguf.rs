@@ -94,6 +94,41 @@ pub struct GgufTextWriter {
     /// [`gguf_name`](tessera_decoder::weights::gguf_name) reads it) of shape `dims`; `None`:
     /// stored as it is.
     pub tensor: fn(&DecoderConfig, &str, &[usize]) -> Option<TensorChange>,
+    /// Where the family states its layers itself (Gemma 4's per-layer widths, sliding-window
+    /// pattern, soft-capping): its keys from the whole config, written in place of the common
+    /// checks of RoPE, sliding windows, scales and soft-capping and the keys they write; an
+    /// error is a reason naming the field.
+    pub layout: Option<GgufLayout>,
+    /// Tensors the converter generates rather than reads (Gemma 4's `rope_freqs`).
+    pub generated: fn(&crate::ModelConfig) -> Vec<GeneratedTensor>,
+    /// The vocabulary as gguf-py's `LlamaHfVocab` writes it, where the family's class reads
+    /// it so (Gemma 4); `None`: a byte-level BPE's (`get_vocab_base`).
+    pub hf_vocab: Option<HfVocab>,
+}
+
+/// A family's keys from its whole config ([`GgufTextWriter::layout`]); the error a reason.
+pub type GgufLayout = fn(&crate::ModelConfig) -> Result<GgufKeyValues, String>;
+
+/// A tensor the converter generates: its GGUF name, shape and values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GeneratedTensor {
+    pub name: String,
+    pub dims: Vec<usize>,
+    pub values: Vec<f32>,
+}
+
+/// How a converter class writes a `LlamaHfVocab` vocabulary.
+#[derive(Debug, Clone, Copy)]
+pub struct HfVocab {
+    /// `tokenizer.ggml.model`.
+    pub model: &'static str,
+    /// Added tokens written USER_DEFINED though special (Gemma 4's `visible_tokens`).
+    pub user_defined: &'static [&'static str],
+}
+
+/// No generated tensors.
+pub fn no_generated(_: &crate::ModelConfig) -> Vec<GeneratedTensor> {
+    Vec::new()
 }
 
 /// A checkpoint tensor as the converter changes it: its stored shape and its values (row-major,
@@ -102,6 +137,19 @@ pub struct GgufTextWriter {
 pub struct TensorChange {
     pub dims: Vec<usize>,
     pub values: Arc<dyn Fn(Vec<f32>) -> Vec<f32> + Send + Sync>,
+}
+
+impl std::fmt::Debug for TensorChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TensorChange").field("dims", &self.dims).finish_non_exhaustive()
+    }
+}
+
+/// The same shape and the same change (one closure).
+impl PartialEq for TensorChange {
+    fn eq(&self, other: &Self) -> bool {
+        self.dims == other.dims && Arc::ptr_eq(&self.values, &other.values)
+    }
 }
 
 /// How llama.cpp's converter writes a text family's GGUF (`tessera quantize`).
@@ -188,6 +236,11 @@ impl TextFamily {
                 dropped: &["mtp."],
                 ..GgufText::new("qwen35")
             }),
+            // Gemma4Model (conversion/gemma.py): norms as stored (its norm_shift is 0), its
+            // per-layer keys, `rope_freqs`, the `gemma4` vocabulary.
+            Self::Gemma4 => {
+                Some(GgufText { writer: Some(crate::families::gemma4::GGUF_WRITER), ..GgufText::new("gemma4") })
+            }
             _ => None,
         }
     }
