@@ -45,6 +45,7 @@ pub mod export;
 pub mod families;
 mod forward;
 pub mod generate;
+mod load_quant;
 pub mod model;
 pub mod prompt;
 pub mod sampling;

@@ -196,7 +196,7 @@ impl Model {
         if let Some(why) = config.vision.as_ref().and_then(|v| v.int8_refusal()).filter(|_| opts.vision_q8_0) {
             return Err(TesseraError::InvalidInput(format!("--vision-int8 is refused for {}: {why}", config.family)));
         }
-        let (text_plan, vision_plan) = quant_plans(&config, &vb, opts);
+        let (text_plan, vision_plan) = crate::load_quant::plans(&config, &vb, opts);
         let info = ModelInfo {
             source: ModelSource::Dir(dir.to_path_buf()),
             dtype,
@@ -221,7 +221,7 @@ impl Model {
         };
         let mut model = Self::assemble(config, text_vb, tokenizer, chat_template, generation_config, info, opts)?;
         model.images = images;
-        model.info.quantization = quantization_summary(text_plan.as_deref(), vision_plan.as_deref());
+        model.info.quantization = crate::load_quant::summary(text_plan.as_deref(), vision_plan.as_deref());
         // Everything is read: a file that changed meanwhile may have given a mix of two versions.
         vb.check_unchanged()?;
         Ok(model)
@@ -524,48 +524,6 @@ fn load_image_side(
 ) -> Result<Box<dyn ImageSide>> {
     let at = ImageLoad { dir, weights: vb, text_hidden, tokenizer, pan_and_scan: opts.pan_and_scan, processor };
     spec.load(&at)
-}
-
-/// The load-time quantization plans of a folder's text model and image side
-/// ([`LoadOptions::quantize`], [`LoadOptions::vision_q8_0`]).
-fn quant_plans(
-    config: &ModelConfig,
-    vb: &Weights,
-    opts: &LoadOptions,
-) -> (Option<std::sync::Arc<QuantPlan>>, Option<std::sync::Arc<QuantPlan>>) {
-    let (lm, head) = text_roots(vb);
-    let text = opts.quantize.map(|mix| {
-        let tied = config.tie_word_embeddings || !vb.contains(&format!("{head}.weight"));
-        std::sync::Arc::new(QuantPlan::text(mix, config.decoder.num_hidden_layers, tied))
-    });
-    let vision_mix = if opts.vision_q8_0 { Some(QuantMix::Q8_0) } else { opts.quantize };
-    let vision = vision_mix.zip(config.vision.as_ref()).map(|(mix, spec)| {
-        let text_prefix = format!("{}.", lm.prefix());
-        let names = vb.stored_names();
-        // Each matrix with the name its mmproj gives it (llama-quantize categorizes and counts
-        // by it), where the mmproj holds it whole (not Qwen2-VL's fused `qkv`, split there).
-        let image_side = names.into_iter().filter(|n| !n.starts_with(&text_prefix)).map(|n| {
-            let dims = vb.stored_shape(&n).unwrap_or_default();
-            let gguf = match spec.mmproj_tensors(&n, &dims).as_slice() {
-                [whole] if whole.part.is_none() => tessera_decoder::weights::gguf_vision_name(&whole.name),
-                _ => None,
-            };
-            (n, gguf)
-        });
-        std::sync::Arc::new(QuantPlan::vision(mix, image_side))
-    });
-    (text, vision)
-}
-
-/// `tessera info`'s line for a folder quantized at load time: the mix and the types chosen.
-fn quantization_summary(text: Option<&QuantPlan>, vision: Option<&QuantPlan>) -> Option<String> {
-    let part = |what: &str, plan: &QuantPlan| format!("{what} {}: {}", plan.mix, plan.summary());
-    match (text, vision) {
-        (None, None) => None,
-        (Some(t), None) => Some(format!("{} at load time ({})", t.mix, part("text", t))),
-        (None, Some(v)) => Some(format!("image side only at load time ({})", part("image side", v))),
-        (Some(t), Some(v)) => Some(format!("{} at load time ({}; {})", t.mix, part("text", t), part("image side", v))),
-    }
 }
 
 /// The text model's root and LM head name, by the checkpoint's naming generation:
