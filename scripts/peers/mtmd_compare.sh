@@ -16,7 +16,8 @@
 # Needs: llama-mtmd-cli (LLAMACPP_TARGETS="llama-quantize llama-mtmd-cli" bash
 # scripts/peers/build_llamacpp.sh) and llama.cpp's converter venv (jinja2, gguf-py;
 # scripts/peers/convert_hf.py sets it up) for the prompt. Settings: N (new tokens, 16), THREADS (2),
-# PROMPT, TESSERA (a built tessera binary; default: cargo build --release).
+# PROMPT, TESSERA (a built tessera binary; default: cargo build --release), TESSERA_ARGS (more
+# `tessera generate` flags).
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 source "$repo/scripts/peers/llamacpp_source.sh"
 mtmd_bin="$src/build/bin"
@@ -44,7 +45,7 @@ mtmd_compare() {
   local ours theirs
   ours="$(cat "$w/ours.txt"; printf x)" theirs="$(cat "$w/theirs.txt"; printf x)"
   local run=("$tessera" generate -m "$model" --mmproj "$mmproj" --image "$image" --raw -p "${ours%x}"
-    --temperature 0 --threads "$mtmd_threads" --json)
+    --temperature 0 --threads "$mtmd_threads" --json ${TESSERA_ARGS:-})
   "${run[@]}" --max-new-tokens "$mtmd_n" --logprobs 2 >"$w/ours.json" 2>"$w/ours.log" \
     || { tail -3 "$w/ours.log" >&2; echo "$label: tessera failed" >&2; return 1; }
   LD_LIBRARY_PATH="$mtmd_bin" "$mtmd_bin/llama-mtmd-cli" -m "$model" --mmproj "$mmproj" --image "$image" \

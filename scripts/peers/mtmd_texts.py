@@ -32,7 +32,7 @@ def texts(ours_json, theirs_out):
 
 def report(ours_json, theirs_out, log, prefixes, label):
     ours, mine, theirs = texts(ours_json, theirs_out)
-    image = sum(int(k) for k in re.findall(r"n_tokens_batch = (\d+)", open(log).read()))
+    image = sum(int(k) for k in re.findall(r"n_tokens_batch = (\d+)", open(log, errors="replace").read()))
     print(f"{label} llama-mtmd-cli: {json.dumps(theirs, ensure_ascii=False)} ({image} image tokens)")
     print(f"{label} tessera:        {json.dumps(mine, ensure_ascii=False)} ({ours['image_tokens']} image tokens)")
     if image != ours["image_tokens"]:

@@ -26,7 +26,10 @@ use tessera::{load_image, LoadOptions, Model, DEFAULT_MAX_PIXELS};
 /// logits are within 0.22 of tessera's at the first step and then move away by up to 6.5
 /// (teacher-forced, Q8_0 and Q4_K_M alike, 2026-11-29) — and so on llama.cpp's own f32 pair
 /// (0.26 at the first step, 6.7 at the sixth), so it is llama.cpp's InternVL against
-/// transformers', not quantization; tessera's equals transformers on the folder and the f32 pair.
+/// transformers', not quantization: its graph (`tools/mtmd/models/internvl.cpp`) appends the class
+/// token after the patches but adds the position table in its class-first order, which moves its
+/// image features by 2–5.8 (with the table's rows rotated to match in a copy of the mmproj they
+/// come within 0.011 of tessera's); tessera's equal transformers' on the folder and the f32 pair.
 const PAIRS: [&str; 5] = ["qwen3-vl-tiny", "qwen2-vl-tiny", "qwen2.5-vl-tiny", "llava-interleave-tiny", "qwen3.5-tiny"];
 const TYPES: [&str; 2] = ["Q8_0", "Q4_K_M"];
 
