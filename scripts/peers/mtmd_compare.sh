@@ -54,13 +54,13 @@ mtmd_compare() {
     || { tail -5 "$w/theirs.log" >&2; echo "$label: llama-mtmd-cli failed" >&2; return 1; }
   # Where the texts part, tessera's text after each of its first k tokens (rerun with k new tokens).
   : >"$w/prefixes.jsonl"
-  if ! python3 "$repo/scripts/peers/mtmd_texts.py" same "$w/ours.json" "$w/theirs.out"; then
+  if ! python3 "$repo/scripts/peers/mtmd_texts.py" same "$w/ours.json" "$w/theirs.out" "$w/ours.txt.specials.json"; then
     local k
     for ((k = 1; k <= mtmd_n; k++)); do
       "${run[@]}" --max-new-tokens "$k" >>"$w/prefixes.jsonl" 2>/dev/null || return 1
       echo >>"$w/prefixes.jsonl"
     done
   fi
-  python3 "$repo/scripts/peers/mtmd_texts.py" report "$w/ours.json" "$w/theirs.out" "$w/theirs.log" \
+  python3 "$repo/scripts/peers/mtmd_texts.py" report "$w/ours.json" "$w/theirs.out" "$w/ours.txt.specials.json" "$w/theirs.log" \
     "$w/prefixes.jsonl" "$label"
 }

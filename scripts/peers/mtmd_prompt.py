@@ -10,9 +10,13 @@ llama-mtmd-cli cannot be given image parts: it passes the user's message as one 
 `<image>\\n`, LLaVA-interleave's `<image>` then `\\n` before the text) renders another prompt
 than the Hugging Face processor does. Run with llama.cpp's converter venv (jinja2, gguf-py).
 
+Also writes OURS.specials.json: the text GGUF's control tokens (`tokenizer.ggml.token_type` 3) as
+{text: id}, which llama-mtmd-cli prints in its answer and tessera's text leaves out.
+
 Usage: mtmd_prompt.py GGUF_PY_DIR MODEL.gguf QUESTION MARKER OURS THEIRS
 """
 import datetime
+import json
 import sys
 
 import jinja2
@@ -34,7 +38,8 @@ class Generation(Extension):
         return jinja2.nodes.Scope(body, lineno=lineno)
 
 
-field = gguf.GGUFReader(model).fields.get("tokenizer.chat_template")
+reader = gguf.GGUFReader(model)
+field = reader.fields.get("tokenizer.chat_template")
 if field is None:
     sys.exit(f"{model}: no tokenizer.chat_template")
 template = bytes(field.parts[field.data[0]]).decode()
@@ -56,3 +61,11 @@ with open(ours, "w") as f:
     f.write(text)
 with open(theirs, "w") as f:
     f.write(text.replace(marker, "<__media__>"))
+tokens, types = reader.fields["tokenizer.ggml.tokens"], reader.fields["tokenizer.ggml.token_type"]
+specials = {
+    bytes(tokens.parts[t]).decode(errors="replace"): i
+    for i, (t, k) in enumerate(zip(tokens.data, types.data))
+    if int(types.parts[k][0]) == 3
+}
+with open(ours + ".specials.json", "w") as f:
+    json.dump(specials, f)

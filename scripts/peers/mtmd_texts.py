@@ -5,6 +5,9 @@ llama-mtmd-cli's printed answer.
   JSON text holds the same replacement), the newlines framing its answer dropped; NUL characters
   dropped from tessera's (llama-mtmd-cli prints each token with printf's `%s`, which stops at a
   NUL byte, so a token decoding to NUL prints as nothing).
+- Control tokens (`<|im_start|>`, `[IMG]`…): llama-mtmd-cli prints them, tessera's text leaves
+  them out; they are taken out of llama-mtmd-cli's text where they are the ones tessera generated
+  (its `generated_tokens`), in the same order (SPECIALS.json: mtmd_prompt.py's {text: id}).
 - The image: the tokens llama.cpp decodes for it (`n_tokens_batch` in its -v log) must be
   tessera's `image_tokens`.
 - Greedy ids agree wherever llama.cpp's top-1 margin exceeds 1.0 (issue 39): llama-mtmd-cli
@@ -14,8 +17,8 @@ llama-mtmd-cli's printed answer.
   both computed the same ids up to there. A parting at a margin below 1.0 is a near tie that
   either engine's rounding decides; one above it fails.
 
-Usage: mtmd_texts.py same OURS.json THEIRS.out (status 0 when the texts are equal)
-       mtmd_texts.py report OURS.json THEIRS.out THEIRS.log PREFIXES.jsonl LABEL
+Usage: mtmd_texts.py same OURS.json THEIRS.out SPECIALS.json (status 0 when the texts are equal)
+       mtmd_texts.py report OURS.json THEIRS.out SPECIALS.json THEIRS.log PREFIXES.jsonl LABEL
 """
 import json
 import re
@@ -24,14 +27,25 @@ import sys
 MARGIN = 1.0
 
 
-def texts(ours_json, theirs_out):
+def texts(ours_json, theirs_out, specials_json):
+    """tessera's answer and llama-mtmd-cli's, with the control tokens llama-mtmd-cli prints (and
+    tessera's text leaves out) taken out of its text — where they are the ones tessera generated,
+    in the same order; otherwise its text stays as printed, and so differs."""
     ours = json.load(open(ours_json))
     theirs = open(theirs_out, "rb").read().decode("utf-8", "replace").strip("\n")
+    specials = json.load(open(specials_json))
+    ids = set(specials.values())
+    generated = [i for i in ours["generated_tokens"] if i in ids]
+    if specials:
+        pattern = "|".join(re.escape(t) for t in sorted(specials, key=len, reverse=True))
+        printed = [specials[m] for m in re.findall(pattern, theirs)]
+        if printed == generated:
+            theirs = re.sub(pattern, "", theirs)
     return ours, ours["text"].replace("\0", ""), theirs
 
 
-def report(ours_json, theirs_out, log, prefixes, label):
-    ours, mine, theirs = texts(ours_json, theirs_out)
+def report(ours_json, theirs_out, specials_json, log, prefixes, label):
+    ours, mine, theirs = texts(ours_json, theirs_out, specials_json)
     image = sum(int(k) for k in re.findall(r"n_tokens_batch = (\d+)", open(log, errors="replace").read()))
     print(f"{label} llama-mtmd-cli: {json.dumps(theirs, ensure_ascii=False)} ({image} image tokens)")
     print(f"{label} tessera:        {json.dumps(mine, ensure_ascii=False)} ({ours['image_tokens']} image tokens)")
@@ -58,6 +72,6 @@ def report(ours_json, theirs_out, log, prefixes, label):
 
 if __name__ == "__main__":
     if sys.argv[1] == "same":
-        _, a, b = texts(*sys.argv[2:4])
+        _, a, b = texts(*sys.argv[2:5])
         sys.exit(0 if a == b else 1)
-    sys.exit(report(*sys.argv[2:7]))
+    sys.exit(report(*sys.argv[2:8]))
