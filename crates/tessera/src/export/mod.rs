@@ -75,8 +75,6 @@ struct Planned {
     part: Option<Part>,
     /// Only its first rows (Gemma 3's token embedding cut to the tokenizer), if not all.
     rows: Option<usize>,
-    /// A constant added to every value (Gemma's norms stored as `1 + w`), if any.
-    shift: Option<f32>,
     /// The family's change of the values ([`TensorChange`]), if any.
     change: Option<TensorChange>,
     /// The values themselves, for a tensor the converter generates (`stored` unread).
@@ -214,7 +212,10 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
         };
         let gguf = text_name(&hf).ok_or_else(|| unmapped(dir, stored, text.arch))?;
         let mut dims = shape(&vb, dir, stored)?;
-        let change = text.writer.and_then(|w| (w.tensor)(d, &hf, &dims));
+        let change = match text.writer.and_then(|w| (w.tensor)(d, &hf, &dims)) {
+            None if text.norm_plus_one && hf.ends_with("norm.weight") => Some(TensorChange::plus_one(&dims)),
+            change => change,
+        };
         if let Some(c) = &change {
             dims = c.dims.clone();
         }
@@ -234,7 +235,6 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
             permute_heads: heads,
             part: None,
             rows,
-            shift: (text.norm_plus_one && hf.ends_with("norm.weight")).then_some(1.0),
             change,
             generated: None,
         });
@@ -247,7 +247,6 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
                 permute_heads: None,
                 part: None,
                 rows: None,
-                shift: None,
                 change: None,
                 generated: Some(g.values),
             });
@@ -296,7 +295,6 @@ fn plan(dir: &Path, config: &ModelConfig, job: &QuantizeJob) -> Result<Vec<Plann
                 permute_heads: piece.permute_heads,
                 part: piece.part,
                 rows: None,
-                shift: piece.shift,
                 change: piece.change,
                 generated: None,
             });
@@ -355,7 +353,6 @@ fn embedding_rows_for_mmproj(dir: &Path, vb: &Weights, lm_prefix: &str, rows: &[
                 permute_heads: None,
                 part: Some(Part { outer: 1, parts: vocab, index: id }),
                 rows: None,
-                shift: None,
                 change: None,
                 generated: None,
             })
@@ -550,9 +547,6 @@ fn write(file: &PlannedFile, dir: &Path, progress: &mut dyn FnMut(Progress<'_>))
         }
         if let Some(rows) = t.rows {
             x.truncate(rows * entry.dims[1..].iter().product::<usize>());
-        }
-        if let Some(shift) = t.shift {
-            x.iter_mut().for_each(|v| *v += shift);
         }
         if let Some(change) = &t.change {
             x = (change.values)(x);

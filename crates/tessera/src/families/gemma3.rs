@@ -17,7 +17,7 @@ use super::image::{
 };
 use super::llava::{PROJECTOR_ROOTS, TOWER_ROOTS};
 use super::mmproj::{MmprojInput, MmprojSide};
-use super::text::{TextFamily, TextSubConfig};
+use super::text::{TensorChange, TextFamily, TextSubConfig};
 use super::tower::{ConnectorConfig, Placeholder, ProcessorRule, TowerSpec, WeightRoots};
 use super::vit::{VisionClass, VisionFields};
 use super::{text_config, ModelConfig, PromptStyle, TokenIds};
@@ -216,17 +216,21 @@ pub(super) fn mmproj_metadata(spec: &TowerSpec, settings: &ProcessorSettings, te
 /// the projector's `mm_input_projection_weight` as the converter renames it
 /// (`mm_input_projection.weight`), `mm_soft_emb_norm` stored as `1 + w`.
 pub(super) fn mmproj_tensors(stored: &str, dims: &[usize]) -> Vec<MmprojTensor> {
-    let (name, shift) = if let Some(rest) = under_roots(stored, PROJECTOR_ROOTS) {
+    let (name, plus_one) = if let Some(rest) = under_roots(stored, PROJECTOR_ROOTS) {
         let rest = rest.replace("_weight", ".weight");
-        let shift = (rest == "mm_soft_emb_norm.weight").then_some(1.0);
-        (format!("multi_modal_projector.{rest}"), shift)
+        let plus_one = rest == "mm_soft_emb_norm.weight";
+        (format!("multi_modal_projector.{rest}"), plus_one)
     } else if let Some(rest) = under_roots(stored, TOWER_ROOTS) {
         if rest.starts_with("head.") {
             return Vec::new();
         }
-        (format!("model.vision_model.{rest}"), None)
+        (format!("model.vision_model.{rest}"), false)
     } else {
-        (stored.to_string(), None)
+        (stored.to_string(), false)
     };
-    vec![MmprojTensor { name, dims: dims.to_vec(), part: None, shift, permute_heads: None, change: None }]
+    let mut piece = MmprojTensor::named(name, dims);
+    if plus_one {
+        piece.change = Some(TensorChange::plus_one(dims));
+    }
+    vec![piece]
 }

@@ -125,14 +125,11 @@ pub struct MmprojTensor {
     pub dims: Vec<usize>,
     /// The part of the checkpoint tensor it holds; `None`: all of it.
     pub part: Option<Part>,
-    /// A constant the converter adds to every value (Gemma 3's `mm_soft_emb_norm`, stored as
-    /// `1 + w`); `None`: the values as they are.
-    pub shift: Option<f32>,
     /// Heads whose rows the converter permutes for interleaved RoPE (Pixtral's `q_proj` /
     /// `k_proj`, as a Llama's); `None`: the rows as they are.
     pub permute_heads: Option<usize>,
-    /// How the converter changes the values (Gemma 4's patch embedding turned into a Conv2d
-    /// kernel), if at all.
+    /// How the converter changes the values (Gemma 3's `mm_soft_emb_norm` stored as `1 + w`,
+    /// Gemma 4's patch embedding turned into a Conv2d kernel), if at all.
     pub change: Option<super::text::TensorChange>,
 }
 
@@ -147,16 +144,14 @@ pub struct Part {
 }
 
 impl MmprojTensor {
+    /// The whole tensor of shape `dims` under the name `name`, its values as they are.
+    pub fn named(name: impl Into<String>, dims: &[usize]) -> Self {
+        Self { name: name.into(), dims: dims.to_vec(), part: None, permute_heads: None, change: None }
+    }
+
     /// The checkpoint tensor `stored` as it is.
     pub fn whole(stored: &str, dims: &[usize]) -> Vec<Self> {
-        vec![Self {
-            name: stored.to_string(),
-            dims: dims.to_vec(),
-            part: None,
-            shift: None,
-            permute_heads: None,
-            change: None,
-        }]
+        vec![Self::named(stored, dims)]
     }
 }
 

@@ -370,7 +370,7 @@ impl ImageSpec for InternVlSpec {
         } else {
             stored.to_string()
         };
-        vec![MmprojTensor { name, dims: dims.to_vec(), part: None, shift: None, permute_heads: None, change: None }]
+        vec![MmprojTensor::named(name, dims)]
     }
 
     fn load(&self, at: &ImageLoad<'_>) -> Result<Box<dyn ImageSide>> {

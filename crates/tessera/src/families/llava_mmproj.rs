@@ -69,9 +69,7 @@ pub(super) fn metadata(spec: &TowerSpec, settings: &ProcessorSettings, config: &
 /// [`gguf_vision_name`](tessera_decoder::weights::gguf_vision_name) reads it (the tower under
 /// `model.vision_model.`, `fc1`/`fc2` swapped); none for what the script drops.
 pub(super) fn tensors(spec: &TowerSpec, stored: &str, dims: &[usize]) -> Vec<MmprojTensor> {
-    let one = |name: String| {
-        vec![MmprojTensor { name, dims: dims.to_vec(), part: None, shift: None, permute_heads: None, change: None }]
-    };
+    let one = |name: String| vec![MmprojTensor::named(name, dims)];
     if let Some(rest) = under_roots(stored, PROJECTOR_ROOTS) {
         return one(format!("multi_modal_projector.{rest}"));
     }

@@ -60,14 +60,7 @@ pub(super) fn mmproj_tensors(spec: &MiniCpmV46Spec, stored: &str, dims: &[usize]
     if spec.merge == 2 && rest.contains(".vit_merger.") {
         return Vec::new();
     }
-    vec![MmprojTensor {
-        name: format!("minicpm.{rest}"),
-        dims: dims.to_vec(),
-        part: None,
-        shift: None,
-        permute_heads: None,
-        change: None,
-    }]
+    vec![MmprojTensor::named(format!("minicpm.{rest}"), dims)]
 }
 
 /// The image side of an `mmproj` GGUF of projector type `minicpmv4_6`, and its processor

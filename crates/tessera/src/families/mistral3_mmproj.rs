@@ -76,7 +76,7 @@ pub(super) fn mmproj_tensors(spec: &Mistral3Spec, stored: &str, dims: &[usize]) 
     } else {
         (stored.to_string(), None)
     };
-    vec![MmprojTensor { name, dims: dims.to_vec(), part: None, shift: None, permute_heads, change: None }]
+    vec![MmprojTensor { name, dims: dims.to_vec(), part: None, permute_heads, change: None }]
 }
 
 /// The image side of an `mmproj` GGUF of projector type `pixtral` (llama.cpp's

@@ -136,9 +136,7 @@ pub(super) fn text_metadata(spec: &Qwen2VlSpec, arch: &str) -> Vec<(String, Meta
 /// `deepstack`: Qwen3-VL's DeepStack blocks (`None`: Qwen2-VL or Qwen2.5-VL).
 pub(super) fn tensors(deepstack: Option<&[usize]>, stored: &str, dims: &[usize]) -> Vec<MmprojTensor> {
     let name = stored.strip_prefix("model.").filter(|r| r.starts_with("visual.")).unwrap_or(stored);
-    let one = |name: String| {
-        vec![MmprojTensor { name, dims: dims.to_vec(), part: None, shift: None, permute_heads: None, change: None }]
-    };
+    let one = |name: String| vec![MmprojTensor::named(name, dims)];
     if let Some(blocks) = deepstack {
         // DeepStack merger `i` as the block it reads (`v.deepstack.B.*`); `qkv` stays fused.
         let level = name.strip_prefix("visual.deepstack_merger_list.").and_then(|r| r.split_once('.'));
@@ -157,7 +155,6 @@ pub(super) fn tensors(deepstack: Option<&[usize]>, stored: &str, dims: &[usize])
                     name: name.replace(".attn.qkv.", &format!(".attn.{p}.")),
                     dims: d,
                     part,
-                    shift: None,
                     permute_heads: None,
                     change: None,
                 }
@@ -170,7 +167,6 @@ pub(super) fn tensors(deepstack: Option<&[usize]>, stored: &str, dims: &[usize])
                 name: if index == 0 { name.to_string() } else { format!("{name}.1") },
                 dims: vec![*d, *c, *p, *q],
                 part: Some(Part { outer: d * c, parts: 2, index }),
-                shift: None,
                 permute_heads: None,
                 change: None,
             })

@@ -167,14 +167,7 @@ pub(super) fn mmproj_metadata(
 /// as 1-d.
 pub(super) fn mmproj_tensors(stored: &str, dims: &[usize]) -> Vec<MmprojTensor> {
     let rest = under_roots(stored, &["model"]).unwrap_or(stored);
-    let mut piece = MmprojTensor {
-        name: format!("gemma4v.{rest}"),
-        dims: dims.to_vec(),
-        part: None,
-        shift: None,
-        permute_heads: None,
-        change: None,
-    };
+    let mut piece = MmprojTensor::named(format!("gemma4v.{rest}"), dims);
     match dims {
         [] => piece.dims = vec![1],
         [d, k] if rest == "vision_tower.patch_embedder.input_proj.weight" && k % 3 == 0 => {

@@ -145,6 +145,20 @@ impl std::fmt::Debug for TensorChange {
     }
 }
 
+impl TensorChange {
+    /// The converter's `1 + w` (Gemma's norms, which scale by `1 + w` where llama.cpp's scale by
+    /// the stored weight): every value plus one, the shape `dims` kept.
+    pub fn plus_one(dims: &[usize]) -> Self {
+        Self {
+            dims: dims.to_vec(),
+            values: Arc::new(|mut x: Vec<f32>| {
+                x.iter_mut().for_each(|v| *v += 1.0);
+                x
+            }),
+        }
+    }
+}
+
 /// The same shape and the same change (one closure).
 impl PartialEq for TensorChange {
     fn eq(&self, other: &Self) -> bool {
