@@ -94,21 +94,14 @@ pub(crate) fn vocab_metadata(dir: &Path, vocab_size: usize) -> Result<Vec<(Strin
     }
     let merges = merges(&model["merges"]).map_err(err)?;
 
-    let mut md = vec![
+    let md = vec![
         ("tokenizer.ggml.model".to_string(), MetaValue::Str("gpt2".into())),
         ("tokenizer.ggml.pre".into(), MetaValue::Str(pre.into())),
         ("tokenizer.ggml.tokens".into(), MetaValue::Strs(tokens)),
         ("tokenizer.ggml.token_type".into(), MetaValue::I32s(types)),
         ("tokenizer.ggml.merges".into(), MetaValue::Strs(merges)),
     ];
-    let tokenizer_config = crate::model::read_json_opt(&dir.join("tokenizer_config.json"))?;
-    let config = crate::model::read_json_opt(&dir.join("config.json"))?;
-    let (ids, adds) = special_tokens(&tokenizer, &added, tokenizer_config.as_ref(), config.as_ref(), vocab_size);
-    push_specials(&mut md, ids, adds);
-    if let Some(template) = chat_template(dir, tokenizer_config.as_ref())? {
-        md.push(("tokenizer.chat_template".into(), MetaValue::Str(template)));
-    }
-    Ok(md)
+    specials_and_template(md, dir, &tokenizer, &added, vocab_size, Vec::new())
 }
 
 /// The `tokenizer.*` metadata of the folder `dir` as gguf-py's `LlamaHfVocab` and `SpecialVocab`
@@ -179,19 +172,36 @@ pub(crate) fn llama_hf_vocab_metadata(
         tokens.push(text);
         types.push(ty);
     }
-    let mut md = vec![
+    let md = vec![
         ("tokenizer.ggml.model".to_string(), MetaValue::Str(how.model.into())),
         ("tokenizer.ggml.tokens".into(), MetaValue::Strs(tokens)),
         ("tokenizer.ggml.scores".into(), MetaValue::F32s(vec![-1000.0; n])),
         ("tokenizer.ggml.token_type".into(), MetaValue::I32s(types)),
         ("tokenizer.ggml.merges".into(), MetaValue::Strs(merges(&model["merges"]).map_err(err)?)),
     ];
+    let class_keys = vec![
+        ("tokenizer.ggml.add_space_prefix".into(), MetaValue::Bool(false)),
+        ("tokenizer.ggml.add_bos_token".into(), MetaValue::Bool(true)),
+    ];
+    specials_and_template(md, dir, &tokenizer, &added, vocab_size, class_keys)
+}
+
+/// The tail both vocabularies share, appended to `md`: the special token ids and `add_*` flags
+/// (`SpecialVocab`, from `tokenizer.json`, `tokenizer_config.json` and `config.json`), then
+/// `class_keys` (what the converter class sets after them), then the chat template.
+fn specials_and_template(
+    mut md: Vec<(String, MetaValue)>,
+    dir: &Path,
+    tokenizer: &Value,
+    added: &[&Value],
+    vocab_size: usize,
+    class_keys: Vec<(String, MetaValue)>,
+) -> Result<Vec<(String, MetaValue)>> {
     let tokenizer_config = crate::model::read_json_opt(&dir.join("tokenizer_config.json"))?;
     let config = crate::model::read_json_opt(&dir.join("config.json"))?;
-    let (ids, adds) = special_tokens(&tokenizer, &added, tokenizer_config.as_ref(), config.as_ref(), vocab_size);
+    let (ids, adds) = special_tokens(tokenizer, added, tokenizer_config.as_ref(), config.as_ref(), vocab_size);
     push_specials(&mut md, ids, adds);
-    md.push(("tokenizer.ggml.add_space_prefix".into(), MetaValue::Bool(false)));
-    md.push(("tokenizer.ggml.add_bos_token".into(), MetaValue::Bool(true)));
+    md.extend(class_keys);
     if let Some(template) = chat_template(dir, tokenizer_config.as_ref())? {
         md.push(("tokenizer.chat_template".into(), MetaValue::Str(template)));
     }
