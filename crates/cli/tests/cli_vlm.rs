@@ -32,6 +32,9 @@ fn vision_language_checkpoints_answer_and_describe_themselves() -> Result<()> {
         ("qwen3-vl-tiny", 54),
         ("internvl-tiny", 28),
         ("mistral3-tiny", 48),
+        ("qwen3.5-tiny", 54),
+        ("gemma4-tiny", 60),
+        ("minicpm-v4.6-tiny", 40),
     ] {
         let o = tessera(&[
             "generate",
@@ -81,6 +84,7 @@ fn vision_language_checkpoints_answer_and_describe_themselves() -> Result<()> {
     let info = stdout(&o);
     assert!(info.contains("internvl (qwen2 decoder)") && info.contains("InternViT tower"), "{info}");
     assert!(info.contains("4 image tokens per tile") && info.contains("at most 28 image tokens an image"), "{info}");
+    assert!(info.contains("no video inputs"), "{info}");
     let o = tessera(&["info", "--model", &vlm("mistral3-tiny")]);
     let info = stdout(&o);
     assert!(info.contains("mistral3 (mistral decoder)") && info.contains("Pixtral tower"), "{info}");
@@ -90,6 +94,11 @@ fn vision_language_checkpoints_answer_and_describe_themselves() -> Result<()> {
     assert!(info.contains("qwen3_5 (qwen3_5_text decoder)") && info.contains("within 256..=4096 pixels"), "{info}");
     assert!(info.contains("3 of 4 Gated DeltaNet") && info.contains("the first 8 of 32 dims"), "{info}");
     assert!(info.contains("sigmoid output gate") && info.contains("no prefix cache"), "{info}");
+    assert!(info.contains("no video inputs"), "{info}");
+    let o = tessera(&["info", "--model", &vlm("gemma4-tiny")]);
+    let info = stdout(&o);
+    assert!(info.contains("gemma4 (gemma4_text decoder)") && info.contains("Gemma 4 tower"), "{info}");
+    assert!(info.contains("at most 70 soft tokens") && info.contains("no audio or video inputs"), "{info}");
     let o = tessera(&["info", "--model", &vlm("minicpm-v4.6-tiny")]);
     let info = stdout(&o);
     assert!(info.contains("minicpmv4_6 (qwen3_5_text decoder)") && info.contains("MiniCPM-V 4.6 tower"), "{info}");
@@ -181,6 +190,70 @@ fn messages_file_runs_a_whole_conversation() -> Result<()> {
     let o =
         tessera(&["generate", "--model", &vlm("smolvlm-tiny"), "--messages", &bad.to_string_lossy(), "--prompt", "x"]);
     assert!(!o.status.success() && stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
+    Ok(())
+}
+
+/// Issue 41's families through `tessera generate --messages`, every case of their transformers
+/// references (tests/fixtures/vlm/<name>/reference.json: the 451×300 photo, two images, the image
+/// in an earlier turn, text only; Mistral 3's with its system turn): the prompt ids and 16 greedy
+/// ids are transformers'. A video or audio part, which these families' transformers processors
+/// take, is refused in one line naming the part.
+#[test]
+fn issue_41_families_answer_every_reference_case_through_messages() -> Result<()> {
+    let dir = root().join("target/test-scratch/messages-issue-41");
+    std::fs::create_dir_all(&dir)?;
+    let mut checked = 0;
+    for name in ["gemma4-tiny", "qwen3.5-tiny", "internvl-tiny", "mistral3-tiny", "minicpm-v4.6-tiny"] {
+        let text = std::fs::read_to_string(root().join("tests/fixtures/vlm").join(name).join("reference.json"))?;
+        let reference: serde_json::Value = serde_json::from_str(&text)?;
+        for case in reference["cases"].as_array().into_iter().flatten() {
+            let what = format!("{name}/{}", case["name"]);
+            // The case's image parts, in order, given the case's images as paths.
+            let mut images = case["images"].as_array().into_iter().flatten().filter_map(|p| p.as_str());
+            let mut messages = case["messages"].clone();
+            for m in messages.as_array_mut().into_iter().flatten() {
+                for part in m["content"].as_array_mut().into_iter().flatten() {
+                    if part["type"] == "image" {
+                        let rel =
+                            images.next().ok_or_else(|| anyhow::anyhow!("{what}: more image parts than images"))?;
+                        part["path"] = root().join(rel).to_string_lossy().into_owned().into();
+                    }
+                }
+            }
+            assert!(images.next().is_none(), "{what}: more images than image parts");
+            let file = dir.join(format!("{name}-{}.json", case["name"].as_str().unwrap_or("case")));
+            std::fs::write(&file, serde_json::to_string(&messages)?)?;
+            let o = tessera(&[
+                "generate",
+                "--model",
+                &vlm(name),
+                "--messages",
+                &file.to_string_lossy(),
+                "--max-new-tokens",
+                "16",
+                "--ignore-eos",
+                "--temperature",
+                "0",
+                "--json",
+            ]);
+            assert!(o.status.success(), "{what}: {}", stderr(&o));
+            let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
+            assert_eq!(v["prompt_tokens"], case["input_ids"], "{what}: prompt ids");
+            assert_eq!(v["image_tokens"], case["num_image_tokens"], "{what}: image tokens");
+            assert_eq!(v["generated_tokens"], case["greedy_ids"], "{what}: greedy ids");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 20);
+    for (name, kind) in [("qwen3.5-tiny", "video"), ("gemma4-tiny", "audio"), ("minicpm-v4.6-tiny", "video")] {
+        let file = dir.join(format!("{name}-{kind}.json"));
+        let part = serde_json::json!({"type": kind, kind: root().join("tests/fixtures/images/chelsea.png")});
+        let messages =
+            serde_json::json!([{"role": "user", "content": [part, {"type": "text", "text": "What is this?"}]}]);
+        std::fs::write(&file, serde_json::to_string(&messages)?)?;
+        let o = tessera(&["generate", "--model", &vlm(name), "--messages", &file.to_string_lossy()]);
+        assert_clean_failure(&o, &[&format!("unknown part type `{kind}`"), "message 0, part 0"]);
+    }
     Ok(())
 }
 

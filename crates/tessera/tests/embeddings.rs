@@ -251,3 +251,53 @@ fn hybrid_vlm_decoders_hidden_states_match_transformers() -> Result<()> {
     }
     Ok(())
 }
+
+/// The embedding API with images on issue 41's families: the final hidden states of each
+/// reference image case (the 451×300 photo, two images, an image in an earlier turn), put
+/// through the head, give transformers' last 8 prompt logits within 1e-4 (the bound of vlm.rs's
+/// logit test), so the states `embed` reads at the image and text positions are transformers'.
+/// `contextual_embeddings` with the photo puts the image's placeholder run before the text: as
+/// many positions before the text as the placeholder tokenizes to, as many image positions as the
+/// image's tokens, and its text rows are the rows of that same sequence's states.
+#[test]
+fn image_prompts_hidden_states_match_transformers_on_issue_41_families() -> Result<()> {
+    let mut checked = 0;
+    for name in ["gemma4-tiny", "qwen3.5-tiny", "internvl-tiny", "mistral3-tiny", "minicpm-v4.6-tiny"] {
+        let dir = common::fixtures().join("vlm").join(name);
+        let model = Model::load(dir.to_str().context("utf-8")?, &common::load_options()?)?;
+        let reference = common::read_json(&dir.join("reference.json"))?;
+        let tensors = candle_core::safetensors::load(dir.join("reference.safetensors"), &Device::Cpu)?;
+        for case in reference["cases"].as_array().context("cases")? {
+            let images = common::case_images(case)?;
+            if images.is_empty() {
+                continue;
+            }
+            let what = format!("{name}/{}", case["name"]);
+            let prompt = model.prompt(common::ids(&case["input_ids"]), &images)?;
+            let states = model.analysis().hidden_states(&prompt)?;
+            let last = states.last().context("final hidden states")?;
+            assert_eq!(last.dims(), [prompt.len(), model.config().decoder.hidden_size], "{what}");
+            let want = &tensors[&format!("{}.logits", case["name"].as_str().context("name")?)];
+            let n = want.dim(0)?;
+            let head = model.logits(&last.narrow(0, prompt.len() - n, n)?.unsqueeze(0)?)?;
+            let d = max_diff(&head, want)?;
+            assert!(d < 1e-4, "{what}: the final states through the head differ from transformers' logits by {d}");
+            checked += 1;
+        }
+        let photo = tessera::load_image(&common::fixtures().join("images/chelsea.png"), tessera::DEFAULT_MAX_PIXELS)?;
+        let text = "What is in this photo?";
+        let e = model.analysis().contextual_embeddings(std::slice::from_ref(&photo), text, None)?;
+        let placeholder = model.image_placeholder_text(&photo, 0)?.context("a placeholder")?;
+        assert_eq!(e.image_tokens, model.tokenizer().encode(&placeholder, false)?.len(), "{name}");
+        assert_eq!(e.vectors.dim(0)?, e.image_tokens + e.ids.len(), "{name}: rows");
+        let mut ids = model.tokenizer().encode(&placeholder, false)?;
+        ids.extend(&e.ids);
+        let prompt = model.prompt(ids, std::slice::from_ref(&photo))?;
+        assert_eq!(prompt.image_positions().len(), model.image_tokens(&photo)?, "{name}: image tokens");
+        let states = model.analysis().hidden_states(&prompt)?;
+        let d = max_diff(&e.vectors, states.last().context("states")?)?;
+        assert_eq!(d, 0.0, "{name}: contextual embeddings and the sequence's states");
+    }
+    assert_eq!(checked, 15);
+    Ok(())
+}

@@ -174,6 +174,19 @@ fn image_token_counts_and_eos() -> Result<()> {
     assert_eq!(llava.image_tokens_per_image(), Some(25), "5×5 CLIP patches, class token dropped");
     let pali = load("paligemma-tiny")?;
     assert_eq!(pali.image_tokens_per_image(), Some(64));
+    // Issue 41's families: generation_config.json's EOS ids (Gemma 4's a list of two: `<eos>`
+    // and `<turn|>`), and the photo's image tokens as their references count them.
+    for (name, eos, tokens) in [
+        ("gemma4-tiny", &[1u32, 481][..], 60),
+        ("qwen3.5-tiny", &[482], 54),
+        ("internvl-tiny", &[482], 28),
+        ("mistral3-tiny", &[2], 48),
+        ("minicpm-v4.6-tiny", &[482], 40),
+    ] {
+        let model = load(name)?;
+        assert_eq!(model.eos_ids(), eos, "{name}: EOS ids");
+        assert_eq!(model.image_tokens(&chelsea)?, tokens, "{name}: image tokens");
+    }
     Ok(())
 }
 

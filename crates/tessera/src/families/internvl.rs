@@ -481,7 +481,8 @@ impl ImageSide for InternVlImages {
         format!(
             "InternViT tower ({} layers, width {}, {}×{} tiles, {}×{} patches, CLS dropped, layer scale), \
              connector: {}; {} image tokens per tile; up to {} tiles in the grid closest to the image's aspect \
-             ratio plus a thumbnail ({} resizes), each image within <img>…</img>: at most {} image tokens an image",
+             ratio plus a thumbnail ({} resizes), each image within <img>…</img>: at most {} image tokens an image; \
+             no video inputs",
             t.num_hidden_layers,
             t.hidden_size,
             t.image_size,

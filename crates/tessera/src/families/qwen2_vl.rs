@@ -534,7 +534,8 @@ impl ImageSide for Qwen2VlEncoder {
         };
         format!(
             "Qwen2-VL tower ({} blocks, width {}, {}×{} patches over {} frames, 2-D RoPE{windows}), {}×{} patch \
-             merger; images resized to multiples of {} px within {}..={} pixels, one token per {}×{} block",
+             merger; images resized to multiples of {} px within {}..={} pixels, one token per {}×{} block; no video \
+             inputs",
             c.depth,
             c.embed_dim,
             c.patch_size,
