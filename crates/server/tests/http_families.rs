@@ -1,5 +1,6 @@
-//! `serve` on the hybrid-decoder families (issue 41): Qwen3.5 (Gated DeltaNet + full attention)
-//! and Gemma 4 (per-layer inputs, shared KV) over real HTTP. A greedy chat with an image answers
+//! `serve` on issue 41's families over real HTTP: Qwen3.5 (Gated DeltaNet + full attention),
+//! Gemma 4 (per-layer inputs, shared KV), InternVL3 (tiles, pixel shuffle), Mistral 3 (Pixtral's
+//! native resolution and break tokens) and MiniCPM-V 4.6. A greedy chat with an image answers
 //! what the library answers on the same chat (the library's greedy ids match transformers':
 //! tessera's vlm_families and vlm tests), and /v1/embeddings returns the library's mean-pooled
 //! contextual embeddings (which match transformers' hidden states: tessera's embeddings test
@@ -15,14 +16,14 @@ use tessera::{GenerateParams, LoadOptions, Model, Pooling};
 use tessera_server::ServerConfig;
 
 #[test]
-fn qwen3_5_and_gemma4_serve_chats_with_images_and_embeddings_as_the_library_does() -> Result<()> {
+fn issue_41_families_serve_chats_with_images_and_embeddings_as_the_library_does() -> Result<()> {
     let image_path = root().join("tests/fixtures/vlm/images/chelsea_square_32.png");
     let url = format!(
         "data:image/png;base64,{}",
         base64::engine::general_purpose::STANDARD.encode(std::fs::read(&image_path)?)
     );
     let question = "What is in the picture?";
-    for name in ["qwen3.5-tiny", "gemma4-tiny"] {
+    for name in ["qwen3.5-tiny", "gemma4-tiny", "internvl-tiny", "mistral3-tiny", "minicpm-v4.6-tiny"] {
         let dir = root().join("tests/fixtures/vlm").join(name);
         let server = start_with(&dir, ServerConfig { model_name: name.into(), ..Default::default() })?;
         let model = Model::load(dir.to_str().context("utf-8")?, &LoadOptions::default())?;
