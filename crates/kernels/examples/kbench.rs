@@ -1,6 +1,6 @@
 //! Micro-benchmark of one quantized matmul: `cargo run --release -p tessera-kernels --example
 //! kbench -- [TYPE] [ROWS] [COLS] [TOKENS] [THREADS] [rows|panels]` prints GMAC/s and GB/s of weights read
-//! for each instruction set this CPU has.
+//! for each instruction set this CPU has, or only the one `TESSERA_KERNELS` names (`avx2`, …).
 use std::time::Instant;
 use tessera_kernels::{Isa, Layout, QMatrix, QType, ThreadPool};
 
@@ -42,7 +42,11 @@ fn main() {
     let x: Vec<f32> = (0..m * cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
     let mut out = vec![0f32; m * rows];
     let pool = ThreadPool::new(threads);
-    for isa in Isa::available() {
+    let isas = match std::env::var("TESSERA_KERNELS") {
+        Ok(_) => vec![Isa::best()],
+        Err(_) => Isa::available(),
+    };
+    for isa in isas {
         let reps = (2_000_000_000 / (rows * cols * m)).max(3);
         w.matmul_with(isa, &pool, &x, m, &mut out).expect("warm-up");
         let (start, cpu0) = (Instant::now(), thread_cpu_ns());

@@ -24,7 +24,8 @@ use crate::blocks::{Q8KBlock, QType};
 
 // No software prefetch: a panel is one sequential stream, which the hardware prefetcher follows
 // best alone (`kbench` from DRAM, 32768 × 4096, one thread: Q4_K 23–26 GB/s without, 19–21
-// with every line of the chunk two ahead; Q6_K 22–23 without, 16–18 with).
+// with every line of the chunk two ahead; Q6_K 22–23 without, 16–18 with). The AVX2 twins
+// (Zen 3) read more with one line per step prefetched (`kpanel_dots256.rs`).
 
 /// Tokens per pass over a panel.
 const MR_MAX: usize = 4;
