@@ -252,7 +252,10 @@ fn issue_41_families_answer_every_reference_case_through_messages() -> Result<()
             serde_json::json!([{"role": "user", "content": [part, {"type": "text", "text": "What is this?"}]}]);
         std::fs::write(&file, serde_json::to_string(&messages)?)?;
         let o = tessera(&["generate", "--model", &vlm(name), "--messages", &file.to_string_lossy()]);
-        assert_clean_failure(&o, &[&format!("unknown part type `{kind}`"), "message 0, part 0"]);
+        assert_clean_failure(
+            &o,
+            &[&format!("a `{kind}` part: tessera takes text and images only"), "message 0, part 0"],
+        );
     }
     Ok(())
 }

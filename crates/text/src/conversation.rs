@@ -147,6 +147,12 @@ impl Conversation {
                                 images.push(url);
                                 out.push(ContentPart::Image);
                             }
+                            kind @ ("video" | "video_url" | "audio" | "input_audio" | "audio_url") => {
+                                return Err(at(&format!(
+                                    "a `{kind}` part: tessera takes text and images only (no video or audio inputs, \
+                                     whichever the model takes in transformers)"
+                                )))
+                            }
                             other => return Err(at(&format!("unknown part type `{other}` (text, image, image_url)"))),
                         }
                     }
@@ -254,7 +260,9 @@ mod tests {
         );
         assert!(e.contains("message 1, part 0") && e.contains("a path or URL"), "{e}");
         let e = err(serde_json::json!([{"role": "user", "content": [{"type": "video", "video": "v.mp4"}]}]));
-        assert!(e.contains("unknown part type `video`"), "{e}");
+        assert!(e.contains("a `video` part: tessera takes text and images only"), "{e}");
+        let e = err(serde_json::json!([{"role": "user", "content": [{"type": "mp3", "mp3": "v.mp3"}]}]));
+        assert!(e.contains("unknown part type `mp3`"), "{e}");
         let e = err(serde_json::json!([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]));
         assert!(e.contains("`url` string"), "{e}");
     }
