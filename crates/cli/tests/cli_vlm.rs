@@ -161,21 +161,7 @@ fn messages_file_runs_a_whole_conversation() -> Result<()> {
         }
         let file = dir.join(format!("{name}.json"));
         std::fs::write(&file, serde_json::to_string(&messages)?)?;
-        let o = tessera(&[
-            "generate",
-            "--model",
-            &vlm(name),
-            "--messages",
-            &file.to_string_lossy(),
-            "--max-new-tokens",
-            "16",
-            "--ignore-eos",
-            "--temperature",
-            "0",
-            "--json",
-        ]);
-        assert!(o.status.success(), "{name}: {}", stderr(&o));
-        let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
+        let v = greedy_messages(name, &file, name)?;
         assert_eq!(v["prompt_tokens"], want["input_ids"], "{name}: prompt ids");
         assert_eq!(v["generated_tokens"], want["greedy_ids"], "{name}: greedy ids");
     }
@@ -191,6 +177,27 @@ fn messages_file_runs_a_whole_conversation() -> Result<()> {
         tessera(&["generate", "--model", &vlm("smolvlm-tiny"), "--messages", &bad.to_string_lossy(), "--prompt", "x"]);
     assert!(!o.status.success() && stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
     Ok(())
+}
+
+/// `tessera generate --messages FILE --json` on the tiny checkpoint `name`, 16 greedy tokens past
+/// EOS: its JSON output (`what` names the case in a failure).
+fn greedy_messages(name: &str, file: &std::path::Path, what: &str) -> Result<serde_json::Value> {
+    let file = file.to_string_lossy();
+    let o = tessera(&[
+        "generate",
+        "--model",
+        &vlm(name),
+        "--messages",
+        &file,
+        "--max-new-tokens",
+        "16",
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{what}: {}", stderr(&o));
+    Ok(serde_json::from_str(stdout(&o).trim())?)
 }
 
 /// Issue 41's families through `tessera generate --messages`, every case of their transformers
@@ -223,21 +230,7 @@ fn issue_41_families_answer_every_reference_case_through_messages() -> Result<()
             assert!(images.next().is_none(), "{what}: more images than image parts");
             let file = dir.join(format!("{name}-{}.json", case["name"].as_str().unwrap_or("case")));
             std::fs::write(&file, serde_json::to_string(&messages)?)?;
-            let o = tessera(&[
-                "generate",
-                "--model",
-                &vlm(name),
-                "--messages",
-                &file.to_string_lossy(),
-                "--max-new-tokens",
-                "16",
-                "--ignore-eos",
-                "--temperature",
-                "0",
-                "--json",
-            ]);
-            assert!(o.status.success(), "{what}: {}", stderr(&o));
-            let v: serde_json::Value = serde_json::from_str(stdout(&o).trim())?;
+            let v = greedy_messages(name, &file, &what)?;
             assert_eq!(v["prompt_tokens"], case["input_ids"], "{what}: prompt ids");
             assert_eq!(v["image_tokens"], case["num_image_tokens"], "{what}: image tokens");
             assert_eq!(v["generated_tokens"], case["greedy_ids"], "{what}: greedy ids");
