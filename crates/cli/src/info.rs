@@ -39,7 +39,7 @@ pub fn run(args: ModelArgs) -> Result<()> {
         let g = &linear.delta;
         out!(
             "linear layers:  {} of {} Gated DeltaNet ({} key heads of {}, {} value heads of {}, conv {}); a \
-             fixed-size state per sequence, no prefix cache",
+             fixed-size state per sequence, prefixes reused only whole",
             linear.layers.iter().filter(|&&l| l).count(),
             d.num_hidden_layers,
             g.key_heads,

@@ -93,7 +93,7 @@ fn vision_language_checkpoints_answer_and_describe_themselves() -> Result<()> {
     let info = stdout(&o);
     assert!(info.contains("qwen3_5 (qwen3_5_text decoder)") && info.contains("within 256..=4096 pixels"), "{info}");
     assert!(info.contains("3 of 4 Gated DeltaNet") && info.contains("the first 8 of 32 dims"), "{info}");
-    assert!(info.contains("sigmoid output gate") && info.contains("no prefix cache"), "{info}");
+    assert!(info.contains("sigmoid output gate") && info.contains("prefixes reused only whole"), "{info}");
     assert!(info.contains("no video inputs"), "{info}");
     let o = tessera(&["info", "--model", &vlm("gemma4-tiny")]);
     let info = stdout(&o);

@@ -161,11 +161,12 @@ fn a_resent_image_is_not_encoded_or_prefilled_again_on_qwen2_vl() -> Result<()> 
     Ok(())
 }
 
-/// Qwen3.5's Gated DeltaNet layers keep a state that sums the whole sequence and cannot be cut
-/// back to a prefix: the engine keeps no prefix cache for it, and a chat's second turn runs whole
-/// and answers as alone.
+/// Qwen3.5's Gated DeltaNet layers keep a state that sums every position it has seen and cannot
+/// be cut back to a prefix: the engine keeps the cache as it stands at the prompt's last block
+/// end before its end (its last end of turn), during the prefill, and a chat's second turn
+/// continues from it — whole — and answers as alone.
 #[test]
-fn a_model_with_linear_attention_layers_keeps_no_prefix_cache() -> Result<()> {
+fn a_model_with_linear_attention_layers_continues_a_chat_from_its_last_turn() -> Result<()> {
     let dir = common::fixtures().join("vlm/qwen3.5-tiny");
     let model = Arc::new(Model::load(dir.to_str().context("utf-8 path")?, &common::load_options()?)?);
     let engine = Engine::start(model.clone(), EngineConfig::default())?;
@@ -173,10 +174,17 @@ fn a_model_with_linear_attention_layers_keeps_no_prefix_cache() -> Result<()> {
     let turn1 = first_turn("Name three fruits.");
     let p1 = model.encode_chat(&turn1, &[])?;
     let out1 = ask(&engine, &p1, &params(12))?;
+    let kept = after_last_turn(&model, &p1);
+    assert!(kept > 0 && kept < p1.len(), "turn 1 has an end of turn before its end ({kept} of {})", p1.len());
+    assert_eq!(stats.prefix_cache_entries.load(Relaxed), 1, "the prompt's start was not kept");
     let p2 = model.encode_chat(&second_turn(turn1, &out1.text, "Which of them is yellow?"), &[])?;
     ask(&engine, &p2, &params(12))?;
-    assert_eq!((stats.prefix_cache_hits.load(Relaxed), stats.prefix_cache_entries.load(Relaxed)), (0, 0));
-    assert_eq!(stats.prefix_cache_bytes.load(Relaxed), 0);
-    assert_eq!(stats.prefilled_positions.load(Relaxed), (p1.len() + p2.len()) as u64);
+    assert_eq!(stats.prefix_cache_hits.load(Relaxed), 1);
+    assert_eq!(stats.prefix_reused_positions.load(Relaxed), kept as u64);
+    assert_eq!(stats.prefilled_positions.load(Relaxed), (p1.len() + p2.len() - kept) as u64);
+    // A prompt that shares less than the kept start's whole length runs from its beginning.
+    let p3 = model.encode_chat(&first_turn("Name three trees."), &[])?;
+    ask(&engine, &p3, &params(4))?;
+    assert_eq!(stats.prefix_cache_hits.load(Relaxed), 1, "a recurrent state was cut back to a shorter prefix");
     Ok(())
 }

@@ -128,12 +128,24 @@ impl PrefixCache {
     /// A cache of its own holding the longest cached prefix of a prompt whose positions are
     /// `keys` and whose blocks end at `ends`: the prefix ends on a block end that both
     /// prompts share (with every end before it), before the prompt's last position (whose
-    /// logits are needed). `None` when no prefix is reusable.
+    /// logits are needed); an entry holding linear-attention states only at its whole length.
+    /// `None` when no prefix is reusable.
     pub(super) fn lookup(&mut self, keys: &[u64], ends: &[usize], stats: &EngineStats) -> Result<Option<KvCache>> {
         let limit = keys.len().saturating_sub(1);
         let reusable = |e: &CachedPrefix| {
             let common = e.keys.iter().zip(keys).take_while(|(a, b)| a == b).count().min(limit);
-            e.ends.iter().zip(ends).take_while(|&(a, b)| a == b && *b <= common).map(|(_, &b)| b).last().unwrap_or(0)
+            let len = e
+                .ends
+                .iter()
+                .zip(ends)
+                .take_while(|&(a, b)| a == b && *b <= common)
+                .map(|(_, &b)| b)
+                .last()
+                .unwrap_or(0);
+            match e.cache.is_recurrent() && len != e.cache.len() {
+                true => 0,
+                false => len,
+            }
         };
         let best = self.entries.iter().enumerate().map(|(i, e)| (reusable(e), i)).max();
         let Some((len, i)) = best.filter(|&(len, _)| len > 0) else {
@@ -150,9 +162,9 @@ impl PrefixCache {
     /// Keeps `cache` (positions `keys`, prompt blocks ending at `ends`) when it fits, evicting
     /// the least recently used; an entry whose positions `keys` begins with is dropped (this
     /// one serves every prompt it would), and `cache` is not kept if an entry begins with it.
-    /// A cache holding linear-attention states (Qwen3.5's Gated DeltaNet layers) is not kept:
-    /// such a state sums the whole sequence and cannot be cut back to a shorter prefix, so
-    /// models with linear layers run every prompt from its start.
+    /// A cache holding linear-attention states (Qwen3.5's Gated DeltaNet layers) sums every
+    /// position it has seen and cannot be cut back: it is offered at a block end, and is
+    /// reused only whole.
     pub(super) fn store(
         &mut self,
         keys: Vec<u64>,
@@ -160,7 +172,11 @@ impl PrefixCache {
         cache: &KvCache,
         stats: &EngineStats,
     ) -> Result<()> {
-        if cache.is_empty() || cache.is_recurrent() || self.entries.iter().any(|e| e.keys.starts_with(&keys)) {
+        // A recurrent entry serves only prompts that continue from its whole length, so one does
+        // not stand in for another that it begins or that begins it.
+        let recurrent = cache.is_recurrent();
+        let covered = |e: &CachedPrefix| if recurrent { e.keys == keys } else { e.keys.starts_with(&keys) };
+        if cache.is_empty() || self.entries.iter().any(covered) {
             return Ok(());
         }
         let cache = cache.copy_prefix(cache.len())?; // exactly as long as it is
@@ -168,7 +184,9 @@ impl PrefixCache {
         if bytes > self.max_bytes {
             return Ok(());
         }
-        self.entries.retain(|e| !keys.starts_with(&e.keys));
+        if !recurrent {
+            self.entries.retain(|e| !keys.starts_with(&e.keys));
+        }
         self.bytes = self.entries.iter().map(|e| e.bytes).sum();
         while self.bytes + bytes > self.max_bytes {
             let Some(oldest) = self.entries.iter().enumerate().min_by_key(|(_, e)| e.used).map(|(i, _)| i) else {

@@ -369,6 +369,7 @@ impl<'a> Scheduler<'a> {
         }
         let hidden = model.forward(&p.job.prompt, done..end, &mut p.cache, &mut p.encoded, &mut Trace::default())?;
         self.stats.prefilled_positions.fetch_add((end - done) as u64, Ordering::Relaxed);
+        self.keep_recurrent_prefix(p, end);
         let row = match end == p.job.prompt.len() {
             true => Some(model.last_logits(&hidden)?.to_vec1::<f32>()?),
             false => None,
@@ -475,9 +476,26 @@ impl<'a> Scheduler<'a> {
         }
     }
 
-    /// Offers `a`'s KV cache (its prompt and the tokens run after it) to the prefix cache.
+    /// A cache with linear-attention states (Qwen3.5's Gated DeltaNet) cannot be cut back to a
+    /// block end once it has run past it, so it is offered to the prefix cache as it stands at
+    /// the last block end before the prompt's end (`end`, just run): the point a later prompt
+    /// that starts the same way (a chat's next turn, a shared system prompt) continues from.
+    fn keep_recurrent_prefix(&mut self, p: &Prefilling<'a>, end: usize) {
+        let len = p.job.prompt.len();
+        let last = p.ends.iter().find(|&&e| e > end).is_none_or(|&e| e >= len);
+        if self.prefixes.max_bytes == 0 || p.keys.is_empty() || end >= len || !last || !p.cache.is_recurrent() {
+            return;
+        }
+        let ends = p.ends.iter().copied().filter(|&e| e <= end).collect();
+        if let Err(e) = self.prefixes.store(p.keys[..end].to_vec(), ends, &p.cache, self.stats) {
+            tracing::warn!("the prefix cache could not keep a prompt's start: {e}");
+        }
+    }
+
+    /// Offers `a`'s KV cache (its prompt and the tokens run after it) to the prefix cache; a
+    /// recurrent one was offered during its prefill ([`keep_recurrent_prefix`](Self::keep_recurrent_prefix)).
     fn keep_prefix(&mut self, a: &Active<'a>) {
-        if self.prefixes.max_bytes == 0 || a.keys.is_empty() {
+        if self.prefixes.max_bytes == 0 || a.keys.is_empty() || a.cache.is_recurrent() {
             return;
         }
         let fed = a.cache.len().saturating_sub(a.keys.len());

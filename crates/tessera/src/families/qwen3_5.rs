@@ -12,7 +12,8 @@
 //!
 //! Real checkpoints also hold multi-token-prediction layers (`mtp.*`, `mtp_num_hidden_layers`):
 //! tessera does not run them and leaves their tensors unread. A model with linear layers keeps
-//! no prefix cache (a recurrent state cannot be cut to a shorter prefix; `engine/caches.rs`).
+//! its prompts' starts in the prefix cache only whole (a recurrent state cannot be cut to a
+//! shorter prefix; `engine/caches.rs`).
 //!
 //! llama.cpp's `qwen35` text GGUF is read by [`gguf_keys`] (its `ssm.*` keys, in llama.cpp's
 //! weight layout); its mmproj is Qwen3-VL's `qwen3vl_merger` (`qwen2_vl::from_mmproj`).
