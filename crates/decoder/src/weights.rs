@@ -262,11 +262,15 @@ impl Weights {
             reason,
         };
         // Rows are whole blocks, stored one after another: a range of rows is a range of bytes.
-        let skip = QMatrix::byte_len(qtype, rows.start, cols).map_err(|e| err(e.to_string()))?;
-        let len = QMatrix::byte_len(qtype, rows.len(), cols).map_err(|e| err(e.to_string()))?;
-        let mut data = vec![0u8; len];
-        g.file.read_at(g.content.tensor_data_offset + offset + skip as u64, &mut data).map_err(err)?;
-        QMatrix::new(qtype, rows.len(), cols, data).map_err(|e| err(e.to_string()))
+        let bytes = |r0: usize, count: usize| -> std::result::Result<Vec<u8>, String> {
+            let skip = QMatrix::byte_len(qtype, rows.start + r0, cols).map_err(|e| e.to_string())?;
+            let len = QMatrix::byte_len(qtype, count, cols).map_err(|e| e.to_string())?;
+            let mut data = vec![0u8; len];
+            g.file.read_at(g.content.tensor_data_offset + offset + skip as u64, &mut data)?;
+            Ok(data)
+        };
+        QMatrix::from_row_blocks(qtype, rows.len(), cols, |r0, count| bytes(r0, count).map_err(Reason))
+            .map_err(|Reason(reason)| err(reason))
     }
 
     /// Loads a dense tensor of the given shape in the working dtype.

@@ -75,8 +75,15 @@ pub(crate) fn byte_len(t: QType, rows: usize, cols: usize) -> usize {
 /// the global pool's threads (a model's load repacks every matrix: 0.5 s of SmolVLM's Q5_0 text
 /// model on one thread).
 pub(crate) fn repack(t: QType, rows: usize, cols: usize, data: &[u8]) -> Vec<u8> {
-    let (nb, bb, cb) = (cols / t.block_elems(), t.block_bytes(), chunk_bytes(t));
     let mut out = vec![0u8; byte_len(t, rows, cols)];
+    repack_into(t, rows, cols, data, &mut out);
+    out
+}
+
+/// [`repack`] into `out`, [`byte_len`] zeroed bytes (the panels of `rows` rows starting at a
+/// panel's first row).
+pub(crate) fn repack_into(t: QType, rows: usize, cols: usize, data: &[u8], out: &mut [u8]) {
+    let (nb, bb, cb) = (cols / t.block_elems(), t.block_bytes(), chunk_bytes(t));
     let panel = |p: usize, chunks: &mut [u8]| {
         for r in p * PANEL_ROWS..((p + 1) * PANEL_ROWS).min(rows) {
             for (b, chunk) in chunks.chunks_exact_mut(cb).enumerate() {
@@ -85,13 +92,12 @@ pub(crate) fn repack(t: QType, rows: usize, cols: usize, data: &[u8]) -> Vec<u8>
         }
     };
     // A panel's chunks are one run of `nb · cb` bytes, which one part writes alone.
-    if crate::for_each_row(crate::ThreadPool::global(), &mut out, nb * cb, 2, &panel).is_err() {
+    if crate::for_each_row(crate::ThreadPool::global(), out, nb * cb, 2, &panel).is_err() {
         // A worker panicked (no panel's input can make it): the same work on this thread.
         for (p, chunks) in out.chunks_exact_mut((nb * cb).max(1)).enumerate() {
             panel(p, chunks);
         }
     }
-    out
 }
 
 /// Writes one GGUF block (row `lane` of its panel) into its chunk.

@@ -72,11 +72,11 @@ pub use source::{resolve, ModelSource};
 pub use structured::{ConstraintFactory, OutputFormat, TokenConstraint};
 pub use tessera_decoder::QuantMix;
 pub use tessera_decoder::{flash_attention_enabled, AttentionMask, Decoder, KvCache, MaskPlan, Trace};
-pub use tessera_text::{tool_calls, tool_grammar};
 pub use tessera_text::{
-    ChatTemplate, Content, ContentPart, Conversation, Message, ParsedOutput, ReasoningSplitter, RenderOptions, Split,
-    ThinkingMarkers, Tokenizer, ToolCall, ToolFormat,
+    media_part_refusal, ChatTemplate, Content, ContentPart, Conversation, Message, ParsedOutput, ReasoningSplitter,
+    RenderOptions, Split, ThinkingMarkers, Tokenizer, ToolCall, ToolFormat,
 };
+pub use tessera_text::{tool_calls, tool_grammar};
 pub use tessera_vision::{
     decode_image, encode_png, load_image, load_image_source, render_heatmap, save_png, RgbImage, VisionError,
     DEFAULT_MAX_PIXELS,

@@ -6,6 +6,18 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TextError};
+
+/// Why a video or audio part (OpenAI's, Anthropic's or the Responses API's names for one) is
+/// refused, naming its type; `None` for any other type. tessera takes text and images only.
+pub fn media_part_refusal(kind: &str) -> Option<String> {
+    matches!(kind, "video" | "video_url" | "input_video" | "audio" | "input_audio" | "audio_url").then(|| {
+        format!(
+            "a `{kind}` part: tessera takes text and images only (no video or audio inputs, whichever the model \
+             takes in transformers)"
+        )
+    })
+}
+
 /// One part of a multimodal message, in the Hugging Face form.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -147,13 +159,11 @@ impl Conversation {
                                 images.push(url);
                                 out.push(ContentPart::Image);
                             }
-                            kind @ ("video" | "video_url" | "audio" | "input_audio" | "audio_url") => {
-                                return Err(at(&format!(
-                                    "a `{kind}` part: tessera takes text and images only (no video or audio inputs, \
-                                     whichever the model takes in transformers)"
-                                )))
+                            other => {
+                                let why = media_part_refusal(other)
+                                    .unwrap_or_else(|| format!("unknown part type `{other}` (text, image, image_url)"));
+                                return Err(at(&why));
                             }
-                            other => return Err(at(&format!("unknown part type `{other}` (text, image, image_url)"))),
                         }
                     }
                     Content::Parts(out)

@@ -14,7 +14,7 @@ pub mod tool_calls;
 pub mod tool_grammar;
 
 pub use chat::{ChatTemplate, RenderOptions};
-pub use conversation::{Content, ContentPart, Conversation, Message};
+pub use conversation::{media_part_refusal, Content, ContentPart, Conversation, Message};
 pub use embedding::TokenEmbedding;
 pub use error::{Result, TextError};
 pub use placeholders::{expand_placeholders, idefics3_image_prompt, paligemma_prompt};

@@ -118,6 +118,47 @@ impl QMatrix {
         Ok(Self { qtype, rows, cols, layout, data })
     }
 
+    /// [`new`](Self::new) from a matrix read a block of rows at a time: `read(r0, count)` gives
+    /// rows `r0 .. r0 + count`, GGUF's layout. Where the rows are repacked into panels, only
+    /// the panels and one block (a few MB) are held at once, not a second copy of the matrix as
+    /// stored (the largest, an 8B model's embeddings, is hundreds of MB). Errors of `read` come
+    /// back as they are.
+    pub fn from_row_blocks<E: From<KernelError>>(
+        qtype: QType,
+        rows: usize,
+        cols: usize,
+        mut read: impl FnMut(usize, usize) -> std::result::Result<Vec<u8>, E>,
+    ) -> std::result::Result<Self, E> {
+        /// Rows per block: whole panels.
+        const BLOCK: usize = 16 * panels::PANEL_ROWS;
+        let layout = Layout::preferred(qtype);
+        let row_bytes = Self::byte_len(qtype, 1, cols)?;
+        if layout == Layout::Rows || !panels::has_panels(qtype) || rows <= BLOCK {
+            let data = read(0, rows)?;
+            return Ok(Self::with_layout(qtype, rows, cols, data, layout)?);
+        }
+        Self::byte_len(qtype, rows, cols)?;
+        let mut data = vec![0u8; panels::byte_len(qtype, rows, cols)];
+        let panel_bytes = panels::byte_len(qtype, panels::PANEL_ROWS, cols);
+        for r0 in (0..rows).step_by(BLOCK) {
+            let count = BLOCK.min(rows - r0);
+            let block = read(r0, count)?;
+            if block.len() != count * row_bytes {
+                return Err(KernelError::Shape(format!(
+                    "rows {r0}..{} of a {rows}×{cols} {qtype} matrix: {} bytes, expected {}",
+                    r0 + count,
+                    block.len(),
+                    count * row_bytes
+                ))
+                .into());
+            }
+            let at = r0 / panels::PANEL_ROWS * panel_bytes;
+            let out = &mut data[at..at + panels::byte_len(qtype, count, cols)];
+            panels::repack_into(qtype, count, cols, &block, out);
+        }
+        Ok(Self { qtype, rows, cols, layout, data })
+    }
+
     /// The bytes a `(rows, cols)` matrix of `qtype` takes; an error when a row is not whole
     /// blocks or the size overflows.
     pub fn byte_len(qtype: QType, rows: usize, cols: usize) -> Result<usize> {
@@ -346,6 +387,33 @@ impl QMatrix {
             self.gemm(pool, x, m, out)
         } else {
             self.dots(isa, pool, x, m, out)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A matrix read in blocks of rows is the matrix read whole, in either layout (rows not a
+    /// multiple of the block nor of a panel).
+    #[test]
+    fn a_matrix_read_in_blocks_of_rows_is_the_matrix_read_whole() {
+        for t in [QType::Q4_0, QType::Q8_0, QType::Q4K, QType::Q6K] {
+            let (rows, cols) = (600, t.block_elems());
+            let row_bytes = QMatrix::byte_len(t, 1, cols).expect("size");
+            let data: Vec<u8> = (0..rows * row_bytes).map(|i| (i * 7 + i / 13) as u8).collect();
+            let whole = QMatrix::new(t, rows, cols, data.clone()).expect("whole");
+            let mut reads = 0;
+            let blocks = QMatrix::from_row_blocks(t, rows, cols, |r0, n| {
+                reads += 1;
+                Ok::<_, KernelError>(data[r0 * row_bytes..(r0 + n) * row_bytes].to_vec())
+            })
+            .expect("blocks");
+            assert_eq!((blocks.layout(), blocks.bytes()), (whole.layout(), whole.bytes()), "{t}");
+            assert_eq!(reads, if whole.layout() == Layout::Panels { 3 } else { 1 }, "{t}");
+            let short = QMatrix::from_row_blocks(t, rows, cols, |_, _| Ok::<_, KernelError>(vec![0; row_bytes]));
+            assert!(short.is_err(), "{t}: a short block is an error");
         }
     }
 }

@@ -286,9 +286,10 @@ fn translate_message(i: usize, m: &Value, out: &mut Vec<Value>) -> Result<(), Ap
             }
             Some("tool_result") => return Err(at(": a `tool_result` block belongs in a user turn")),
             Some(other) => {
-                return Err(at(&format!(
-                    ": unknown block type `{other}` (text, image, tool_use, tool_result, thinking)"
-                )))
+                let why = tessera::media_part_refusal(other).unwrap_or_else(|| {
+                    format!("unknown block type `{other}` (text, image, tool_use, tool_result, thinking)")
+                });
+                return Err(at(&format!(": {why}")));
             }
             None => return Err(at(": no `type` string")),
         }
@@ -415,7 +416,13 @@ mod tests {
         let e = err(json!({"messages": [{"role": "user", "content": "hi"}]}));
         assert_eq!((e.param.as_deref(), e.message.as_str()), (Some("max_tokens"), "`max_tokens` is required"));
         let e = err(json!({"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "video"}]}]}));
-        assert!(e.message.contains("messages[0].content[0]: unknown block type `video`"), "{}", e.message);
+        assert!(
+            e.message.contains("messages[0].content[0]: a `video` part: tessera takes text and images only"),
+            "{}",
+            e.message
+        );
+        let e = err(json!({"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "sound"}]}]}));
+        assert!(e.message.contains("messages[0].content[0]: unknown block type `sound`"), "{}", e.message);
         let e = err(json!({"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image",
             "source": {"type": "base64", "media_type": "image/tiff", "data": ""}}]}]}));
         assert!(e.message.contains("messages[0].content[0].source.media_type `image/tiff`"), "{}", e.message);

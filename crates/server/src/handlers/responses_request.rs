@@ -218,7 +218,10 @@ fn parts_of(parts: &[Value]) -> Result<Vec<Value>, String> {
                 out.push(json!({"type": "image_url", "image_url": {"url": url}}));
             }
             other => {
-                return Err(format!(".content[{j}]: part type {other:?} is not input_text, output_text or input_image"))
+                return Err(match other.and_then(tessera::media_part_refusal) {
+                    Some(why) => format!(".content[{j}]: {why}"),
+                    None => format!(".content[{j}]: part type {other:?} is not input_text, output_text or input_image"),
+                })
             }
         }
     }
@@ -252,5 +255,14 @@ mod tests {
             serde_json::from_value(json!({"input": [{"type": "web_search_call"}]})).expect("request");
         let e = bad.chat_messages().expect_err("an error");
         assert!(e.message.contains("input[0]: item type `web_search_call`"), "{}", e.message);
+        let audio: ResponsesRequest =
+            serde_json::from_value(json!({"input": [{"role": "user", "content": [{"type": "input_audio"}]}]}))
+                .expect("request");
+        let e = audio.chat_messages().expect_err("an error");
+        assert!(
+            e.message.contains("content[0]: a `input_audio` part: tessera takes text and images only"),
+            "{}",
+            e.message
+        );
     }
 }

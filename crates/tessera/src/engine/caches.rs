@@ -142,9 +142,10 @@ impl PrefixCache {
                 .map(|(_, &b)| b)
                 .last()
                 .unwrap_or(0);
-            match e.cache.is_recurrent() && len != e.cache.len() {
-                true => 0,
-                false => len,
+            if e.cache.is_recurrent() && len != e.cache.len() {
+                0
+            } else {
+                len
             }
         };
         let best = self.entries.iter().enumerate().map(|(i, e)| (reusable(e), i)).max();

@@ -478,8 +478,9 @@ impl<'a> Scheduler<'a> {
 
     /// A cache with linear-attention states (Qwen3.5's Gated DeltaNet) cannot be cut back to a
     /// block end once it has run past it, so it is offered to the prefix cache as it stands at
-    /// the last block end before the prompt's end (`end`, just run): the point a later prompt
-    /// that starts the same way (a chat's next turn, a shared system prompt) continues from.
+    /// the last block end before the prompt's end (`end`, just run): the point a chat's next
+    /// turn continues from. Only that one end is kept (a later prompt sharing less, such as
+    /// only a system prompt, runs whole).
     fn keep_recurrent_prefix(&mut self, p: &Prefilling<'a>, end: usize) {
         let len = p.job.prompt.len();
         let last = p.ends.iter().find(|&&e| e > end).is_none_or(|&e| e >= len);
