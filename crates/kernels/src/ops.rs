@@ -265,6 +265,21 @@ pub fn gelu_tanh(pool: &ThreadPool, x: &[f32], out: &mut [f32]) -> Result<()> {
     })
 }
 
+/// QuickGELU (CLIP's `x·σ(1.702x)`) elementwise into `out`, on every thread, with the `expf`
+/// and the operations of Candle's `x * sigmoid(x * 1.702)`: the same bits, without its three
+/// passes and two intermediate tensors on one thread.
+pub fn quick_gelu(pool: &ThreadPool, x: &[f32], out: &mut [f32]) -> Result<()> {
+    if x.len() != out.len() {
+        return Err(KernelError::Shape(format!("quick gelu of {} values into {}", x.len(), out.len())));
+    }
+    par_chunks(pool, out, &|a, o| {
+        for (o, &v) in o.iter_mut().zip(&x[a..]) {
+            let s = ((-(v * 1.702 + 0.0)).exp() + 1.0).recip();
+            *o = v * s;
+        }
+    })
+}
+
 /// [`gelu_tanh`] of one value (inlined into vectorised loops).
 #[inline(always)]
 pub(crate) fn gelu_tanh_one(v: f32) -> f32 {
