@@ -23,50 +23,39 @@ pub enum Activation {
 
 impl Activation {
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        let on_kernels = crate::cpu_op::kernels_take(x) && x.is_contiguous();
         Ok(match self {
             Self::Silu => candle_nn::ops::silu(x)?,
-            Self::GeluTanh if crate::cpu_op::kernels_take(x) && x.is_contiguous() => {
-                x.apply_op1_no_bwd(&GeluTanhCpu)?
-            }
+            Self::GeluTanh if on_kernels => x.apply_op1_no_bwd(&GELU_TANH_CPU)?,
             Self::GeluTanh => x.gelu()?,
             Self::Gelu => x.gelu_erf()?,
-            Self::QuickGelu if crate::cpu_op::kernels_take(x) && x.is_contiguous() => {
-                x.apply_op1_no_bwd(&QuickGeluCpu)?
-            }
+            Self::QuickGelu if on_kernels => x.apply_op1_no_bwd(&QUICK_GELU_CPU)?,
             Self::QuickGelu => (x * candle_nn::ops::sigmoid(&(x * 1.702)?)?)?,
         })
     }
 }
 
-/// QuickGELU by `tessera-kernels` on the CPU in f32, on every thread (Candle's three ops run on
-/// one: 2% of a 2B tower's CPU time in a profile, the other thread waiting).
-struct QuickGeluCpu;
-
-impl candle_core::CustomOp1 for QuickGeluCpu {
-    fn name(&self) -> &'static str {
-        "tessera-quick-gelu"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s: &candle_core::CpuStorage,
-        l: &candle_core::Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
-        let x = crate::cpu_op::contiguous_f32(s, l, "quick gelu")?;
-        let mut out = vec![0f32; x.len()];
-        tessera_kernels::ops::quick_gelu(tessera_kernels::ThreadPool::global(), x, &mut out)
-            .map_err(candle_core::Error::wrap)?;
-        Ok((candle_core::CpuStorage::F32(out), l.shape().clone()))
-    }
+/// An activation by `tessera-kernels` on the CPU in f32, on every thread of the global pool.
+struct ElementwiseCpu {
+    /// Candle's name for the op.
+    name: &'static str,
+    /// The name in an error.
+    what: &'static str,
+    run: fn(&tessera_kernels::ThreadPool, &[f32], &mut [f32]) -> tessera_kernels::Result<()>,
 }
 
-/// `gelu_pytorch_tanh` by `tessera-kernels` on the CPU in f32: vectorised, with no libm
-/// `tanhf` per value.
-struct GeluTanhCpu;
+/// `gelu_pytorch_tanh`: vectorised, with no libm `tanhf` per value.
+const GELU_TANH_CPU: ElementwiseCpu =
+    ElementwiseCpu { name: "tessera-gelu-tanh", what: "gelu", run: tessera_kernels::ops::gelu_tanh };
 
-impl candle_core::CustomOp1 for GeluTanhCpu {
+/// QuickGELU in one pass, the same bits as Candle's three ops (which run on one thread: 2% of a
+/// 2B tower's CPU time in a profile, the other thread waiting).
+const QUICK_GELU_CPU: ElementwiseCpu =
+    ElementwiseCpu { name: "tessera-quick-gelu", what: "quick gelu", run: tessera_kernels::ops::quick_gelu };
+
+impl candle_core::CustomOp1 for ElementwiseCpu {
     fn name(&self) -> &'static str {
-        "tessera-gelu-tanh"
+        self.name
     }
 
     fn cpu_fwd(
@@ -74,10 +63,9 @@ impl candle_core::CustomOp1 for GeluTanhCpu {
         s: &candle_core::CpuStorage,
         l: &candle_core::Layout,
     ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
-        let x = crate::cpu_op::contiguous_f32(s, l, "gelu")?;
+        let x = crate::cpu_op::contiguous_f32(s, l, self.what)?;
         let mut out = vec![0f32; x.len()];
-        tessera_kernels::ops::gelu_tanh(tessera_kernels::ThreadPool::global(), x, &mut out)
-            .map_err(candle_core::Error::wrap)?;
+        (self.run)(tessera_kernels::ThreadPool::global(), x, &mut out).map_err(candle_core::Error::wrap)?;
         Ok((candle_core::CpuStorage::F32(out), l.shape().clone()))
     }
 }

@@ -274,6 +274,7 @@ pub fn quick_gelu(pool: &ThreadPool, x: &[f32], out: &mut [f32]) -> Result<()> {
     }
     par_chunks(pool, out, &|a, o| {
         for (o, &v) in o.iter_mut().zip(&x[a..]) {
+            // Candle's `x * 1.702` is an affine map, `v · 1.702 + 0`: the `+ 0` turns −0 into +0.
             let s = ((-(v * 1.702 + 0.0)).exp() + 1.0).recip();
             *o = v * s;
         }
