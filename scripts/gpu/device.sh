@@ -55,6 +55,7 @@ export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # ~12 s for the nine modules on one core here) and keeps the result in its compute cache, so only
 # the run's first process pays, not each of its dozen: a folder that is surely writable, and room
 # for the ~8 MB of machine code (the default folder is under $HOME).
+export TESSERA_REPO_ROOT=$PWD # the suite finds its fixtures here, not where it was built
 export CUDA_CACHE_PATH=${CUDA_CACHE_PATH:-$bin/nv-compute-cache} CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-1073741824}
 unset CUDA_CACHE_DISABLE
 if [ -n "$dry" ]; then

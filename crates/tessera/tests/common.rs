@@ -5,8 +5,14 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
+/// The repository's root: `TESSERA_REPO_ROOT` where set (scripts/gpu/device.sh sets it: the GPU machine
+/// runs the suite in a copy of the repository that is not where it was built), else the checkout
+/// this test was compiled in.
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    match std::env::var_os("TESSERA_REPO_ROOT") {
+        Some(root) => PathBuf::from(root),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."),
+    }
 }
 
 pub fn fixtures() -> PathBuf {

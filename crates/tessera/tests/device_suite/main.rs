@@ -17,8 +17,12 @@ mod embeddings;
 mod gguf_pairs;
 #[path = "../gguf_pairs_gemma3.rs"]
 mod gguf_pairs_gemma3;
+#[path = "../gguf_pairs_gemma4.rs"]
+mod gguf_pairs_gemma4;
 #[path = "../gguf_pairs_internvl.rs"]
 mod gguf_pairs_internvl;
+#[path = "../gguf_pairs_minicpm.rs"]
+mod gguf_pairs_minicpm;
 #[path = "../gguf_pairs_mistral3.rs"]
 mod gguf_pairs_mistral3;
 #[path = "../gguf_pairs_qwen.rs"]
@@ -29,10 +33,16 @@ mod gguf_pairs_qwen3_5;
 mod half_attention;
 #[path = "../half_precision.rs"]
 mod half_precision;
+#[path = "../minicpm_tower.rs"]
+mod minicpm_tower;
 #[path = "../native_model.rs"]
 mod native_model;
 #[path = "../prefix_cache.rs"]
 mod prefix_cache;
+#[path = "../quantized_pairs.rs"]
+mod quantized_pairs;
+#[path = "../quantized_qwen3_5.rs"]
+mod quantized_qwen3_5;
 #[path = "../smollm2.rs"]
 mod smollm2;
 #[path = "../tiny_models.rs"]
