@@ -24,7 +24,7 @@ size() { # bytes of the tracked and untracked-not-ignored files, and of the carr
 report() {
   local bytes
   bytes=$(size "$@")
-  awk -v b="$bytes" -v l="$limit" 'BEGIN {printf "travels: %.1f MiB of %.0f MiB%s\n", b / 1048576, l / 1048576, b > l ? " -- TOO LARGE" : ""}'
+  awk -v b="$bytes" -v l="$limit" 'BEGIN {printf "travels: %.1f MiB of %.0f MiB%s\n", b / 1048576, l / 1048576, (b > l ? " -- TOO LARGE" : "")}'
   [ "$bytes" -le "$limit" ]
 }
 
