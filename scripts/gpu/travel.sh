@@ -18,7 +18,7 @@ limit=$((64 * 1024 * 1024))
 size() { # bytes of the tracked and untracked-not-ignored files, and of the carried paths
   {
     git ls-files -z --cached --others --exclude-standard
-    for c in "$@"; do [ -e "$c" ] && find "$c" -type f -print0; done
+    for c in "$@"; do [ ! -e "$c" ] || find "$c" -type f -print0; done
   } | xargs -0 -r stat -c %s -- 2>/dev/null | awk '{s += $1} END {print s + 0}'
 }
 report() {
