@@ -3,7 +3,7 @@
 # untracked-not-ignored files, and the paths named in its `carry`), at most 64 MiB in all, and the
 # tracked tree alone is more (73 MiB on 2026-11-29, most of it test fixtures). So before a call the
 # working tree is cut down to what that call reads, on a detached commit, and put back after:
-#   scripts/gpu/travel.sh keep PATH...   # keep only scripts/ and the tracked files under PATH...
+#   scripts/gpu/travel.sh keep PATH...   # keep only scripts/, .gitignore and the tracked files under PATH...
 #   scripts/gpu/travel.sh home           # back to the branch (or commit) it left
 #   scripts/gpu/travel.sh size [CARRY...] # what would travel now, with these carried paths
 # `keep` needs a clean working tree; the files it drops come back with `home`. Nothing ignored
@@ -38,7 +38,7 @@ case "${1:-}" in
       git symbolic-ref -q --short HEAD >"$from" || git rev-parse HEAD >"$from"
     fi
     git checkout -q --detach "$(cat "$from")"
-    keep=(scripts "$@")
+    keep=(.gitignore scripts "$@") # .gitignore: what it ignores must not start travelling
     drop=$(git ls-files | grep -v -E "^($(printf '%s|' "${keep[@]}" | sed 's/[.]/\\./g; s/|$//'))(/|$)" || true)
     [ -z "$drop" ] || printf '%s\n' "$drop" | tr '\n' '\0' | xargs -0 git rm -q --
     git -c user.name=travel -c user.email=travel@localhost commit -q --allow-empty -m "travel: scripts $*"
