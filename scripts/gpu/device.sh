@@ -2,8 +2,11 @@
 # Runs on the GPU machine (it has CUDA, PyTorch and transformers; no Rust, no network), in the
 # repository root of the copy the device tool sends, with what scripts/gpu/build.sh packed into
 # .gpu/ carried along. Writes logs and JSON under $OUT (or ./gpu-out).
-#   scripts/gpu/device.sh suite   # bf16/f16 references by transformers on this GPU, then the parity suite
-#                                 # (and its half-precision attention test again with flash-attention off)
+#   scripts/gpu/device.sh suite [FILTER...]   # bf16/f16 references by transformers on this GPU, then
+#                                 # the parity suite (and its half-precision attention test again with
+#                                 # flash-attention off); FILTERs (test-name filters, as cargo test takes)
+#                                 # run a part of it, in a call that carries only that part's fixtures
+#                                 # (scripts/gpu/travel.sh; the references only when half_precision runs)
 #   scripts/gpu/device.sh smoke   # the CLI on the GPU against the CPU's answer, alone
 #   scripts/gpu/device.sh bins    # the CLI on the GPU (smoke), then scripts/gpu/bench.py on SmolVLM, an
 #                                 # Nsight Systems summary of its decode where nsys is installed, the GGUF
@@ -20,7 +23,15 @@
 # Its figures mean nothing; its failures are the script's or the CPU's.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-what=${1:?usage: $0 suite|bins|smoke}
+what=${1:?usage: $0 suite [FILTER...]|bins|smoke}
+shift
+filters=("$@") # suite: the tests to run (all when none)
+runs() { # whether the filters select tests whose names contain $1
+  [ ${#filters[@]} = 0 ] && return 0
+  local f
+  for f in "${filters[@]}"; do [[ $1 == *"$f"* || $f == *"$1"* ]] && return 0; done
+  return 1
+}
 out=${OUT:-$PWD/gpu-out}
 bin=/tmp/tessera-gpu
 mkdir -p "$out" "$bin"
@@ -80,21 +91,26 @@ done
 
 case "$what" in
   suite)
-    python3 scripts/gpu/reference.py --device "$dev" --out "$out/half_refs.json" 2>"$out/reference.log"
+    if runs half_precision; then
+      python3 scripts/gpu/reference.py --device "$dev" --out "$out/half_refs.json" 2>"$out/reference.log"
+    fi
     set +e
     TESSERA_TEST_DEVICE=$dev TESSERA_HALF_REFS="$out/half_refs.json" RUST_BACKTRACE=0 \
-      "$bin/device_suite" --test-threads 1 2>&1 | tee "$out/suite.log"
+      "$bin/device_suite" --test-threads 1 "${filters[@]}" 2>&1 | tee "$out/suite.log"
     rc=${PIPESTATUS[0]}
-    if [ "$rc" != 0 ] && grep -q "flash-attn" .gpu/REVISION 2>/dev/null; then
-      # Whether flash-attention (never run on a GPU before) is what fails: the suite again without it.
+    # libtest lists the failed tests' names, indented, at the end.
+    failed=($(sed -n 's/^    \([a-z0-9_:]*\)$/\1/p' "$out/suite.log" | sort -u))
+    if [ "$rc" != 0 ] && [ ${#failed[@]} -gt 0 ] && grep -q "flash-attn" .gpu/REVISION 2>/dev/null; then
+      # Whether flash-attention is what fails: the failed tests again without it.
       TESSERA_TEST_DEVICE=$dev TESSERA_HALF_REFS="$out/half_refs.json" TESSERA_FLASH_ATTN=off RUST_BACKTRACE=0 \
-        "$bin/device_suite" --test-threads 1 >"$out/suite_flash_off.log" 2>&1
-      echo "device_suite with TESSERA_FLASH_ATTN=off: exit $? ($(grep '^test result' "$out/suite_flash_off.log"))"
+        "$bin/device_suite" --test-threads 1 --exact "${failed[@]}" >"$out/suite_flash_off.log" 2>&1
+      echo "the ${#failed[@]} failed tests with TESSERA_FLASH_ATTN=off: exit $? ($(grep '^test result' "$out/suite_flash_off.log"))"
     fi
     # The half-precision attention test again, printing its errors: on flash-attention (where the
     # binaries have it, as the suite ran it), then on Candle's ops (TESSERA_FLASH_ATTN=off).
     flashes="on off"
     grep -q "flash-attn" .gpu/REVISION 2>/dev/null || flashes=off # built without it (FEATURES=cuda)
+    runs half_attention || flashes=""
     for flash in $flashes; do
       TESSERA_TEST_DEVICE=$dev TESSERA_FLASH_ATTN=$flash RUST_BACKTRACE=0 \
         "$bin/device_suite" half_attention --nocapture 2>&1 | tee -a "$out/suite.log"
@@ -155,5 +171,5 @@ case "$what" in
       table
     fi
     ;;
-  *) echo "usage: $0 suite|bins|smoke" >&2; exit 2 ;;
+  *) echo "usage: $0 suite [FILTER...]|bins|smoke" >&2; exit 2 ;;
 esac
