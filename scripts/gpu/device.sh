@@ -25,11 +25,18 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:?usage: $0 suite [FILTER...]|bins|smoke}
 shift
-filters=("$@") # suite: the tests to run (all when none)
-runs() { # whether the filters select tests whose names contain $1
-  [ ${#filters[@]} = 0 ] && return 0
-  local f
-  for f in "${filters[@]}"; do [[ $1 == *"$f"* || $f == *"$1"* ]] && return 0; done
+filters=("$@") # suite: libtest's arguments, name filters and `--skip NAME`s (all tests when none)
+runs() { # whether the filters may select tests whose names contain $1
+  local names=() skips=() f skip=""
+  for f in "${filters[@]}"; do
+    if [ -n "$skip" ]; then skips+=("$f"); skip=""
+    elif [ "$f" = --skip ]; then skip=1
+    elif [[ $f != -* ]]; then names+=("$f")
+    fi
+  done
+  for f in "${skips[@]}"; do [[ $1 == *"$f"* ]] && return 1; done
+  [ ${#names[@]} = 0 ] && return 0
+  for f in "${names[@]}"; do [[ $1 == *"$f"* || $f == *"$1"* ]] && return 0; done
   return 1
 }
 out=${OUT:-$PWD/gpu-out}
