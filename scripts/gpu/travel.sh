@@ -68,7 +68,7 @@ part() { # NAME: prints the paths it keeps, then (after a line "--") the device 
       ;;
     smollm2)
       echo $f/smollm2_reference.json $f/llamacpp $f/bank_hidden_states.json $f/bank_hidden_states.safetensors \
-        $v/smolvlm-tiny $v/qwen2-vl-tiny $v/qwen3.5-tiny $f/images
+        $v/smolvlm-tiny $f/images
       echo --
       echo "first call (carry .gpu-parts/smollm2.a): mkdir -p /tmp/parts && cp .gpu-parts/smollm2.a /tmp/parts/"
       echo "second (carry .gpu .gpu-parts/smollm2.b): mkdir -p models/smollm2-135m-instruct && cat /tmp/parts/smollm2.a .gpu-parts/smollm2.b > models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf && bash scripts/gpu/device.sh suite ${smollm2_tests[*]}"
