@@ -11,8 +11,9 @@
 #   .gpu/smollm2.skeleton.xz   the test GGUF's header without its weights (scripts/gpu/gguf_skeleton.py):
 #                              the GPU machine fills in random weights for the quantized CUDA decode figure
 # scripts/gpu/device.sh unpacks and runs them there. What travels is limited to 64 MiB with the
-# tracked files (35.6 MiB on 2026-11-26: 55 MiB in all with .gpu/); the script prints the sizes. .gpu/REVISION names the
-# commit they were built from:
+# tracked files, which are more than that since 2026-11-29: each call carries a part of them
+# (scripts/gpu/travel.sh, scripts/gpu/README.md "Device calls"); the script prints the sizes.
+# .gpu/REVISION names the commit they were built from:
 #   scripts/gpu/build.sh            # all three
 #   scripts/gpu/build.sh suite      # or: bins (the archive then holds only those)
 # Features: cuda and flash-attn (FEATURES=cuda builds without flash-attention). flash-attn's build
