@@ -54,7 +54,7 @@ part() { # NAME: prints the paths it keeps, then (after a line "--") the device 
         gemma3-tiny qwen2-vl-tiny qwen2.5-vl-tiny qwen3-vl-tiny internvl-tiny mistral3-tiny qwen3.5-tiny gemma4-tiny \
         gemma4-pair-tiny minicpm-v4.6-tiny; do echo "$v/$d"; done
       echo --
-      echo "bash scripts/gpu/device.sh suite --skip gguf_pairs --skip quantized_ $(printf -- '--skip %s ' "${smollm2_tests[@]}"); bash scripts/gpu/device.sh smoke"
+      echo "bash scripts/gpu/device.sh suite --skip gguf_pairs --skip quantized_pairs:: --skip quantized_qwen3_5:: $(printf -- '--skip %s ' "${smollm2_tests[@]}"); bash scripts/gpu/device.sh smoke"
       ;;
     pairs)
       echo $v $f/images
@@ -64,7 +64,7 @@ part() { # NAME: prints the paths it keeps, then (after a line "--") the device 
     bins)
       echo models/shapes-vlm $f/quant $v/images $f/real_configs $f/images
       echo --
-      echo "bash scripts/gpu/device.sh suite quantized_; TESSERA_GPU_7B=0 bash scripts/gpu/device.sh bins"
+      echo "bash scripts/gpu/device.sh suite quantized_pairs:: quantized_qwen3_5::; TESSERA_GPU_7B=0 bash scripts/gpu/device.sh bins"
       ;;
     smollm2)
       echo $f/smollm2_reference.json $f/llamacpp $f/bank_hidden_states.json $f/bank_hidden_states.safetensors \
