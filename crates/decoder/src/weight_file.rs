@@ -66,6 +66,10 @@ impl FileIdentity {
 pub(crate) struct WeightFile {
     pub(crate) path: PathBuf,
     file: Mutex<File>,
+    /// The same open file for positional reads ([`read_at`](Self::read_at) on Unix), which
+    /// several threads make at once and which move no shared cursor.
+    #[cfg(unix)]
+    positional: File,
     identity: FileIdentity,
 }
 
@@ -74,7 +78,15 @@ impl WeightFile {
         let err = |e: std::io::Error| DecoderError::WeightFile { path: path.to_path_buf(), reason: e.to_string() };
         let file = File::open(path).map_err(err)?;
         let identity = FileIdentity::of(&file.metadata().map_err(err)?);
-        Ok(Self { path: path.to_path_buf(), file: Mutex::new(file), identity })
+        #[cfg(unix)]
+        let positional = file.try_clone().map_err(err)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            file: Mutex::new(file),
+            #[cfg(unix)]
+            positional,
+            identity,
+        })
     }
 
     pub(crate) fn len(&self) -> u64 {
@@ -92,8 +104,13 @@ impl WeightFile {
     }
 
     /// Fills `buf` from `offset`; a file that ends first is an error that says how long it is now.
+    /// Threads may read at once (on Unix: `pread`, no lock).
     pub(crate) fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::result::Result<(), String> {
-        self.with(|f| f.seek(SeekFrom::Start(offset)).and_then(|_| f.read_exact(buf))).map_err(|e| {
+        #[cfg(unix)]
+        let read = std::os::unix::fs::FileExt::read_exact_at(&self.positional, buf, offset);
+        #[cfg(not(unix))]
+        let read = self.with(|f| f.seek(SeekFrom::Start(offset)).and_then(|_| f.read_exact(buf)));
+        read.map_err(|e| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
                 let now = self.with(|f| f.metadata()).map(|m| m.len()).unwrap_or(0);
                 format!(

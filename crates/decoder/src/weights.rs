@@ -425,7 +425,8 @@ impl Weights {
             return Ok(None);
         };
         // Rows `r0 .. r0 + count` of the block `rows`, as stored.
-        let read: Box<dyn Fn(usize, usize) -> std::result::Result<Vec<half::f16>, Reason>> = match &*self.source {
+        let read: Box<dyn Fn(usize, usize) -> std::result::Result<Vec<half::f16>, Reason> + Sync> = match &*self.source
+        {
             Source::Safetensors(st) => {
                 let Some(t) = st.get(&stored).filter(|t| Float::of_safetensors(&t.dtype) == Some(Float::F16)) else {
                     return Ok(None);

@@ -83,19 +83,29 @@ pub(crate) fn repack(t: QType, rows: usize, cols: usize, data: &[u8]) -> Vec<u8>
 /// [`repack`] into `out`, [`byte_len`] zeroed bytes (the panels of `rows` rows starting at a
 /// panel's first row).
 pub(crate) fn repack_into(t: QType, rows: usize, cols: usize, data: &[u8], out: &mut [u8]) {
-    let (nb, bb, cb) = (cols / t.block_elems(), t.block_bytes(), chunk_bytes(t));
-    let panel = |p: usize, chunks: &mut [u8]| {
-        for r in p * PANEL_ROWS..((p + 1) * PANEL_ROWS).min(rows) {
-            for (b, chunk) in chunks.chunks_exact_mut(cb).enumerate() {
-                put_block(t, chunk, r % PANEL_ROWS, &data[(r * nb + b) * bb..][..bb]);
-            }
-        }
-    };
+    let nb = cols / t.block_elems();
+    let panel = |p: usize, chunks: &mut [u8]| repack_panel(t, rows, cols, data, p, chunks);
     // A panel's chunks are one run of `nb · cb` bytes, which one part writes alone.
-    if crate::for_each_row(crate::ThreadPool::global(), out, nb * cb, 2, &panel).is_err() {
+    if crate::for_each_row(crate::ThreadPool::global(), out, nb * chunk_bytes(t), 2, &panel).is_err() {
         // A worker panicked (no panel's input can make it): the same work on this thread.
-        for (p, chunks) in out.chunks_exact_mut((nb * cb).max(1)).enumerate() {
-            panel(p, chunks);
+        repack_serial(t, rows, cols, data, out);
+    }
+}
+
+/// [`repack_into`] on the calling thread alone.
+pub(crate) fn repack_serial(t: QType, rows: usize, cols: usize, data: &[u8], out: &mut [u8]) {
+    let width = (cols / t.block_elems() * chunk_bytes(t)).max(1);
+    for (p, chunks) in out.chunks_exact_mut(width).enumerate() {
+        repack_panel(t, rows, cols, data, p, chunks);
+    }
+}
+
+/// Panel `p` of [`repack_into`] into `chunks`, its `nb · cb` bytes.
+fn repack_panel(t: QType, rows: usize, cols: usize, data: &[u8], p: usize, chunks: &mut [u8]) {
+    let (nb, bb, cb) = (cols / t.block_elems(), t.block_bytes(), chunk_bytes(t));
+    for r in p * PANEL_ROWS..((p + 1) * PANEL_ROWS).min(rows) {
+        for (b, chunk) in chunks.chunks_exact_mut(cb).enumerate() {
+            put_block(t, chunk, r % PANEL_ROWS, &data[(r * nb + b) * bb..][..bb]);
         }
     }
 }

@@ -70,6 +70,41 @@ pub fn for_each_row<T: Send>(
     })
 }
 
+/// Runs `f(b)` for every block `b < blocks`, each pool thread a contiguous run of them in order
+/// (the calling thread alone for one block or one thread): for work that reads its own input
+/// (a load's file reads) as well as computing, so that no thread waits for another's reads.
+/// The error of the lowest block that failed comes back. `f` must not use the pool itself.
+pub(crate) fn try_blocks<E: Send>(
+    pool: &ThreadPool,
+    blocks: usize,
+    f: &(dyn Fn(usize) -> std::result::Result<(), E> + Sync),
+) -> std::result::Result<(), E> {
+    if blocks < 2 || pool.threads() == 1 {
+        return (0..blocks).try_for_each(f);
+    }
+    let per = blocks.div_ceil(pool.threads());
+    let failed: Mutex<Option<(usize, E)>> = Mutex::new(None);
+    let ran = pool.run(&|part| {
+        for b in (part * per).min(blocks)..((part + 1) * per).min(blocks) {
+            if let Err(e) = f(b) {
+                let mut failed = failed.lock().unwrap_or_else(|e| e.into_inner());
+                if failed.as_ref().is_none_or(|(at, _)| b < *at) {
+                    *failed = Some((b, e));
+                }
+                return;
+            }
+        }
+    });
+    if let Some((_, e)) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e);
+    }
+    if ran.is_err() {
+        // A worker panicked (no input can make it): the same work on this thread.
+        return (0..blocks).try_for_each(f);
+    }
+    Ok(())
+}
+
 /// The pool. [`ThreadPool::global`] is the one the matmuls use.
 pub struct ThreadPool {
     n: usize,

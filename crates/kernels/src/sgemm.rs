@@ -342,22 +342,40 @@ impl PackedF32 {
 
     /// Packs an f16 `(n, k)` matrix read a block of rows at a time: `read(r0, count)` gives
     /// rows `r0 .. r0 + count` of it, row-major (`r0` a multiple of [`NR`]). Only the panels
-    /// are allocated, not a copy of the whole matrix as stored; each block is packed on every
-    /// thread. Errors of `read` come back as they are.
-    pub fn from_f16_blocks<E: From<KernelError>>(
+    /// are allocated, not a copy of the whole matrix as stored; each pool thread reads and packs
+    /// its own blocks, so none waits while another reads. The error of the first block whose
+    /// `read` failed comes back as it is.
+    pub fn from_f16_blocks<E: From<KernelError> + Send>(
         n: usize,
         k: usize,
-        mut read: impl FnMut(usize, usize) -> std::result::Result<Vec<half::f16>, E>,
+        read: impl Fn(usize, usize) -> std::result::Result<Vec<half::f16>, E> + Sync,
     ) -> std::result::Result<Self, E> {
-        /// Rows per block: whole panels, a few MB of f16 for a tower's widest matrices.
-        const BLOCK: usize = 8 * NR;
+        /// Rows per block: whole panels, a few hundred KB of f16 for a tower's widest matrices.
+        const BLOCK: usize = 2 * NR;
         let mut data = zeroed_f16(n, k);
-        for r0 in (0..n).step_by(BLOCK) {
-            let count = BLOCK.min(n - r0);
+        let dst = crate::pool::SendPtr(data.as_mut_ptr());
+        let block = |b: usize| -> std::result::Result<(), E> {
+            let dst = &dst;
+            let (r0, count) = (b * BLOCK, BLOCK.min(n - b * BLOCK));
             let rows = read(r0, count)?;
+            if rows.len() != count * k {
+                return Err(KernelError::Shape(format!(
+                    "rows {r0}..{} of a {n}×{k} f16 matrix: {} values",
+                    r0 + count,
+                    rows.len()
+                ))
+                .into());
+            }
             let panels = r0 / NR * k * NR..(r0 + count).div_ceil(NR) * k * NR;
-            pack_into(&rows, count, k, &mut data[panels])?;
-        }
+            // SAFETY: block b's panels, values `panels` of `data`, are written by this call alone.
+            let out = unsafe { std::slice::from_raw_parts_mut(dst.0.add(panels.start), panels.len()) };
+            for (j, out) in out.chunks_exact_mut((k * NR).max(1)).enumerate() {
+                // SAFETY: rows holds `count` rows of k values.
+                unsafe { pack_panel(rows.as_ptr(), k, count, k, j, out) };
+            }
+            Ok(())
+        };
+        crate::pool::try_blocks(crate::ThreadPool::global(), n.div_ceil(BLOCK), &block)?;
         Ok(Self { n, k, data: PanelData::F16(data) })
     }
 
@@ -515,12 +533,16 @@ mod tests {
     fn f16_panels_packed_block_by_block_equal_the_whole_matrix_packed() -> Result<()> {
         let (n, k) = (8 * NR * 2 + 37, 19);
         let w: Vec<half::f16> = rand(n * k, 11).iter().map(|&x| half::f16::from_f32(x)).collect();
-        let mut reads = Vec::new();
+        let reads = std::sync::Mutex::new(Vec::new());
         let blocks = PackedF32::from_f16_blocks(n, k, |r0, count| {
-            reads.push((r0, count));
+            reads.lock().expect("reads").push((r0, count));
             Ok::<_, KernelError>(w[r0 * k..(r0 + count) * k].to_vec())
         })?;
-        assert_eq!(reads, [(0, 256), (256, 256), (512, 37)]);
+        let mut reads = reads.into_inner().expect("reads");
+        reads.sort_unstable();
+        let blocks_read: Vec<_> = (0..n).step_by(2 * NR).map(|r0| (r0, (2 * NR).min(n - r0))).collect();
+        assert_eq!(reads, blocks_read);
+        assert_eq!(reads.last(), Some(&(512, 37)));
         assert!(blocks.is_f16());
         assert_eq!(blocks.unpack(), PackedF32::from_f16(&w, n, k)?.unpack());
         let failed = PackedF32::from_f16_blocks(n, k, |r0, _| Err(KernelError::Shape(format!("read at {r0}"))));

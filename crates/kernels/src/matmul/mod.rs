@@ -120,14 +120,15 @@ impl QMatrix {
 
     /// [`new`](Self::new) from a matrix read a block of rows at a time: `read(r0, count)` gives
     /// rows `r0 .. r0 + count`, GGUF's layout. Where the rows are repacked into panels, only
-    /// the panels and one block (a few MB) are held at once, not a second copy of the matrix as
-    /// stored (the largest, an 8B model's embeddings, is hundreds of MB). Errors of `read` come
-    /// back as they are.
-    pub fn from_row_blocks<E: From<KernelError>>(
+    /// the panels and one block per thread (a few MB) are held at once, not a second copy of the
+    /// matrix as stored (the largest, an 8B model's embeddings, is hundreds of MB). Each pool
+    /// thread reads and repacks its own blocks, so none waits while another reads. The error of
+    /// the first block whose `read` failed comes back as it is.
+    pub fn from_row_blocks<E: From<KernelError> + Send>(
         qtype: QType,
         rows: usize,
         cols: usize,
-        mut read: impl FnMut(usize, usize) -> std::result::Result<Vec<u8>, E>,
+        read: impl Fn(usize, usize) -> std::result::Result<Vec<u8>, E> + Sync,
     ) -> std::result::Result<Self, E> {
         /// Rows per block: whole panels.
         const BLOCK: usize = 16 * panels::PANEL_ROWS;
@@ -140,8 +141,10 @@ impl QMatrix {
         Self::byte_len(qtype, rows, cols)?;
         let mut data = vec![0u8; panels::byte_len(qtype, rows, cols)];
         let panel_bytes = panels::byte_len(qtype, panels::PANEL_ROWS, cols);
-        for r0 in (0..rows).step_by(BLOCK) {
-            let count = BLOCK.min(rows - r0);
+        let dst = crate::pool::SendPtr(data.as_mut_ptr());
+        let block = |b: usize| -> std::result::Result<(), E> {
+            let dst = &dst;
+            let (r0, count) = (b * BLOCK, BLOCK.min(rows - b * BLOCK));
             let block = read(r0, count)?;
             if block.len() != count * row_bytes {
                 return Err(KernelError::Shape(format!(
@@ -152,10 +155,13 @@ impl QMatrix {
                 ))
                 .into());
             }
-            let at = r0 / panels::PANEL_ROWS * panel_bytes;
-            let out = &mut data[at..at + panels::byte_len(qtype, count, cols)];
-            panels::repack_into(qtype, count, cols, &block, out);
-        }
+            let (at, len) = (r0 / panels::PANEL_ROWS * panel_bytes, panels::byte_len(qtype, count, cols));
+            // SAFETY: block b's panels, bytes at .. at + len of `data`, are written by this call alone.
+            let out = unsafe { std::slice::from_raw_parts_mut(dst.0.add(at), len) };
+            panels::repack_serial(qtype, count, cols, &block, out);
+            Ok(())
+        };
+        crate::pool::try_blocks(crate::ThreadPool::global(), rows.div_ceil(BLOCK), &block)?;
         Ok(Self { qtype, rows, cols, layout, data })
     }
 
@@ -404,14 +410,18 @@ mod tests {
             let row_bytes = QMatrix::byte_len(t, 1, cols).expect("size");
             let data: Vec<u8> = (0..rows * row_bytes).map(|i| (i * 7 + i / 13) as u8).collect();
             let whole = QMatrix::new(t, rows, cols, data.clone()).expect("whole");
-            let mut reads = 0;
+            let reads = std::sync::atomic::AtomicUsize::new(0);
             let blocks = QMatrix::from_row_blocks(t, rows, cols, |r0, n| {
-                reads += 1;
+                reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 Ok::<_, KernelError>(data[r0 * row_bytes..(r0 + n) * row_bytes].to_vec())
             })
             .expect("blocks");
             assert_eq!((blocks.layout(), blocks.bytes()), (whole.layout(), whole.bytes()), "{t}");
-            assert_eq!(reads, if whole.layout() == Layout::Panels { 3 } else { 1 }, "{t}");
+            assert_eq!(reads.into_inner(), if whole.layout() == Layout::Panels { 3 } else { 1 }, "{t}");
+            let failed = QMatrix::from_row_blocks(t, rows, cols, |r0, _| {
+                Err::<Vec<u8>, _>(KernelError::Shape(format!("read at {r0}")))
+            });
+            assert!(matches!(failed, Err(KernelError::Shape(m)) if m == "read at 0"), "{t}: the first block's error");
             let short = QMatrix::from_row_blocks(t, rows, cols, |_, _| Ok::<_, KernelError>(vec![0; row_bytes]));
             assert!(short.is_err(), "{t}: a short block is an error");
         }
